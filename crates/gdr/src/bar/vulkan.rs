@@ -1,0 +1,421 @@
+//! The Vulkan backend: GPU memory the CPU maps through BAR1 without any kernel module.
+//!
+//! On GPUs with a large BAR1 (resizable BAR), the NVIDIA Vulkan driver offers a memory type
+//! that is DEVICE_LOCAL | HOST_VISIBLE | HOST_COHERENT on the VRAM heap. We allocate blocks of
+//! it with an exportable OPAQUE_FD handle, map each block once with `vkMapMemory` (a
+//! write-combined CPU mapping of BAR1), and import the same memory into CUDA
+//! (`cuImportExternalMemory`), which gives a device pointer to the same bytes. Buffers are
+//! sub-allocated from blocks because `vkAllocateMemory` costs milliseconds.
+
+use super::range_alloc::RangeAlloc;
+use super::{BarError, MappedBuffer};
+use crate::cuda::{Context, ExternalMemory};
+use ash::vk;
+use std::ffi::CStr;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, Weak};
+
+/// Default size of a sub-allocation block.
+pub const DEFAULT_BLOCK_SIZE: usize = 64 << 20;
+/// Allocations of at least this size get a block of their own.
+const DEDICATED_THRESHOLD: usize = 16 << 20;
+/// Block sizes are multiples of this (the GPU page size used for BAR mappings).
+const BLOCK_GRANULE: usize = 2 << 20;
+
+/// What Vulkan says about the BAR-mappable memory of one GPU (for `gdr info`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VulkanInfo {
+    pub device_name: String,
+    pub driver_version: String,
+    pub api_version: String,
+    pub memory_type_index: u32,
+    pub heap_index: u32,
+    /// Size of the VRAM heap that the host-visible device-local type lives on.
+    pub heap_size: u64,
+}
+
+/// The Vulkan instance and device bound to one CUDA device.
+struct VkDevice {
+    _entry: ash::Entry,
+    instance: ash::Instance,
+    device: ash::Device,
+    fd_ext: ash::khr::external_memory_fd::Device,
+    memory_type_index: u32,
+    info: VulkanInfo,
+}
+
+impl Drop for VkDevice {
+    fn drop(&mut self) {
+        // SAFETY: every block holds an Arc to this device, so no memory is left; the device
+        // is destroyed before its instance.
+        unsafe {
+            self.device.destroy_device(None);
+            self.instance.destroy_instance(None);
+        }
+    }
+}
+
+fn vk_err(call: &'static str) -> impl Fn(vk::Result) -> BarError {
+    move |result| BarError::Vulkan { call, result }
+}
+
+impl VkDevice {
+    fn open(ctx: &Context) -> Result<VkDevice, BarError> {
+        // SAFETY: loading the Vulkan loader runs its initialisers; nothing else is required.
+        let entry = unsafe { ash::Entry::load() }.map_err(|e| BarError::NoLoader(e.to_string()))?;
+        let app = vk::ApplicationInfo::default()
+            .application_name(c"gdr")
+            .api_version(vk::API_VERSION_1_1);
+        let ici = vk::InstanceCreateInfo::default().application_info(&app);
+        // SAFETY: the create info and everything it points to outlive the call.
+        let instance = unsafe { entry.create_instance(&ici, None) }.map_err(|r| match r {
+            vk::Result::ERROR_INCOMPATIBLE_DRIVER => {
+                BarError::NoIcd("vkCreateInstance: no compatible Vulkan driver".into())
+            }
+            r => BarError::Vulkan {
+                call: "vkCreateInstance",
+                result: r,
+            },
+        })?;
+        match Self::open_on(entry.clone(), instance.clone(), ctx) {
+            Ok(d) => Ok(d),
+            Err(e) => {
+                // SAFETY: no device was created from this instance (open_on cleans up its own).
+                unsafe { instance.destroy_instance(None) };
+                Err(e)
+            }
+        }
+    }
+
+    fn open_on(
+        entry: ash::Entry,
+        instance: ash::Instance,
+        ctx: &Context,
+    ) -> Result<VkDevice, BarError> {
+        let uuid = ctx.device().uuid()?;
+        // SAFETY: the instance is alive.
+        let pds = unsafe { instance.enumerate_physical_devices() }
+            .map_err(vk_err("vkEnumeratePhysicalDevices"))?;
+        if pds.is_empty() {
+            return Err(BarError::NoIcd(
+                "the Vulkan loader found no GPU (no ICD registered)".into(),
+            ));
+        }
+        let mut names = Vec::new();
+        let mut found = None;
+        for pd in pds {
+            let mut id = vk::PhysicalDeviceIDProperties::default();
+            let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut id);
+            // SAFETY: pd comes from this instance; the chain is well formed.
+            unsafe { instance.get_physical_device_properties2(pd, &mut props) };
+            let p = props.properties;
+            // SAFETY: device_name is a NUL-terminated array filled by the driver.
+            let name = unsafe { CStr::from_ptr(p.device_name.as_ptr()) }
+                .to_string_lossy()
+                .into_owned();
+            names.push(name.clone());
+            if id.device_uuid == uuid {
+                found = Some((pd, p, name));
+            }
+        }
+        let (pd, props, device_name) = found.ok_or_else(|| BarError::DeviceNotFound {
+            seen: names.join(", "),
+        })?;
+        // SAFETY: pd is a valid physical device of this instance.
+        let mem = unsafe { instance.get_physical_device_memory_properties(pd) };
+        let want = vk::MemoryPropertyFlags::DEVICE_LOCAL
+            | vk::MemoryPropertyFlags::HOST_VISIBLE
+            | vk::MemoryPropertyFlags::HOST_COHERENT;
+        let (memory_type_index, heap_index) = (0..mem.memory_type_count)
+            .filter(|&i| mem.memory_types[i as usize].property_flags.contains(want))
+            .map(|i| (i, mem.memory_types[i as usize].heap_index))
+            .max_by_key(|&(_, h)| mem.memory_heaps[h as usize].size)
+            .ok_or(BarError::NoHostVisibleVram)?;
+        let heap_size = mem.memory_heaps[heap_index as usize].size;
+
+        let prio = [1.0f32];
+        let qci = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(0)
+            .queue_priorities(&prio)];
+        let exts = [ash::khr::external_memory_fd::NAME.as_ptr()];
+        let dci = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&qci)
+            .enabled_extension_names(&exts);
+        // SAFETY: create info and arrays outlive the call.
+        let device = unsafe { instance.create_device(pd, &dci, None) }.map_err(|r| match r {
+            vk::Result::ERROR_EXTENSION_NOT_PRESENT => {
+                BarError::NoInterop("the Vulkan driver lacks VK_KHR_external_memory_fd".into())
+            }
+            r => BarError::Vulkan {
+                call: "vkCreateDevice",
+                result: r,
+            },
+        })?;
+        let fd_ext = ash::khr::external_memory_fd::Device::new(&instance, &device);
+        let v = props.driver_version;
+        let a = props.api_version;
+        Ok(VkDevice {
+            _entry: entry,
+            instance,
+            device,
+            fd_ext,
+            memory_type_index,
+            info: VulkanInfo {
+                device_name,
+                // NVIDIA packs its version as 10.8.8.6 bits.
+                driver_version: format!("{}.{}", v >> 22, (v >> 14) & 0xff),
+                api_version: format!(
+                    "{}.{}.{}",
+                    vk::api_version_major(a),
+                    vk::api_version_minor(a),
+                    vk::api_version_patch(a)
+                ),
+                memory_type_index,
+                heap_index,
+                heap_size,
+            },
+        })
+    }
+}
+
+/// One `vkAllocateMemory` block: mapped for the CPU, imported into CUDA, sub-allocated.
+pub(super) struct Block {
+    dev: Arc<VkDevice>,
+    memory: vk::DeviceMemory,
+    host: *mut u8,
+    cuda: Option<ExternalMemory>,
+    ranges: Mutex<RangeAlloc>,
+}
+
+// SAFETY: the raw host pointer is the block's own mapping; access to ranges is locked, and
+// bytes behind the pointer are only reached through MappedBuffer's copy routines.
+unsafe impl Send for Block {}
+// SAFETY: as above.
+unsafe impl Sync for Block {}
+
+impl Block {
+    fn new(dev: Arc<VkDevice>, ctx: &Context, size: usize) -> Result<Block, BarError> {
+        let mut export = vk::ExportMemoryAllocateInfo::default()
+            .handle_types(vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD);
+        let mai = vk::MemoryAllocateInfo::default()
+            .allocation_size(size as u64)
+            .memory_type_index(dev.memory_type_index)
+            .push_next(&mut export);
+        // SAFETY: the allocate info chain outlives the call.
+        let memory = unsafe { dev.device.allocate_memory(&mai, None) }.map_err(|r| match r {
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY => BarError::OutOfMemory {
+                size,
+                heap: dev.info.heap_size,
+            },
+            r => BarError::Vulkan {
+                call: "vkAllocateMemory",
+                result: r,
+            },
+        })?;
+        let free_memory = |dev: &VkDevice| {
+            // SAFETY: memory is ours, unmapped and not imported when this runs.
+            unsafe { dev.device.free_memory(memory, None) }
+        };
+        // SAFETY: memory is a live host-visible allocation, mapped whole once.
+        let host = match unsafe {
+            dev.device
+                .map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty())
+        } {
+            Ok(p) => p.cast::<u8>(),
+            Err(r) => {
+                free_memory(&dev);
+                return Err(BarError::Vulkan {
+                    call: "vkMapMemory",
+                    result: r,
+                });
+            }
+        };
+        let gfi = vk::MemoryGetFdInfoKHR::default()
+            .memory(memory)
+            .handle_type(vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD);
+        // SAFETY: memory was allocated exportable as OPAQUE_FD.
+        let fd = match unsafe { dev.fd_ext.get_memory_fd(&gfi) } {
+            // SAFETY: vkGetMemoryFdKHR returns a new fd that we own.
+            Ok(fd) => unsafe { OwnedFd::from_raw_fd(fd) },
+            Err(r) => {
+                // SAFETY: mapped above, not used after.
+                unsafe { dev.device.unmap_memory(memory) };
+                free_memory(&dev);
+                return Err(BarError::Vulkan {
+                    call: "vkGetMemoryFdKHR",
+                    result: r,
+                });
+            }
+        };
+        let cuda = match ExternalMemory::import_opaque_fd(ctx, fd, size) {
+            Ok(c) => c,
+            Err(e) => {
+                // SAFETY: mapped above, not used after.
+                unsafe { dev.device.unmap_memory(memory) };
+                free_memory(&dev);
+                return Err(BarError::NoInterop(e.to_string()));
+            }
+        };
+        Ok(Block {
+            dev,
+            memory,
+            host,
+            cuda: Some(cuda),
+            ranges: Mutex::new(RangeAlloc::new(size)),
+        })
+    }
+
+    pub(super) fn host_base(&self) -> *mut u8 {
+        self.host
+    }
+
+    pub(super) fn device_base(&self) -> u64 {
+        use crate::cuda::DeviceMemory;
+        self.cuda.as_ref().map_or(0, |c| c.device_ptr())
+    }
+
+    pub(super) fn context(&self) -> &Context {
+        self.cuda.as_ref().expect("block is live").context()
+    }
+
+    fn try_alloc(&self, len: usize, align: usize) -> Option<usize> {
+        self.ranges.lock().expect("block lock").alloc(len, align)
+    }
+
+    /// Returns a range; true when the block is now empty.
+    pub(super) fn release(&self, offset: usize, len: usize) -> bool {
+        let mut r = self.ranges.lock().expect("block lock");
+        r.free(offset, len);
+        r.is_empty()
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        // CUDA's view goes first (cuMemFree + cuDestroyExternalMemory), then the CPU mapping,
+        // then the memory itself.
+        drop(self.cuda.take());
+        // SAFETY: no MappedBuffer is left (each holds an Arc to this block), so nothing uses
+        // the mapping or the memory.
+        unsafe {
+            self.dev.device.unmap_memory(self.memory);
+            self.dev.device.free_memory(self.memory, None);
+        }
+    }
+}
+
+pub(super) struct Pool {
+    dev: Arc<VkDevice>,
+    ctx: Context,
+    block_size: usize,
+    blocks: Mutex<Vec<Arc<Block>>>,
+}
+
+impl Pool {
+    /// Called by a dropped buffer whose block became empty: release the block unless it is
+    /// the only shared one (kept to make the next allocation cheap).
+    pub(super) fn block_emptied(&self, block: &Arc<Block>) {
+        let mut blocks = self.blocks.lock().expect("pool lock");
+        if blocks.len() > 1 {
+            if let Some(i) = blocks.iter().position(|b| Arc::ptr_eq(b, block)) {
+                // Re-check under the pool lock: a racing allocation may have reused it.
+                if blocks[i].ranges.lock().expect("block lock").is_empty() {
+                    blocks.swap_remove(i);
+                }
+            }
+        }
+    }
+}
+
+/// Allocates BAR-mapped GPU memory through Vulkan. Cheap to clone (shared pool).
+#[derive(Clone)]
+pub struct VulkanBackend {
+    pool: Arc<Pool>,
+}
+
+impl VulkanBackend {
+    /// Opens the Vulkan device matching `ctx`'s GPU (by UUID).
+    pub fn new(ctx: &Context) -> Result<Self, BarError> {
+        Self::with_block_size(ctx, DEFAULT_BLOCK_SIZE)
+    }
+
+    pub fn with_block_size(ctx: &Context, block_size: usize) -> Result<Self, BarError> {
+        let dev = Arc::new(VkDevice::open(ctx)?);
+        // Small-BAR GPUs have a ~256 MiB host-visible heap: keep blocks well inside it.
+        let cap = (dev.info.heap_size as usize / 4).max(BLOCK_GRANULE);
+        let block_size = block_size
+            .clamp(BLOCK_GRANULE, cap)
+            .next_multiple_of(BLOCK_GRANULE);
+        Ok(VulkanBackend {
+            pool: Arc::new(Pool {
+                dev,
+                ctx: ctx.clone(),
+                block_size,
+                blocks: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    pub fn info(&self) -> &VulkanInfo {
+        &self.pool.dev.info
+    }
+
+    pub fn context(&self) -> &Context {
+        &self.pool.ctx
+    }
+
+    /// Number of live `vkAllocateMemory` blocks (shared ones; dedicated blocks not counted).
+    pub fn shared_blocks(&self) -> usize {
+        self.pool.blocks.lock().expect("pool lock").len()
+    }
+
+    /// Allocates `len` bytes (>= 1) at an address aligned to `align` (a power of two) on both
+    /// the CPU mapping and the device pointer.
+    pub fn alloc(&self, len: usize, align: usize) -> Result<MappedBuffer, BarError> {
+        if len == 0 {
+            return Err(BarError::BadLayout("size must be at least 1 byte".into()));
+        }
+        if !align.is_power_of_two() || align > BLOCK_GRANULE {
+            return Err(BarError::BadLayout(format!(
+                "alignment {align} must be a power of two no larger than {BLOCK_GRANULE}"
+            )));
+        }
+        // Keep buffers on distinct 64-byte lines so two buffers never share a
+        // write-combining line (a partial line flush would be slow and racy to reason about).
+        let align = align.max(64);
+        let reserve = len.next_multiple_of(64);
+        let pool = &self.pool;
+        if reserve >= DEDICATED_THRESHOLD.min(pool.block_size / 2) {
+            let size = reserve.next_multiple_of(BLOCK_GRANULE);
+            let block = Arc::new(Block::new(pool.dev.clone(), &pool.ctx, size)?);
+            let off = block
+                .try_alloc(reserve, align)
+                .expect("fresh dedicated block");
+            return Ok(MappedBuffer::new(block, None, off, len, reserve));
+        }
+        let mut blocks = pool.blocks.lock().expect("pool lock");
+        for b in blocks.iter() {
+            if let Some(off) = b.try_alloc(reserve, align) {
+                return Ok(MappedBuffer::new(
+                    b.clone(),
+                    Some(Arc::downgrade(pool)),
+                    off,
+                    len,
+                    reserve,
+                ));
+            }
+        }
+        let block = Arc::new(Block::new(pool.dev.clone(), &pool.ctx, pool.block_size)?);
+        let off = block.try_alloc(reserve, align).expect("fresh block");
+        blocks.push(block.clone());
+        Ok(MappedBuffer::new(
+            block,
+            Some(Arc::downgrade(pool)),
+            off,
+            len,
+            reserve,
+        ))
+    }
+}
+
+pub(super) type PoolRef = Weak<Pool>;

@@ -1,0 +1,232 @@
+//! NVRTC, loaded at run time: compiles gdr's CUDA C (kept in `.cu`/`.cuh` files in the crate)
+//! for the device's own architecture, once per process.
+
+use super::Device;
+use libloading::Library;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::{Arc, Mutex, OnceLock};
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NvrtcError {
+    #[error(
+        "NVRTC (libnvrtc.so) could not be loaded: {0}; install the CUDA toolkit's NVRTC \
+         (e.g. cuda-nvrtc-13-0, or pip's nvidia-cuda-nvrtc) or set GDR_NVRTC to its path"
+    )]
+    NotInstalled(String),
+    #[error("NVRTC lacks {0}; it is too old")]
+    MissingSymbol(String),
+    #[error("{call} failed: {text}")]
+    Call { call: &'static str, text: String },
+    #[error("compiling {name} for sm_{arch} failed:\n{log}")]
+    Compile {
+        name: String,
+        arch: String,
+        log: String,
+    },
+}
+
+type Prog = *mut c_void;
+type Res = c_int;
+
+struct Api {
+    version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> Res,
+    error_string: unsafe extern "C" fn(Res) -> *const c_char,
+    create: unsafe extern "C" fn(
+        *mut Prog,
+        *const c_char,
+        *const c_char,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> Res,
+    compile: unsafe extern "C" fn(Prog, c_int, *const *const c_char) -> Res,
+    log_size: unsafe extern "C" fn(Prog, *mut usize) -> Res,
+    log: unsafe extern "C" fn(Prog, *mut c_char) -> Res,
+    cubin_size: unsafe extern "C" fn(Prog, *mut usize) -> Res,
+    cubin: unsafe extern "C" fn(Prog, *mut c_char) -> Res,
+    destroy: unsafe extern "C" fn(*mut Prog) -> Res,
+    _lib: Library,
+}
+
+static API: OnceLock<Result<Api, NvrtcError>> = OnceLock::new();
+
+fn candidates() -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(p) = std::env::var("GDR_NVRTC") {
+        out.push(p);
+    }
+    let names = ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];
+    let mut dirs = vec![];
+    if let Ok(h) = std::env::var("CUDA_HOME") {
+        dirs.push(format!("{h}/lib64"));
+    }
+    dirs.extend(
+        [
+            "/usr/local/cuda/lib64",
+            "/usr/local/cuda/targets/x86_64-linux/lib",
+        ]
+        .map(String::from),
+    );
+    for n in names {
+        out.push(n.to_string());
+        for d in &dirs {
+            out.push(format!("{d}/{n}"));
+        }
+    }
+    out
+}
+
+fn load() -> Result<Api, NvrtcError> {
+    let mut last = String::from("no candidate path");
+    for path in candidates() {
+        // SAFETY: loading NVRTC runs its initialisers, which need nothing from us.
+        let lib = match unsafe { Library::new(&path) } {
+            Ok(l) => l,
+            Err(e) => {
+                last = e.to_string();
+                continue;
+            }
+        };
+        macro_rules! sym {
+            ($name:literal) => {
+                // SAFETY: the symbol has the nvrtc.h signature of the field it is stored in.
+                unsafe {
+                    *lib.get(concat!($name, "\0").as_bytes())
+                        .map_err(|_| NvrtcError::MissingSymbol($name.into()))?
+                }
+            };
+        }
+        return Ok(Api {
+            version: sym!("nvrtcVersion"),
+            error_string: sym!("nvrtcGetErrorString"),
+            create: sym!("nvrtcCreateProgram"),
+            compile: sym!("nvrtcCompileProgram"),
+            log_size: sym!("nvrtcGetProgramLogSize"),
+            log: sym!("nvrtcGetProgramLog"),
+            cubin_size: sym!("nvrtcGetCUBINSize"),
+            cubin: sym!("nvrtcGetCUBIN"),
+            destroy: sym!("nvrtcDestroyProgram"),
+            _lib: lib,
+        });
+    }
+    Err(NvrtcError::NotInstalled(last))
+}
+
+fn api() -> Result<&'static Api, NvrtcError> {
+    API.get_or_init(load).as_ref().map_err(Clone::clone)
+}
+
+impl Api {
+    fn check(&self, call: &'static str, rc: Res) -> Result<(), NvrtcError> {
+        if rc == 0 {
+            return Ok(());
+        }
+        // SAFETY: returns a pointer to a static string.
+        let text = unsafe { CStr::from_ptr((self.error_string)(rc)) }
+            .to_string_lossy()
+            .into_owned();
+        Err(NvrtcError::Call { call, text })
+    }
+}
+
+/// NVRTC's (major, minor) version.
+pub fn version() -> Result<(i32, i32), NvrtcError> {
+    let a = api()?;
+    let (mut maj, mut min) = (0, 0);
+    // SAFETY: out-pointers to live locals.
+    a.check("nvrtcVersion", unsafe { (a.version)(&mut maj, &mut min) })?;
+    Ok((maj, min))
+}
+
+/// Compiles `source` to a cubin for `sm_{arch}` (e.g. "90"). No caching.
+pub fn compile(name: &str, source: &str, arch: &str) -> Result<Vec<u8>, NvrtcError> {
+    let a = api()?;
+    let csrc = CString::new(source).map_err(|_| NvrtcError::Call {
+        call: "nvrtcCreateProgram",
+        text: "source contains a NUL byte".into(),
+    })?;
+    let cname = CString::new(name).unwrap_or_default();
+    let mut prog: Prog = std::ptr::null_mut();
+    // SAFETY: strings are NUL-terminated and alive; no headers passed.
+    a.check("nvrtcCreateProgram", unsafe {
+        (a.create)(
+            &mut prog,
+            csrc.as_ptr(),
+            cname.as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    })?;
+    let opts: Vec<CString> = [
+        format!("--gpu-architecture=sm_{arch}"),
+        "--std=c++17".into(),
+        "-default-device".into(),
+    ]
+    .into_iter()
+    .map(|s| CString::new(s).expect("no NUL"))
+    .collect();
+    let optp: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
+    // SAFETY: prog is live; options are alive for the call.
+    let rc = unsafe { (a.compile)(prog, optp.len() as c_int, optp.as_ptr()) };
+    let result = if rc != 0 {
+        let mut n = 0usize;
+        // SAFETY: prog is live; the log buffer has the size NVRTC reported.
+        let log = unsafe {
+            (a.log_size)(prog, &mut n);
+            let mut buf = vec![0u8; n.max(1)];
+            (a.log)(prog, buf.as_mut_ptr().cast());
+            String::from_utf8_lossy(&buf)
+                .trim_end_matches('\0')
+                .to_string()
+        };
+        Err(NvrtcError::Compile {
+            name: name.into(),
+            arch: arch.into(),
+            log,
+        })
+    } else {
+        let mut n = 0usize;
+        // SAFETY: prog is live and compiled.
+        a.check("nvrtcGetCUBINSize", unsafe { (a.cubin_size)(prog, &mut n) })
+            .and_then(|_| {
+                let mut buf = vec![0u8; n];
+                // SAFETY: buf has the size NVRTC reported.
+                a.check("nvrtcGetCUBIN", unsafe {
+                    (a.cubin)(prog, buf.as_mut_ptr().cast())
+                })
+                .map(|_| buf)
+            })
+    };
+    // SAFETY: prog is live and not used after this.
+    unsafe { (a.destroy)(&mut prog) };
+    result
+}
+
+type CacheKey = (String, u64, String);
+static CACHE: OnceLock<Mutex<HashMap<CacheKey, Arc<Vec<u8>>>>> = OnceLock::new();
+
+/// Compiles for `device`'s architecture, caching the cubin per process by (name, source, arch).
+pub fn compile_for(
+    device: Device,
+    name: &str,
+    source: &str,
+) -> Result<Arc<Vec<u8>>, super::CudaError> {
+    use std::hash::{Hash, Hasher};
+    let (maj, min) = device.compute_capability()?;
+    let arch = format!("{maj}{min}");
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    source.hash(&mut h);
+    let key = (name.to_string(), h.finish(), arch.clone());
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(c) = cache.lock().expect("nvrtc cache poisoned").get(&key) {
+        return Ok(c.clone());
+    }
+    let cubin = Arc::new(compile(name, source, &arch)?);
+    cache
+        .lock()
+        .expect("nvrtc cache poisoned")
+        .insert(key, cubin.clone());
+    Ok(cubin)
+}

@@ -1,0 +1,212 @@
+//! Raw CUDA driver API: the types, constants and entry points gdr uses, resolved from
+//! `libcuda.so.1` at run time (nothing links against CUDA at build time).
+//!
+//! Everything here is a faithful, unchecked mirror of `cuda.h` (CUDA 12/13 ABI). The safe layer
+//! is in [`super`]; only it calls these pointers.
+
+#![allow(non_camel_case_types)]
+
+use libloading::Library;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+pub type CUresult = c_int;
+pub type CUdevice = c_int;
+pub type CUdeviceptr = u64;
+pub type CUcontext = *mut c_void;
+pub type CUstream = *mut c_void;
+pub type CUmodule = *mut c_void;
+pub type CUfunction = *mut c_void;
+pub type CUevent = *mut c_void;
+pub type CUexternalMemory = *mut c_void;
+pub type CUgraph = *mut c_void;
+pub type CUgraphExec = *mut c_void;
+
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
+pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
+pub const CUDA_ERROR_NOT_READY: CUresult = 600;
+pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
+
+// CUdevice_attribute values used by gdr.
+pub const ATTR_MULTIPROCESSOR_COUNT: c_int = 16;
+pub const ATTR_INTEGRATED: c_int = 18;
+pub const ATTR_CAN_MAP_HOST_MEMORY: c_int = 19;
+pub const ATTR_PCI_BUS_ID: c_int = 33;
+pub const ATTR_PCI_DEVICE_ID: c_int = 34;
+pub const ATTR_UNIFIED_ADDRESSING: c_int = 41;
+pub const ATTR_PCI_DOMAIN_ID: c_int = 50;
+pub const ATTR_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
+pub const ATTR_COMPUTE_CAPABILITY_MINOR: c_int = 76;
+pub const ATTR_PAGEABLE_MEMORY_ACCESS: c_int = 88;
+pub const ATTR_CAN_USE_STREAM_MEM_OPS_V1: c_int = 92;
+pub const ATTR_HOST_REGISTER_SUPPORTED: c_int = 99;
+pub const ATTR_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: c_int = 102;
+pub const ATTR_GPU_DIRECT_RDMA_SUPPORTED: c_int = 116;
+pub const ATTR_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS: c_int = 117;
+pub const ATTR_GPU_DIRECT_RDMA_WRITES_ORDERING: c_int = 118;
+pub const ATTR_DMA_BUF_SUPPORTED: c_int = 124;
+
+// CUpointer_attribute values.
+pub const POINTER_ATTRIBUTE_CONTEXT: c_int = 1;
+pub const POINTER_ATTRIBUTE_MEMORY_TYPE: c_int = 2;
+pub const POINTER_ATTRIBUTE_SYNC_MEMOPS: c_int = 6;
+pub const POINTER_ATTRIBUTE_BUFFER_ID: c_int = 7;
+pub const POINTER_ATTRIBUTE_RANGE_START_ADDR: c_int = 11;
+pub const POINTER_ATTRIBUTE_RANGE_SIZE: c_int = 12;
+
+// cuMemHostAlloc / cuMemHostRegister flags.
+pub const MEMHOSTALLOC_PORTABLE: c_uint = 0x1;
+pub const MEMHOSTALLOC_DEVICEMAP: c_uint = 0x2;
+pub const MEMHOSTALLOC_WRITECOMBINED: c_uint = 0x4;
+pub const MEMHOSTREGISTER_DEVICEMAP: c_uint = 0x2;
+
+// Streams, events, graphs.
+pub const STREAM_NON_BLOCKING: c_uint = 0x1;
+pub const EVENT_DEFAULT: c_uint = 0x0;
+pub const STREAM_CAPTURE_MODE_THREAD_LOCAL: c_int = 1;
+
+// External memory.
+pub const EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD: c_uint = 1;
+
+// cuMemGetHandleForAddressRange.
+pub const MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
+pub const MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE: u64 = 1;
+
+/// `CUDA_EXTERNAL_MEMORY_HANDLE_DESC`: 104 bytes; the handle union (fd, win32 pair, NvSciBuf
+/// pointer) is 16 bytes at offset 8.
+#[repr(C)]
+pub struct CUDA_EXTERNAL_MEMORY_HANDLE_DESC {
+    pub type_: c_uint,
+    pub _pad: c_uint,
+    /// The handle union; for an fd, the fd sits in the low 4 bytes of `handle[0]`.
+    pub handle: [u64; 2],
+    pub size: u64,
+    pub flags: c_uint,
+    pub reserved: [c_uint; 16],
+}
+
+/// `CUDA_EXTERNAL_MEMORY_BUFFER_DESC`: 88 bytes.
+#[repr(C)]
+pub struct CUDA_EXTERNAL_MEMORY_BUFFER_DESC {
+    pub offset: u64,
+    pub size: u64,
+    pub flags: c_uint,
+    pub reserved: [c_uint; 16],
+}
+
+macro_rules! driver_api {
+    ($( $field:ident = $sym:literal ( $($arg:ty),* ); )*) => {
+        /// The driver entry points, resolved once from the loaded library.
+        pub struct DriverApi {
+            $( pub $field: unsafe extern "C" fn($($arg),*) -> CUresult, )*
+            /// Kept last so the pointers above never outlive the library.
+            _lib: Library,
+        }
+
+        impl DriverApi {
+            /// Resolves every entry point in `lib`.
+            ///
+            /// # Safety
+            /// `lib` must be an NVIDIA CUDA driver library whose symbols have the C signatures
+            /// of `cuda.h`.
+            pub unsafe fn resolve(lib: Library) -> Result<Self, String> {
+                $(
+                    // SAFETY: the caller guarantees the symbol has this signature.
+                    let $field = unsafe {
+                        *lib.get::<unsafe extern "C" fn($($arg),*) -> CUresult>(
+                            concat!($sym, "\0").as_bytes(),
+                        )
+                        .map_err(|e| format!("{}: {e}", $sym))?
+                    };
+                )*
+                Ok(Self { $($field,)* _lib: lib })
+            }
+        }
+    };
+}
+
+driver_api! {
+    init = "cuInit"(c_uint);
+    driver_get_version = "cuDriverGetVersion"(*mut c_int);
+    get_error_name = "cuGetErrorName"(CUresult, *mut *const c_char);
+    get_error_string = "cuGetErrorString"(CUresult, *mut *const c_char);
+    device_get_count = "cuDeviceGetCount"(*mut c_int);
+    device_get = "cuDeviceGet"(*mut CUdevice, c_int);
+    device_get_name = "cuDeviceGetName"(*mut c_char, c_int, CUdevice);
+    device_get_attribute = "cuDeviceGetAttribute"(*mut c_int, c_int, CUdevice);
+    device_total_mem = "cuDeviceTotalMem_v2"(*mut usize, CUdevice);
+    device_get_uuid = "cuDeviceGetUuid_v2"(*mut [u8; 16], CUdevice);
+    device_primary_ctx_retain = "cuDevicePrimaryCtxRetain"(*mut CUcontext, CUdevice);
+    device_primary_ctx_release = "cuDevicePrimaryCtxRelease_v2"(CUdevice);
+    ctx_set_current = "cuCtxSetCurrent"(CUcontext);
+    ctx_synchronize = "cuCtxSynchronize"();
+    mem_get_info = "cuMemGetInfo_v2"(*mut usize, *mut usize);
+    mem_alloc = "cuMemAlloc_v2"(*mut CUdeviceptr, usize);
+    mem_free = "cuMemFree_v2"(CUdeviceptr);
+    mem_alloc_host = "cuMemHostAlloc"(*mut *mut c_void, usize, c_uint);
+    mem_free_host = "cuMemFreeHost"(*mut c_void);
+    mem_host_get_device_pointer = "cuMemHostGetDevicePointer_v2"(*mut CUdeviceptr, *mut c_void, c_uint);
+    mem_host_register = "cuMemHostRegister_v2"(*mut c_void, usize, c_uint);
+    mem_host_unregister = "cuMemHostUnregister"(*mut c_void);
+    memcpy_htod = "cuMemcpyHtoD_v2"(CUdeviceptr, *const c_void, usize);
+    memcpy_dtoh = "cuMemcpyDtoH_v2"(*mut c_void, CUdeviceptr, usize);
+    memcpy_dtod = "cuMemcpyDtoD_v2"(CUdeviceptr, CUdeviceptr, usize);
+    memcpy_htod_async = "cuMemcpyHtoDAsync_v2"(CUdeviceptr, *const c_void, usize, CUstream);
+    memcpy_dtoh_async = "cuMemcpyDtoHAsync_v2"(*mut c_void, CUdeviceptr, usize, CUstream);
+    memset_d8 = "cuMemsetD8_v2"(CUdeviceptr, u8, usize);
+    mem_get_address_range = "cuMemGetAddressRange_v2"(*mut CUdeviceptr, *mut usize, CUdeviceptr);
+    pointer_get_attribute = "cuPointerGetAttribute"(*mut c_void, c_int, CUdeviceptr);
+    pointer_set_attribute = "cuPointerSetAttribute"(*const c_void, c_int, CUdeviceptr);
+    mem_get_handle_for_address_range = "cuMemGetHandleForAddressRange"(*mut c_void, CUdeviceptr, usize, c_int, u64);
+    stream_create = "cuStreamCreate"(*mut CUstream, c_uint);
+    stream_destroy = "cuStreamDestroy_v2"(CUstream);
+    stream_synchronize = "cuStreamSynchronize"(CUstream);
+    stream_query = "cuStreamQuery"(CUstream);
+    stream_begin_capture = "cuStreamBeginCapture_v2"(CUstream, c_int);
+    stream_end_capture = "cuStreamEndCapture"(CUstream, *mut CUgraph);
+    graph_instantiate = "cuGraphInstantiateWithFlags"(*mut CUgraphExec, CUgraph, u64);
+    graph_launch = "cuGraphLaunch"(CUgraphExec, CUstream);
+    graph_exec_destroy = "cuGraphExecDestroy"(CUgraphExec);
+    graph_destroy = "cuGraphDestroy"(CUgraph);
+    event_create = "cuEventCreate"(*mut CUevent, c_uint);
+    event_record = "cuEventRecord"(CUevent, CUstream);
+    event_synchronize = "cuEventSynchronize"(CUevent);
+    event_elapsed_time = "cuEventElapsedTime"(*mut f32, CUevent, CUevent);
+    event_destroy = "cuEventDestroy_v2"(CUevent);
+    module_load_data = "cuModuleLoadData"(*mut CUmodule, *const c_void);
+    module_unload = "cuModuleUnload"(CUmodule);
+    module_get_function = "cuModuleGetFunction"(*mut CUfunction, CUmodule, *const c_char);
+    module_get_global = "cuModuleGetGlobal_v2"(*mut CUdeviceptr, *mut usize, CUmodule, *const c_char);
+    launch_kernel = "cuLaunchKernel"(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void);
+    import_external_memory = "cuImportExternalMemory"(*mut CUexternalMemory, *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC);
+    external_memory_get_mapped_buffer = "cuExternalMemoryGetMappedBuffer"(*mut CUdeviceptr, CUexternalMemory, *const CUDA_EXTERNAL_MEMORY_BUFFER_DESC);
+    destroy_external_memory = "cuDestroyExternalMemory"(CUexternalMemory);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn external_memory_descriptors_match_cuda_h() {
+        assert_eq!(std::mem::size_of::<CUDA_EXTERNAL_MEMORY_HANDLE_DESC>(), 104);
+        assert_eq!(
+            std::mem::offset_of!(CUDA_EXTERNAL_MEMORY_HANDLE_DESC, handle),
+            8
+        );
+        assert_eq!(
+            std::mem::offset_of!(CUDA_EXTERNAL_MEMORY_HANDLE_DESC, size),
+            24
+        );
+        assert_eq!(
+            std::mem::offset_of!(CUDA_EXTERNAL_MEMORY_HANDLE_DESC, flags),
+            32
+        );
+        assert_eq!(std::mem::size_of::<CUDA_EXTERNAL_MEMORY_BUFFER_DESC>(), 88);
+        assert_eq!(
+            std::mem::offset_of!(CUDA_EXTERNAL_MEMORY_BUFFER_DESC, flags),
+            16
+        );
+    }
+}

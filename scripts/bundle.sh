@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds the release CLI and release test binaries into one folder that runs on a GPU host with
+# no Rust toolchain. Usage: scripts/bundle.sh [DIR]   (default: bundle/)
+# Then on the GPU host: DIR/run.sh OUTDIR   (runs every test with GDR_REQUIRE_GPU=1, then the
+# benchmarks, writing logs and JSON into OUTDIR).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-bundle}
+rm -rf "$out"; mkdir -p "$out/tests"
+cargo build --release -p gdr-cli
+cp target/release/gdr "$out/gdr"
+cargo test --release --workspace --no-run --message-format=json 2>/dev/null |
+  python3 -c '
+import json, sys, shutil, os
+out = sys.argv[1]
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
+        t = m["target"]
+        name = t["name"] if "lib" not in t["kind"] else t["name"] + "-lib"
+        shutil.copy(m["executable"], os.path.join(out, "tests", name))
+' "$out"
+strip "$out/gdr" "$out"/tests/* 2>/dev/null || true
+cp scripts/run-gpu.sh "$out/run.sh"
+[ -d .gl ] && { mkdir -p "$out/gl"; cp .gl/*.deb "$out/gl/"; }
+echo "bundle in $out: $(ls "$out/tests" | wc -l) test binaries, $(du -sh "$out" | cut -f1)"

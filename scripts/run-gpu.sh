@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs in a bundle folder on a GPU host: every test binary with GDR_REQUIRE_GPU=1, then the
+# benchmarks. Usage: run.sh OUTDIR [--quick]. Logs and JSON go to OUTDIR; a summary is printed.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:?usage: run.sh OUTDIR}
+mkdir -p "$out"
+# The Vulkan loader is often missing on compute-only hosts: unpack the carried packages.
+if ! ldconfig -p | grep -q libvulkan.so.1 && [ -d "$here/gl" ]; then
+  for f in "$here"/gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+fi
+icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+[ -f "$icd" ] && export VK_DRIVER_FILES=${VK_DRIVER_FILES:-$icd}
+export GDR_REQUIRE_GPU=1
+pass=0; fail=0
+for t in "$here"/tests/*; do
+  n=$(basename "$t")
+  if "$t" --test-threads=1 >"$out/test-$n.log" 2>&1; then pass=$((pass+1)); r=ok; else fail=$((fail+1)); r=FAILED; fi
+  echo "test $n: $r ($(grep -E '^test result' "$out/test-$n.log" | tail -1))"
+done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
