@@ -29,6 +29,8 @@ fn cpu_writes_are_what_the_gpu_reads() {
         for &off in &[0usize, 1, 13, 63] {
             let buf = be.alloc(size + off, 64).unwrap();
             cuda::memset(&buf, 0xA5).unwrap();
+            // cuMemsetD8 may still be running when it returns.
+            buf.context().synchronize().unwrap();
             let data = random(size);
             buf.write(off, &data).unwrap();
             let mut back = vec![0x5Au8; size + off];
@@ -49,6 +51,8 @@ fn gpu_writes_are_what_the_cpu_reads() {
             let buf = be.alloc(size + off, 64).unwrap();
             let data = random(size + off);
             cuda::memcpy_htod(&buf, 0, &data).unwrap();
+            // A pageable cuMemcpyHtoD returns once staged, not landed.
+            buf.context().synchronize().unwrap();
             let mut back = vec![0xEEu8; size];
             buf.read(off, &mut back).unwrap();
             assert_eq!(&back[..], &data[off..], "size {size} offset {off}");

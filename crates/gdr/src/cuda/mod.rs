@@ -337,7 +337,11 @@ fn check_range(what: &'static str, offset: usize, len: usize, size: usize) -> Re
     }
 }
 
-/// `cuMemcpyHtoD` into `dst[offset..offset+src.len()]` (synchronous for pageable `src`).
+/// `cuMemcpyHtoD` into `dst[offset..offset+src.len()]`.
+///
+/// Returns once `src` may be reused. From pageable memory the driver stages the data and the
+/// DMA may still be landing: later GPU work sees it (stream order), but a CPU read through a
+/// BAR mapping must [`Context::synchronize`] first.
 pub fn memcpy_htod(dst: &impl DeviceMemory, offset: usize, src: &[u8]) -> Result<()> {
     check_range("memcpy_htod", offset, src.len(), dst.len())?;
     let d = driver()?;
@@ -367,7 +371,8 @@ pub fn memcpy_dtoh(dst: &mut [u8], src: &impl DeviceMemory, offset: usize) -> Re
     })
 }
 
-/// `cuMemsetD8` over the whole of `dst`.
+/// `cuMemsetD8` over the whole of `dst`. Asynchronous with respect to the host: synchronize
+/// before looking at the bytes through a CPU mapping.
 pub fn memset(dst: &impl DeviceMemory, value: u8) -> Result<()> {
     let d = driver()?;
     // SAFETY: the range is the whole live allocation.
