@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs in a bundle folder on a GPU host: every test binary with GDR_REQUIRE_GPU=1, then the
-# benchmarks. Usage: run.sh OUTDIR [--quick]. Logs and JSON go to OUTDIR; a summary is printed.
+# tools and benchmarks. Usage: run.sh OUTDIR [--tests-only]. Logs and JSON go to OUTDIR; a summary is printed.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: run.sh OUTDIR}
@@ -18,5 +18,19 @@ for t in "$here"/tests/*; do
   if "$t" --test-threads=1 >"$out/test-$n.log" 2>&1; then pass=$((pass+1)); r=ok; else fail=$((fail+1)); r=FAILED; fi
   echo "test $n: $r ($(grep -E '^test result' "$out/test-$n.log" | tail -1))"
 done
+# The tools and benchmarks, unless --tests-only.
+if [ "${2:-}" != "--tests-only" ]; then
+  g="$here/gdr"
+  bench() { # name, command...
+    local n=$1; shift
+    if "$@" >"$out/$n" 2>"$out/$n.err"; then pass=$((pass+1)); echo "bench $n: ok"; else fail=$((fail+1)); echo "bench $n: FAILED ($(tail -1 "$out/$n.err"))"; fi
+  }
+  bench info.json "$g" info --json
+  bench sanity.txt "$g" sanity
+  bench copylat.json "$g" copylat --max-size 256M --json --plot "$out/copylat.svg"
+  bench copybw.json "$g" copybw --json --plot "$out/copybw.svg"
+  bench pplat.json "$g" pplat --json
+  [ -x "$here/bench-extra.sh" ] && bench extra.txt "$here/bench-extra.sh" "$out"
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -22,6 +22,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// First run: what this machine has, then sanity and a short latency table on a GPU
+    Check(cmd::check::Args),
+    /// GPUs, drivers, BAR1, PCIe links, and which CPU-mapping backends work here (and why not)
+    Info(cmd::info::Args),
+    /// Validate data through the CPU mapping against cuMemcpy (exit code 1 on any failure)
+    Sanity(cmd::sanity::Args),
+    /// Copy latency by size: mapping vs cuMemcpy vs the auto copier
+    Copylat(cmd::copylat::Args),
+    /// Copy bandwidth by size and thread count: mapping vs copy engine vs the auto copier
+    Copybw(cmd::copybw::Args),
+    /// CPU<->GPU ping-pong with a persistent GPU thread vs the host-centric round trip
+    Pplat(cmd::pplat::Args),
     /// PCIe topology: path class and peer-to-peer verdict for every device pair
     Topo(cmd::topo::Args),
     /// User-space PCIe DMA engines (XDMA, QEMU edu) through VFIO
@@ -31,6 +43,12 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Check(a) => cmd::check::run(a),
+        Command::Info(a) => cmd::info::run(a),
+        Command::Sanity(a) => cmd::sanity::run(a),
+        Command::Copylat(a) => cmd::copylat::run(a),
+        Command::Copybw(a) => cmd::copybw::run(a),
+        Command::Pplat(a) => cmd::pplat::run(a),
         Command::Topo(a) => cmd::topo::run(a),
         Command::Dma(a) => cmd::dma::run(a),
     };

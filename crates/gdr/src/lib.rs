@@ -15,5 +15,7 @@ pub mod cuda;
 pub mod mq;
 pub mod nvml;
 pub mod peer;
+pub mod pingpong;
+pub mod stats;
 pub mod testing;
 pub mod topo;

@@ -1,1 +1,290 @@
-//! (to be written)
+//! NVML (`libnvidia-ml.so.1`), loaded at run time: BAR1 usage, PCIe link state and NVLink
+//! peers — what CUDA does not report.
+
+use libloading::Library;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::OnceLock;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NvmlError {
+    #[error(
+        "NVML (libnvidia-ml.so.1) could not be loaded: {0}; it ships with the NVIDIA driver \
+         (e.g. libnvidia-ml1 / nvidia-utils)"
+    )]
+    NotInstalled(String),
+    #[error("NVML lacks {0}; the driver is too old")]
+    MissingSymbol(String),
+    #[error("{call} failed: {text} ({code})")]
+    Call {
+        call: &'static str,
+        code: i32,
+        text: String,
+    },
+}
+
+type Ret = c_int;
+type Dev = *mut c_void;
+
+#[repr(C)]
+#[derive(Default)]
+struct Bar1Memory {
+    total: u64,
+    free: u64,
+    used: u64,
+}
+
+/// `nvmlPciInfo_t` (v3 layout).
+#[repr(C)]
+struct PciInfo {
+    bus_id_legacy: [c_char; 16],
+    domain: c_uint,
+    bus: c_uint,
+    device: c_uint,
+    pci_device_id: c_uint,
+    pci_subsystem_id: c_uint,
+    bus_id: [c_char; 32],
+}
+
+const NVLINK_MAX_LINKS: c_uint = 18;
+
+struct Api {
+    init: unsafe extern "C" fn() -> Ret,
+    error_string: unsafe extern "C" fn(Ret) -> *const c_char,
+    driver_version: unsafe extern "C" fn(*mut c_char, c_uint) -> Ret,
+    count: unsafe extern "C" fn(*mut c_uint) -> Ret,
+    by_index: unsafe extern "C" fn(c_uint, *mut Dev) -> Ret,
+    name: unsafe extern "C" fn(Dev, *mut c_char, c_uint) -> Ret,
+    pci_info: unsafe extern "C" fn(Dev, *mut PciInfo) -> Ret,
+    bar1: unsafe extern "C" fn(Dev, *mut Bar1Memory) -> Ret,
+    curr_gen: unsafe extern "C" fn(Dev, *mut c_uint) -> Ret,
+    curr_width: unsafe extern "C" fn(Dev, *mut c_uint) -> Ret,
+    max_gen: unsafe extern "C" fn(Dev, *mut c_uint) -> Ret,
+    max_width: unsafe extern "C" fn(Dev, *mut c_uint) -> Ret,
+    nvlink_state: unsafe extern "C" fn(Dev, c_uint, *mut c_int) -> Ret,
+    nvlink_remote_pci: unsafe extern "C" fn(Dev, c_uint, *mut PciInfo) -> Ret,
+    _lib: Library,
+}
+
+static API: OnceLock<Result<Api, NvmlError>> = OnceLock::new();
+
+fn load() -> Result<Api, NvmlError> {
+    let mut last = String::new();
+    for name in ["libnvidia-ml.so.1", "libnvidia-ml.so"] {
+        // SAFETY: loading NVML runs its initialisers; nothing is required from us.
+        let lib = match unsafe { Library::new(name) } {
+            Ok(l) => l,
+            Err(e) => {
+                if last.is_empty() {
+                    last = e.to_string();
+                }
+                continue;
+            }
+        };
+        macro_rules! sym {
+            ($n:literal) => {
+                // SAFETY: the symbol has the nvml.h signature of the field it fills.
+                unsafe {
+                    *lib.get(concat!($n, "\0").as_bytes())
+                        .map_err(|_| NvmlError::MissingSymbol($n.into()))?
+                }
+            };
+        }
+        let api = Api {
+            init: sym!("nvmlInit_v2"),
+            error_string: sym!("nvmlErrorString"),
+            driver_version: sym!("nvmlSystemGetDriverVersion"),
+            count: sym!("nvmlDeviceGetCount_v2"),
+            by_index: sym!("nvmlDeviceGetHandleByIndex_v2"),
+            name: sym!("nvmlDeviceGetName"),
+            pci_info: sym!("nvmlDeviceGetPciInfo_v3"),
+            bar1: sym!("nvmlDeviceGetBAR1MemoryInfo"),
+            curr_gen: sym!("nvmlDeviceGetCurrPcieLinkGeneration"),
+            curr_width: sym!("nvmlDeviceGetCurrPcieLinkWidth"),
+            max_gen: sym!("nvmlDeviceGetMaxPcieLinkGeneration"),
+            max_width: sym!("nvmlDeviceGetMaxPcieLinkWidth"),
+            nvlink_state: sym!("nvmlDeviceGetNvLinkState"),
+            nvlink_remote_pci: sym!("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
+            _lib: lib,
+        };
+        // SAFETY: no arguments; may be called more than once.
+        api.check("nvmlInit", unsafe { (api.init)() })?;
+        return Ok(api);
+    }
+    Err(NvmlError::NotInstalled(last))
+}
+
+fn api() -> Result<&'static Api, NvmlError> {
+    API.get_or_init(load).as_ref().map_err(Clone::clone)
+}
+
+impl Api {
+    fn check(&self, call: &'static str, rc: Ret) -> Result<(), NvmlError> {
+        if rc == 0 {
+            return Ok(());
+        }
+        // SAFETY: nvmlErrorString returns a static string.
+        let text = unsafe { CStr::from_ptr((self.error_string)(rc)) }
+            .to_string_lossy()
+            .into_owned();
+        Err(NvmlError::Call {
+            call,
+            code: rc,
+            text,
+        })
+    }
+
+    fn uint(
+        &self,
+        call: &'static str,
+        f: unsafe extern "C" fn(Dev, *mut c_uint) -> Ret,
+        d: Dev,
+    ) -> Option<u32> {
+        let mut v = 0;
+        // SAFETY: d is a live NVML handle; out-pointer to a live local.
+        self.check(call, unsafe { f(d, &mut v) }).ok().map(|_| v)
+    }
+}
+
+/// `dddd:bb:dd.f` in lower case, from NVML's `0000dddd:BB:DD.F`.
+fn normalize_bus_id(raw: &[c_char]) -> String {
+    // SAFETY: NVML NUL-terminates bus ids within the array.
+    let s = unsafe { CStr::from_ptr(raw.as_ptr()) }
+        .to_string_lossy()
+        .to_lowercase();
+    match s.split_once(':') {
+        Some((dom, rest)) if dom.len() > 4 => format!("{}:{rest}", &dom[dom.len() - 4..]),
+        _ => s,
+    }
+}
+
+/// What NVML reports for one GPU.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GpuInfo {
+    pub index: u32,
+    pub name: String,
+    pub bus_id: String,
+    pub bar1_total: Option<u64>,
+    pub bar1_used: Option<u64>,
+    pub pcie_gen: Option<u32>,
+    pub pcie_gen_max: Option<u32>,
+    pub pcie_width: Option<u32>,
+    pub pcie_width_max: Option<u32>,
+}
+
+/// NVML's driver version string, e.g. "580.159.04".
+pub fn driver_version() -> Result<String, NvmlError> {
+    let a = api()?;
+    let mut buf = [0 as c_char; 96];
+    // SAFETY: the buffer and its length match.
+    a.check("nvmlSystemGetDriverVersion", unsafe {
+        (a.driver_version)(buf.as_mut_ptr(), buf.len() as c_uint)
+    })?;
+    // SAFETY: NUL-terminated by NVML.
+    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned())
+}
+
+fn handles(a: &Api) -> Result<Vec<Dev>, NvmlError> {
+    let mut n = 0;
+    // SAFETY: out-pointer to a live local.
+    a.check("nvmlDeviceGetCount", unsafe { (a.count)(&mut n) })?;
+    (0..n)
+        .map(|i| {
+            let mut d: Dev = std::ptr::null_mut();
+            // SAFETY: i < count; out-pointer to a live local.
+            a.check("nvmlDeviceGetHandleByIndex", unsafe {
+                (a.by_index)(i, &mut d)
+            })
+            .map(|_| d)
+        })
+        .collect()
+}
+
+fn pci_bus_id(a: &Api, d: Dev) -> Result<String, NvmlError> {
+    // SAFETY: PciInfo is plain data; zero is a valid bit pattern.
+    let mut p: PciInfo = unsafe { std::mem::zeroed() };
+    // SAFETY: d is live; out-pointer to a live local.
+    a.check("nvmlDeviceGetPciInfo", unsafe { (a.pci_info)(d, &mut p) })?;
+    Ok(normalize_bus_id(&p.bus_id))
+}
+
+/// Every GPU NVML sees.
+pub fn gpus() -> Result<Vec<GpuInfo>, NvmlError> {
+    let a = api()?;
+    handles(a)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let mut name = [0 as c_char; 96];
+            // SAFETY: buffer and length match; d is live.
+            a.check("nvmlDeviceGetName", unsafe {
+                (a.name)(d, name.as_mut_ptr(), name.len() as c_uint)
+            })?;
+            let mut bar = Bar1Memory::default();
+            // SAFETY: d is live; out-pointer to a live local.
+            let bar_ok = a
+                .check("nvmlDeviceGetBAR1MemoryInfo", unsafe {
+                    (a.bar1)(d, &mut bar)
+                })
+                .is_ok();
+            Ok(GpuInfo {
+                index: i as u32,
+                // SAFETY: NUL-terminated by NVML.
+                name: unsafe { CStr::from_ptr(name.as_ptr()) }
+                    .to_string_lossy()
+                    .into_owned(),
+                bus_id: pci_bus_id(a, d)?,
+                bar1_total: bar_ok.then_some(bar.total),
+                bar1_used: bar_ok.then_some(bar.used),
+                pcie_gen: a.uint("nvmlDeviceGetCurrPcieLinkGeneration", a.curr_gen, d),
+                pcie_gen_max: a.uint("nvmlDeviceGetMaxPcieLinkGeneration", a.max_gen, d),
+                pcie_width: a.uint("nvmlDeviceGetCurrPcieLinkWidth", a.curr_width, d),
+                pcie_width_max: a.uint("nvmlDeviceGetMaxPcieLinkWidth", a.max_width, d),
+            })
+        })
+        .collect()
+}
+
+/// NVLink connections between GPUs: (bus id a, bus id b, active link count), a < b.
+pub fn nvlinks() -> Result<Vec<(String, String, u32)>, NvmlError> {
+    use std::collections::BTreeMap;
+    let a = api()?;
+    let mut counts: BTreeMap<(String, String), u32> = BTreeMap::new();
+    for d in handles(a)? {
+        let me = pci_bus_id(a, d)?;
+        for link in 0..NVLINK_MAX_LINKS {
+            let mut active: c_int = 0;
+            // SAFETY: d is live; out-pointer to a live local. Errors mean "no such link".
+            if unsafe { (a.nvlink_state)(d, link, &mut active) } != 0 || active == 0 {
+                continue;
+            }
+            // SAFETY: as above.
+            let mut p: PciInfo = unsafe { std::mem::zeroed() };
+            // SAFETY: d is live; out-pointer to a live local.
+            if unsafe { (a.nvlink_remote_pci)(d, link, &mut p) } != 0 {
+                continue;
+            }
+            let peer = normalize_bus_id(&p.bus_id);
+            if me < peer {
+                *counts.entry((me.clone(), peer)).or_default() += 1;
+            }
+        }
+    }
+    Ok(counts.into_iter().map(|((x, y), n)| (x, y, n)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bus_ids_are_normalised_to_sysfs_form() {
+        let mut raw = [0 as c_char; 32];
+        for (i, b) in b"00000000:1A:00.0".iter().enumerate() {
+            raw[i] = *b as c_char;
+        }
+        assert_eq!(normalize_bus_id(&raw), "0000:1a:00.0");
+        assert_eq!(std::mem::size_of::<PciInfo>(), 68);
+    }
+}

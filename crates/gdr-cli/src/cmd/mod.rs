@@ -1,6 +1,16 @@
 //! One module per subcommand. Each has an `Args` (clap) and a `run(Args) -> CmdResult`.
 
+pub mod check;
+pub mod copybw;
+pub mod copylat;
 pub mod dma;
+pub mod gpu;
+pub mod info;
+pub mod measure;
+pub mod plot;
+pub mod pplat;
+pub mod sanity;
+pub mod table;
 pub mod topo;
 
 /// What a subcommand returns: an exit code, or an error the CLI prints as one line.

@@ -27,3 +27,10 @@ pub unsafe fn copy_from_mapping_parallel(dst: &mut [u8], src: *const u8, _thread
     // SAFETY: per the contract above.
     unsafe { copy_from_mapping(dst, src) }
 }
+pub mod auto;
+
+/// Orders earlier stores (streaming or write-combined) before later ones.
+#[inline]
+pub fn store_fence() {
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+}

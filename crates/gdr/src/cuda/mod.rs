@@ -92,7 +92,8 @@ fn load_driver() -> Result<Driver> {
                 })?;
                 return Ok(Driver { version, ..drv });
             }
-            Err(e) => last = e.to_string(),
+            Err(e) if last.is_empty() => last = e.to_string(),
+            Err(_) => {}
         }
     }
     Err(CudaError::NotInstalled(last))
@@ -961,4 +962,15 @@ impl Drop for Graph {
             }
         }
     }
+}
+
+/// Waits for the work queued on the legacy default stream, where the plain (non-`Async`)
+/// `cuMemcpy*` calls run; unlike [`Context::synchronize`] it does not wait for kernels on
+/// non-blocking streams (a persistent worker, for instance).
+pub fn synchronize_legacy_stream() -> Result<()> {
+    let d = driver()?;
+    // SAFETY: the null stream handle names the legacy default stream.
+    d.check("cuStreamSynchronize", unsafe {
+        (d.api.stream_synchronize)(std::ptr::null_mut())
+    })
 }

@@ -78,13 +78,13 @@ fn candidates() -> Vec<String> {
 }
 
 fn load() -> Result<Api, NvrtcError> {
-    let mut last = String::from("no candidate path");
+    let mut first = None;
     for path in candidates() {
         // SAFETY: loading NVRTC runs its initialisers, which need nothing from us.
         let lib = match unsafe { Library::new(&path) } {
             Ok(l) => l,
             Err(e) => {
-                last = e.to_string();
+                first.get_or_insert(e.to_string());
                 continue;
             }
         };
@@ -110,7 +110,10 @@ fn load() -> Result<Api, NvrtcError> {
             _lib: lib,
         });
     }
-    Err(NvrtcError::NotInstalled(last))
+    Err(NvrtcError::NotInstalled(format!(
+        "{} (also tried $CUDA_HOME/lib64 and /usr/local/cuda)",
+        first.unwrap_or_default()
+    )))
 }
 
 fn api() -> Result<&'static Api, NvrtcError> {

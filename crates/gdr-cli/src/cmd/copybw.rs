@@ -1,0 +1,163 @@
+//! `gdr copybw`: bandwidth through the mapping on 1..N threads, beside the copy engines and
+//! the auto copier.
+
+use super::copylat::copier;
+use super::gpu::{self, GpuArg};
+use super::measure::{dir_name, time, Timed};
+use super::plot::{write_svg, Series};
+use super::table::{parse_size, size as hsize, Table};
+use super::CmdResult;
+use gdr::copy::auto::{Direction, Path};
+use rand::RngCore;
+use serde::Serialize;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub gpu: GpuArg,
+    /// Copy sizes (comma separated)
+    #[arg(long, value_delimiter = ',', default_value = "64K,256K,1M,4M,16M,64M,256M", value_parser = parse_size)]
+    pub sizes: Vec<usize>,
+    /// CPU thread counts for the mapping path (comma separated)
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    pub threads: Vec<usize>,
+    /// Time budget per measured point, in milliseconds
+    #[arg(long, default_value_t = 400)]
+    pub budget_ms: u64,
+    /// Measure the auto copier's crossovers again instead of using the cached ones
+    #[arg(long)]
+    pub recalibrate: bool,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+    /// Write a bandwidth-vs-size plot (SVG) to this file
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Row {
+    direction: &'static str,
+    size: usize,
+    /// (threads, GB/s) through the mapping.
+    mapping_gbps: Vec<(usize, f64)>,
+    copy_engine_gbps: f64,
+    auto_gbps: f64,
+    auto_path: String,
+    best_gbps: f64,
+    auto_vs_best: f64,
+}
+
+fn gbps(size: usize, us: f64) -> f64 {
+    size as f64 / us / 1e3
+}
+
+pub fn run(args: Args) -> CmdResult {
+    if args.sizes.is_empty() || args.sizes.contains(&0) {
+        return Err("--sizes needs sizes of at least 1 byte".into());
+    }
+    if args.threads.is_empty() || args.threads.contains(&0) {
+        return Err("--threads needs counts of at least 1".into());
+    }
+    let be = gpu::open(args.gpu)?;
+    let auto = copier(&be, args.recalibrate, args.json)?;
+    let max = *args.sizes.iter().max().expect("checked non-empty");
+    let buf = be.alloc(max, 4096)?;
+    let mut host = vec![0u8; max];
+    rand::thread_rng().fill_bytes(&mut host);
+    let budget = Duration::from_millis(args.budget_ms);
+    let mut rows = Vec::new();
+    for dir in [Direction::ToGpu, Direction::FromGpu] {
+        for &size in &args.sizes {
+            if !args.json {
+                eprint!("\r{} {:>6}   ", dir_name(dir), hsize(size));
+            }
+            let h = &mut host[..size];
+            let mut mapping = Vec::new();
+            for &t in &args.threads {
+                let s = time(
+                    Timed::Path(Path::Mapping { threads: t }),
+                    dir,
+                    &buf,
+                    h,
+                    &auto,
+                    budget,
+                )?;
+                mapping.push((t, gbps(size, s.median)));
+            }
+            let ce = gbps(
+                size,
+                time(Timed::Path(Path::CopyEngine), dir, &buf, h, &auto, budget)?.median,
+            );
+            let a = gbps(size, time(Timed::Auto, dir, &buf, h, &auto, budget)?.median);
+            let best = mapping.iter().map(|m| m.1).fold(ce, f64::max);
+            rows.push(Row {
+                direction: dir_name(dir),
+                size,
+                mapping_gbps: mapping,
+                copy_engine_gbps: ce,
+                auto_gbps: a,
+                auto_path: auto.path_for(dir, size).to_string(),
+                best_gbps: best,
+                auto_vs_best: a / best,
+            });
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        eprint!("\r                    \r");
+        let mut header: Vec<String> = vec!["direction".into(), "size".into()];
+        header.extend(args.threads.iter().map(|t| format!("map x{t} GB/s")));
+        header.extend([
+            "copy engine".into(),
+            "auto".into(),
+            "auto path".into(),
+            "auto/best".into(),
+        ]);
+        let hdr: Vec<&str> = header.iter().map(String::as_str).collect();
+        let mut t = Table::new(&hdr);
+        for r in &rows {
+            let mut cells = vec![r.direction.to_string(), hsize(r.size)];
+            cells.extend(r.mapping_gbps.iter().map(|m| format!("{:.2}", m.1)));
+            cells.extend([
+                format!("{:.2}", r.copy_engine_gbps),
+                format!("{:.2}", r.auto_gbps),
+                r.auto_path.clone(),
+                format!("{:.0}%", r.auto_vs_best * 100.0),
+            ]);
+            t.row(cells);
+        }
+        t.print();
+    }
+    if let Some(f) = &args.plot {
+        let mut series = Vec::new();
+        for dir in ["cpu->gpu", "gpu->cpu"] {
+            let rs: Vec<&Row> = rows.iter().filter(|r| r.direction == dir).collect();
+            for (i, &t) in args.threads.iter().enumerate() {
+                series.push(Series {
+                    name: format!("{dir} map x{t}"),
+                    points: rs
+                        .iter()
+                        .map(|r| (r.size as f64, r.mapping_gbps[i].1))
+                        .collect(),
+                });
+            }
+            series.push(Series {
+                name: format!("{dir} copy engine"),
+                points: rs
+                    .iter()
+                    .map(|r| (r.size as f64, r.copy_engine_gbps))
+                    .collect(),
+            });
+            series.push(Series {
+                name: format!("{dir} auto"),
+                points: rs.iter().map(|r| (r.size as f64, r.auto_gbps)).collect(),
+            });
+        }
+        write_svg(f, "gdr copybw: bandwidth", "GB/s", &series)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,243 @@
+//! `gdr copylat`: copy latency by size through the mapping, beside cuMemcpy and the auto
+//! copier.
+
+use super::gpu::{self, GpuArg};
+use super::measure::{dir_name, time, Timed};
+use super::plot::{write_svg, Series};
+use super::table::{parse_size, size as hsize, Table};
+use super::CmdResult;
+use gdr::copy::auto::{AutoCopier, Direction, Path};
+use rand::RngCore;
+use serde::Serialize;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub gpu: GpuArg,
+    /// Smallest size (powers of two from here)
+    #[arg(long, default_value = "1", value_parser = parse_size)]
+    pub min_size: usize,
+    /// Largest size
+    #[arg(long, default_value = "16M", value_parser = parse_size)]
+    pub max_size: usize,
+    /// Time budget per measured point, in milliseconds
+    #[arg(long, default_value_t = 150)]
+    pub budget_ms: u64,
+    /// Measure the auto copier's crossovers again instead of using the cached ones
+    #[arg(long)]
+    pub recalibrate: bool,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+    /// Write a latency-vs-size plot (SVG) to this file
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct Row {
+    pub direction: &'static str,
+    pub size: usize,
+    pub mapping_median_us: f64,
+    pub mapping_min_us: f64,
+    pub cumemcpy_median_us: f64,
+    pub cumemcpy_min_us: f64,
+    /// cuMemcpy median / mapping median.
+    pub speedup: f64,
+    pub auto_median_us: f64,
+    pub auto_path: String,
+    /// Fastest single path (mapping on 1..N threads, or copy engine incl. its synchronize).
+    pub best_path: String,
+    pub best_median_us: f64,
+    /// best / auto: 1.0 means the auto copier is as fast as the best path.
+    pub auto_vs_best: f64,
+}
+
+pub fn sizes(min: usize, max: usize) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut s = min.max(1).next_power_of_two();
+    while s <= max {
+        v.push(s);
+        s *= 2;
+    }
+    v
+}
+
+pub fn copier(
+    be: &gdr::bar::VulkanBackend,
+    recalibrate: bool,
+    quiet: bool,
+) -> Result<AutoCopier, gdr::bar::BarError> {
+    if recalibrate {
+        if !quiet {
+            eprintln!("calibrating the auto copier...");
+        }
+        let c = AutoCopier::from_calibration(gdr::copy::auto::calibrate(be, &Default::default())?);
+        c.save();
+        return Ok(c);
+    }
+    if !quiet {
+        eprintln!(
+            "loading or measuring the auto copier's crossovers (first run: a few seconds)..."
+        );
+    }
+    Ok(AutoCopier::new(be)?.0)
+}
+
+pub fn measure(
+    be: &gdr::bar::VulkanBackend,
+    auto: &AutoCopier,
+    sizes: &[usize],
+    budget: Duration,
+    progress: bool,
+) -> Result<Vec<Row>, Box<dyn std::error::Error + Send + Sync>> {
+    let max = *sizes.iter().max().unwrap_or(&1);
+    let buf = be.alloc(max, 4096)?;
+    let mut host = vec![0u8; max];
+    rand::thread_rng().fill_bytes(&mut host);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    let mut rows = Vec::new();
+    for dir in [Direction::ToGpu, Direction::FromGpu] {
+        for &size in sizes {
+            if progress {
+                eprint!("\r{} {:>6}   ", dir_name(dir), hsize(size));
+            }
+            let h = &mut host[..size];
+            let map = time(
+                Timed::Path(Path::Mapping { threads: 1 }),
+                dir,
+                &buf,
+                h,
+                auto,
+                budget,
+            )?;
+            let plain = time(Timed::PlainCuMemcpy, dir, &buf, h, auto, budget)?;
+            let mut best = (Path::Mapping { threads: 1 }, map.median);
+            let ce = time(Timed::Path(Path::CopyEngine), dir, &buf, h, auto, budget)?;
+            if ce.median < best.1 {
+                best = (Path::CopyEngine, ce.median);
+            }
+            if size >= 16 << 10 {
+                for t in [2, 4, 8].into_iter().filter(|&t| t <= threads) {
+                    let m = time(
+                        Timed::Path(Path::Mapping { threads: t }),
+                        dir,
+                        &buf,
+                        h,
+                        auto,
+                        budget,
+                    )?;
+                    if m.median < best.1 {
+                        best = (Path::Mapping { threads: t }, m.median);
+                    }
+                }
+            }
+            let a = time(Timed::Auto, dir, &buf, h, auto, budget)?;
+            rows.push(Row {
+                direction: dir_name(dir),
+                size,
+                mapping_median_us: map.median,
+                mapping_min_us: map.min,
+                cumemcpy_median_us: plain.median,
+                cumemcpy_min_us: plain.min,
+                speedup: plain.median / map.median,
+                auto_median_us: a.median,
+                auto_path: auto.path_for(dir, size).to_string(),
+                best_path: best.0.to_string(),
+                best_median_us: best.1,
+                auto_vs_best: best.1 / a.median,
+            });
+        }
+    }
+    if progress {
+        eprint!("\r                    \r");
+    }
+    Ok(rows)
+}
+
+pub fn print(rows: &[Row]) {
+    let mut t = Table::new(&[
+        "direction",
+        "size",
+        "map med us",
+        "map min us",
+        "cuMemcpy med",
+        "cuMemcpy min",
+        "speedup",
+        "auto med",
+        "auto path",
+        "auto/best",
+    ]);
+    for r in rows {
+        t.row(vec![
+            r.direction.into(),
+            hsize(r.size),
+            format!("{:.3}", r.mapping_median_us),
+            format!("{:.3}", r.mapping_min_us),
+            format!("{:.3}", r.cumemcpy_median_us),
+            format!("{:.3}", r.cumemcpy_min_us),
+            format!("{:.1}x", r.speedup),
+            format!("{:.3}", r.auto_median_us),
+            r.auto_path.clone(),
+            format!("{:.0}%", r.auto_vs_best * 100.0),
+        ]);
+    }
+    t.print();
+}
+
+pub fn run(args: Args) -> CmdResult {
+    if args.min_size > args.max_size {
+        return Err(format!(
+            "--min-size {} is larger than --max-size {}",
+            args.min_size, args.max_size
+        )
+        .into());
+    }
+    let be = gpu::open(args.gpu)?;
+    let auto = copier(&be, args.recalibrate, args.json)?;
+    let rows = measure(
+        &be,
+        &auto,
+        &sizes(args.min_size, args.max_size),
+        Duration::from_millis(args.budget_ms),
+        !args.json,
+    )?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print(&rows);
+    }
+    if let Some(f) = &args.plot {
+        let mut series = Vec::new();
+        for dir in ["cpu->gpu", "gpu->cpu"] {
+            let rs: Vec<&Row> = rows.iter().filter(|r| r.direction == dir).collect();
+            series.push(Series {
+                name: format!("{dir} mapping"),
+                points: rs
+                    .iter()
+                    .map(|r| (r.size as f64, r.mapping_median_us))
+                    .collect(),
+            });
+            series.push(Series {
+                name: format!("{dir} cuMemcpy"),
+                points: rs
+                    .iter()
+                    .map(|r| (r.size as f64, r.cumemcpy_median_us))
+                    .collect(),
+            });
+            series.push(Series {
+                name: format!("{dir} auto"),
+                points: rs
+                    .iter()
+                    .map(|r| (r.size as f64, r.auto_median_us))
+                    .collect(),
+            });
+        }
+        write_svg(f, "gdr copylat: median latency", "microseconds", &series)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

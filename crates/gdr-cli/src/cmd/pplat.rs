@@ -1,0 +1,117 @@
+//! `gdr pplat`: CPU <-> GPU ping-pong with a persistent GPU thread, beside the host-centric
+//! round trip (copy in, launch, copy out, synchronize; and as a CUDA graph).
+
+use super::gpu::{self, GpuArg};
+use super::table::Table;
+use super::CmdResult;
+use gdr::pingpong::{host_centric, ping_pong, Placement};
+use gdr::stats::Summary;
+use serde::Serialize;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub gpu: GpuArg,
+    /// Measured rounds per path
+    #[arg(long, default_value_t = 20_000)]
+    pub rounds: u32,
+    /// Unmeasured warm-up rounds per path
+    #[arg(long, default_value_t = 1000)]
+    pub warmup: u32,
+    /// Give up on a round after this many milliseconds
+    #[arg(long, default_value_t = 2000)]
+    pub timeout_ms: u64,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+pub struct Row {
+    pub path: String,
+    pub persistent: bool,
+    pub us: Summary,
+}
+
+#[derive(Serialize)]
+pub struct Report {
+    pub rows: Vec<Row>,
+    /// Host-centric (plain launches) median / best persistent-thread median.
+    pub speedup_vs_host_centric: f64,
+}
+
+pub fn measure(
+    be: &gdr::bar::VulkanBackend,
+    warmup: u32,
+    rounds: u32,
+    timeout: Duration,
+) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
+    let mut rows = Vec::new();
+    for p in Placement::ALL {
+        let s = ping_pong(be, p, warmup, rounds, timeout)?;
+        rows.push(Row {
+            path: p.to_string(),
+            persistent: true,
+            us: s,
+        });
+    }
+    // The host-centric loop is ~10x slower per round: fewer rounds give the same confidence.
+    let hc_rounds = (rounds / 4).max(100);
+    let hc = host_centric(be.context(), warmup.min(200), hc_rounds, false)?;
+    let graph = host_centric(be.context(), warmup.min(200), hc_rounds, true)?;
+    let best = rows
+        .iter()
+        .map(|r| r.us.median)
+        .fold(f64::INFINITY, f64::min);
+    let speedup = hc.median / best;
+    rows.push(Row {
+        path: "host-centric: HtoD copy, launch, DtoH copy, sync".into(),
+        persistent: false,
+        us: hc,
+    });
+    rows.push(Row {
+        path: "host-centric as one CUDA graph, sync".into(),
+        persistent: false,
+        us: graph,
+    });
+    Ok(Report {
+        rows,
+        speedup_vs_host_centric: speedup,
+    })
+}
+
+pub fn print(r: &Report) {
+    let mut t = Table::new(&["path", "min us", "median us", "p99 us", "p99.9 us"]);
+    for row in &r.rows {
+        t.row(vec![
+            row.path.clone(),
+            format!("{:.2}", row.us.min),
+            format!("{:.2}", row.us.median),
+            format!("{:.2}", row.us.p99),
+            format!("{:.2}", row.us.p999),
+        ]);
+    }
+    t.print();
+    println!("persistent GPU thread (best placement) is {:.1}x faster than the host-centric round trip (median)", r.speedup_vs_host_centric);
+}
+
+pub fn run(args: Args) -> CmdResult {
+    if args.rounds == 0 {
+        return Err("--rounds must be at least 1".into());
+    }
+    let be = gpu::open(args.gpu)?;
+    let r = measure(
+        &be,
+        args.warmup,
+        args.rounds,
+        Duration::from_millis(args.timeout_ms),
+    )?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print(&r);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,350 @@
+//! The auto copier: for each direction and size, the fastest of CPU stores/loads through the
+//! BAR mapping (on 1..N threads) and the GPU's copy engines (`cuMemcpy`), from crossover points
+//! it measures once per machine and caches on disk.
+//!
+//! Decisions are kept per power-of-two size class: class `k` covers sizes `[2^k, 2^(k+1))` and
+//! holds the path that was fastest when copying `2^k` bytes. Looking a path up costs a
+//! leading-zero count and an index.
+//!
+//! What a finished copy means is the same on every path: after [`AutoCopier::write`] returns
+//! the bytes are in GPU memory (stores fenced, or the copy engine's copy synchronised); after
+//! [`AutoCopier::read`] returns `dst` holds them.
+
+use crate::bar::{BarError, MappedBuffer, VulkanBackend};
+use crate::cuda;
+use crate::stats;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Number of size classes: 1 B .. 2^MAX_CLASS B; larger sizes use the last class.
+pub const CLASSES: usize = 29; // up to 256 MiB
+
+/// A way to move bytes between host memory and a [`MappedBuffer`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Path {
+    /// CPU stream stores / stream loads through the BAR mapping, on this many threads.
+    Mapping { threads: usize },
+    /// `cuMemcpyHtoD` (+ legacy-stream synchronize) or `cuMemcpyDtoH`.
+    CopyEngine,
+}
+
+impl std::fmt::Display for Path {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Path::Mapping { threads: 1 } => write!(f, "mapping"),
+            Path::Mapping { threads } => write!(f, "mapping x{threads}"),
+            Path::CopyEngine => write!(f, "copy engine"),
+        }
+    }
+}
+
+/// Direction of a copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Direction {
+    /// CPU memory -> GPU memory.
+    ToGpu,
+    /// GPU memory -> CPU memory.
+    FromGpu,
+}
+
+/// One measured point of a calibration.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Point {
+    pub direction: Direction,
+    pub size: usize,
+    pub path: Path,
+    pub median_us: f64,
+}
+
+/// The measured crossovers for one machine.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Calibration {
+    /// Identifies the machine and gdr version the numbers hold for.
+    pub key: String,
+    pub to_gpu: Vec<Path>,
+    pub from_gpu: Vec<Path>,
+    pub points: Vec<Point>,
+}
+
+/// Size class of `len` (floor of log2, clamped).
+#[inline]
+pub fn class_of(len: usize) -> usize {
+    let k = (usize::BITS - 1).saturating_sub(len.max(1).leading_zeros()) as usize;
+    k.min(CLASSES - 1)
+}
+
+/// Writes `src` into `buf` at `offset` on `path`.
+pub fn write_on(path: Path, buf: &MappedBuffer, offset: usize, src: &[u8]) -> Result<(), BarError> {
+    match path {
+        Path::Mapping { threads: 1 } => buf.write(offset, src),
+        Path::Mapping { threads } => buf.write_parallel(offset, src, threads),
+        Path::CopyEngine => {
+            cuda::memcpy_htod(buf, offset, src)?;
+            // A pageable HtoD returns once staged; wait until it has landed.
+            cuda::synchronize_legacy_stream()?;
+            Ok(())
+        }
+    }
+}
+
+/// Reads `dst.len()` bytes of `buf` at `offset` into `dst` on `path`.
+pub fn read_on(
+    path: Path,
+    buf: &MappedBuffer,
+    offset: usize,
+    dst: &mut [u8],
+) -> Result<(), BarError> {
+    match path {
+        Path::Mapping { threads: 1 } => buf.read(offset, dst),
+        Path::Mapping { threads } => buf.read_parallel(offset, dst, threads),
+        Path::CopyEngine => Ok(cuda::memcpy_dtoh(dst, buf, offset)?),
+    }
+}
+
+/// Options for [`calibrate`].
+#[derive(Clone, Debug)]
+pub struct CalibrateOptions {
+    /// Thread counts to try for the mapping path (1 is always tried).
+    pub threads: Vec<usize>,
+    /// Largest size measured; larger classes reuse its decision.
+    pub max_measured: usize,
+    /// Time spent on one (size, path) at most.
+    pub budget_per_point: Duration,
+}
+
+impl Default for CalibrateOptions {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        CalibrateOptions {
+            threads: [2, 4, 8].into_iter().filter(|&t| t <= cores).collect(),
+            max_measured: 64 << 20,
+            budget_per_point: Duration::from_millis(60),
+        }
+    }
+}
+
+/// The cache key: the GPU, the CPU and this gdr version.
+fn machine_key(be: &VulkanBackend) -> Result<String, BarError> {
+    let uuid = be.context().device().uuid()?;
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Ok(format!(
+        "gdr {} gpu {} cpu {cpu} x{cores}",
+        env!("CARGO_PKG_VERSION"),
+        uuid.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    ))
+}
+
+/// Measures every path at every power-of-two size and keeps the fastest per class.
+pub fn calibrate(be: &VulkanBackend, opts: &CalibrateOptions) -> Result<Calibration, BarError> {
+    let max = opts
+        .max_measured
+        .next_power_of_two()
+        .min(1 << (CLASSES - 1));
+    let buf = be.alloc(max, 4096)?;
+    let mut host = vec![0x5Au8; max];
+    let mut paths = vec![Path::Mapping { threads: 1 }];
+    paths.extend(
+        opts.threads
+            .iter()
+            .filter(|&&t| t > 1)
+            .map(|&t| Path::Mapping { threads: t }),
+    );
+    paths.push(Path::CopyEngine);
+    let mut points = Vec::new();
+    let mut decide = |dir: Direction| -> Result<Vec<Path>, BarError> {
+        let mut best_per_class = Vec::with_capacity(CLASSES);
+        // A path that lost by 4x at two sizes in a row is not measured at larger sizes: BAR
+        // reads and copy-engine latency do not catch up again.
+        let mut losing: Vec<u8> = vec![0; paths.len()];
+        for k in 0..CLASSES {
+            let size = 1usize << k;
+            if size > max {
+                let last = *best_per_class.last().expect("class 0 measured");
+                best_per_class.push(last);
+                continue;
+            }
+            let mut results = Vec::new();
+            for (i, &p) in paths.iter().enumerate() {
+                if losing[i] >= 2
+                    || (matches!(p, Path::Mapping { threads } if threads > 1) && size < 16 << 10)
+                {
+                    continue;
+                }
+                let s = stats::time_per_call_us(
+                    || match dir {
+                        Direction::ToGpu => write_on(p, &buf, 0, &host[..size]),
+                        Direction::FromGpu => read_on(p, &buf, 0, &mut host[..size]),
+                    },
+                    15,
+                    Duration::from_micros(20),
+                    opts.budget_per_point,
+                )?;
+                points.push(Point {
+                    direction: dir,
+                    size,
+                    path: p,
+                    median_us: s.median,
+                });
+                results.push((i, p, s.median));
+            }
+            let best = results.iter().map(|r| r.2).fold(f64::INFINITY, f64::min);
+            for &(i, _, t) in &results {
+                losing[i] = if t > 4.0 * best { losing[i] + 1 } else { 0 };
+            }
+            let (_, p, _) = results
+                .iter()
+                .copied()
+                .min_by(|a, b| a.2.total_cmp(&b.2))
+                .expect("at least one path measured");
+            best_per_class.push(p);
+        }
+        Ok(best_per_class)
+    };
+    let to_gpu = decide(Direction::ToGpu)?;
+    let from_gpu = decide(Direction::FromGpu)?;
+    Ok(Calibration {
+        key: machine_key(be)?,
+        to_gpu,
+        from_gpu,
+        points,
+    })
+}
+
+/// Where calibrations are cached: `$GDR_CACHE_DIR`, else `$XDG_CACHE_HOME/gdr`, else
+/// `~/.cache/gdr`.
+pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("GDR_CACHE_DIR") {
+        return Some(d.into());
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(d).join("gdr"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/gdr"))
+}
+
+fn cache_file(key: &str) -> Option<PathBuf> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    cache_dir().map(|d| d.join(format!("calibration-{:016x}.json", h.finish())))
+}
+
+/// Chooses a path per direction and size and copies on it.
+pub struct AutoCopier {
+    cal: Calibration,
+}
+
+impl AutoCopier {
+    /// Uses the cached calibration for this machine, or measures one (a few seconds) and
+    /// caches it. Returns the copier and whether it was freshly calibrated.
+    pub fn new(be: &VulkanBackend) -> Result<(AutoCopier, bool), BarError> {
+        let key = machine_key(be)?;
+        if let Some(cal) = cache_file(&key)
+            .and_then(|f| std::fs::read(f).ok())
+            .and_then(|b| serde_json::from_slice::<Calibration>(&b).ok())
+            .filter(|c| c.key == key && c.to_gpu.len() == CLASSES && c.from_gpu.len() == CLASSES)
+        {
+            return Ok((AutoCopier { cal }, false));
+        }
+        let cal = calibrate(be, &CalibrateOptions::default())?;
+        let copier = AutoCopier::from_calibration(cal);
+        copier.save();
+        Ok((copier, true))
+    }
+
+    /// Uses a given calibration (e.g. one just measured).
+    pub fn from_calibration(cal: Calibration) -> AutoCopier {
+        AutoCopier { cal }
+    }
+
+    /// Writes the calibration to the cache; failures (read-only home) are ignored — the next
+    /// run measures again.
+    pub fn save(&self) {
+        if let Some(f) = cache_file(&self.cal.key) {
+            if let Some(d) = f.parent() {
+                let _ = std::fs::create_dir_all(d);
+            }
+            if let Ok(json) = serde_json::to_vec_pretty(&self.cal) {
+                let _ = std::fs::write(f, json);
+            }
+        }
+    }
+
+    pub fn calibration(&self) -> &Calibration {
+        &self.cal
+    }
+
+    /// The path used for `len` bytes in direction `dir`.
+    #[inline]
+    pub fn path_for(&self, dir: Direction, len: usize) -> Path {
+        let k = class_of(len);
+        match dir {
+            Direction::ToGpu => self.cal.to_gpu[k],
+            Direction::FromGpu => self.cal.from_gpu[k],
+        }
+    }
+
+    /// Copies `src` into `dst` at `offset` on the fastest path for its size.
+    pub fn write(&self, dst: &MappedBuffer, offset: usize, src: &[u8]) -> Result<(), BarError> {
+        write_on(self.path_for(Direction::ToGpu, src.len()), dst, offset, src)
+    }
+
+    /// Copies `dst.len()` bytes at `offset` of `src` into `dst` on the fastest path.
+    pub fn read(&self, src: &MappedBuffer, offset: usize, dst: &mut [u8]) -> Result<(), BarError> {
+        read_on(
+            self.path_for(Direction::FromGpu, dst.len()),
+            src,
+            offset,
+            dst,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes_are_floor_log2() {
+        assert_eq!(class_of(0), 0);
+        assert_eq!(class_of(1), 0);
+        assert_eq!(class_of(2), 1);
+        assert_eq!(class_of(3), 1);
+        assert_eq!(class_of(4096), 12);
+        assert_eq!(class_of(8191), 12);
+        assert_eq!(class_of(256 << 20), 28);
+        assert_eq!(class_of(usize::MAX), CLASSES - 1);
+    }
+
+    #[test]
+    fn calibration_round_trips_through_json() {
+        let cal = Calibration {
+            key: "k".into(),
+            to_gpu: vec![Path::Mapping { threads: 1 }; CLASSES],
+            from_gpu: vec![Path::CopyEngine; CLASSES],
+            points: vec![Point {
+                direction: Direction::ToGpu,
+                size: 8,
+                path: Path::Mapping { threads: 4 },
+                median_us: 0.1,
+            }],
+        };
+        let back: Calibration =
+            serde_json::from_str(&serde_json::to_string(&cal).unwrap()).unwrap();
+        let c = AutoCopier::from_calibration(back);
+        assert_eq!(
+            c.path_for(Direction::ToGpu, 123),
+            Path::Mapping { threads: 1 }
+        );
+        assert_eq!(c.path_for(Direction::FromGpu, 1 << 30), Path::CopyEngine);
+        assert_eq!(c.calibration().points[0].path, Path::Mapping { threads: 4 });
+    }
+}

@@ -1,0 +1,283 @@
+//! CPU <-> GPU ping-pong with a persistent GPU thread (gdrcopy's `pplat`), and the
+//! host-centric round trip (copy in, launch, copy out, synchronize) it is compared with.
+//!
+//! Memory ordering, per round `i`:
+//! - CPU: a volatile 4-byte store of `i` into the flag, then `sfence` (drains the
+//!   write-combining buffer when the flag is in BAR-mapped GPU memory).
+//! - GPU: volatile loads of the flag (they bypass L1), then a volatile store of `i` into the
+//!   answer and `__threadfence_system()` so the store is visible system-wide.
+//! - CPU: volatile loads of the answer until it reads `i`.
+//!
+//! Every wait is bounded: the GPU thread has a watchdog, the CPU a deadline after which it
+//! stops the thread (flag = u32::MAX) and reports a timeout.
+
+use crate::bar::{BarError, MappedBuffer, VulkanBackend};
+use crate::cuda::{
+    Context, CudaError, DeviceBuffer, DeviceMemory, Graph, HostBuffer, LaunchConfig, Module, Stream,
+};
+use crate::stats::Summary;
+use std::ffi::c_void;
+use std::time::{Duration, Instant};
+
+const SOURCE: &str = include_str!("pingpong.cu");
+const STOP: u32 = u32::MAX;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PingPongError {
+    #[error(transparent)]
+    Bar(#[from] BarError),
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+    #[error("no answer from the GPU thread in round {round} within {timeout:?} ({placement})")]
+    Timeout {
+        round: u32,
+        timeout: Duration,
+        placement: Placement,
+    },
+    #[error("the GPU thread's watchdog fired in round {round} ({placement})")]
+    Watchdog { round: u32, placement: Placement },
+    #[error("wrong answer in round {round}: got {got}")]
+    WrongAnswer { round: u32, got: u32 },
+}
+
+/// Where the flag (CPU -> GPU) and the answer (GPU -> CPU) words live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Placement {
+    /// Flag in GPU memory written through the BAR mapping; answer in mapped host memory.
+    GpuFlagHostAnswer,
+    /// Both in mapped host memory: the GPU polls over PCIe.
+    HostFlagHostAnswer,
+    /// Flag in GPU memory (BAR write); answer in GPU memory read by the CPU over BAR1.
+    GpuFlagGpuAnswer,
+    /// Flag in mapped host memory; answer in GPU memory read over BAR1.
+    HostFlagGpuAnswer,
+}
+
+impl Placement {
+    pub const ALL: [Placement; 4] = [
+        Placement::GpuFlagHostAnswer,
+        Placement::HostFlagHostAnswer,
+        Placement::GpuFlagGpuAnswer,
+        Placement::HostFlagGpuAnswer,
+    ];
+}
+
+impl std::fmt::Display for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Placement::GpuFlagHostAnswer => "flag in GPU mem (BAR write), answer in host mem",
+            Placement::HostFlagHostAnswer => "flag in host mem, answer in host mem",
+            Placement::GpuFlagGpuAnswer => {
+                "flag in GPU mem (BAR write), answer in GPU mem (BAR read)"
+            }
+            Placement::HostFlagGpuAnswer => "flag in host mem, answer in GPU mem (BAR read)",
+        })
+    }
+}
+
+/// One word shared between the CPU and a GPU thread.
+enum Word {
+    Gpu(MappedBuffer),
+    Host(HostBuffer),
+}
+
+impl Word {
+    fn new(be: &VulkanBackend, on_gpu: bool) -> Result<Word, PingPongError> {
+        let w = if on_gpu {
+            let b = be.alloc(64, 64)?;
+            b.write(0, &[0u8; 64])?;
+            Word::Gpu(b)
+        } else {
+            Word::Host(HostBuffer::new(be.context(), 64)?)
+        };
+        Ok(w)
+    }
+
+    fn ptr(&self) -> *mut u32 {
+        match self {
+            Word::Gpu(b) => b.host_ptr().cast(),
+            Word::Host(h) => h.host_ptr().cast(),
+        }
+    }
+
+    fn device_ptr(&self) -> u64 {
+        match self {
+            Word::Gpu(b) => b.device_ptr(),
+            Word::Host(h) => h.device_ptr(),
+        }
+    }
+
+    #[inline]
+    fn store(&self, v: u32) {
+        // SAFETY: ptr is 64-byte aligned memory owned by self and shared only with the GPU
+        // thread, which reads it with volatile loads.
+        unsafe { std::ptr::write_volatile(self.ptr(), v) };
+        crate::copy::store_fence();
+    }
+
+    #[inline]
+    fn load(&self) -> u32 {
+        // SAFETY: as in store; the GPU writes the word with a single aligned 4-byte store.
+        unsafe { std::ptr::read_volatile(self.ptr()) }
+    }
+}
+
+/// Waits for `stream` to finish, at most `timeout`.
+fn wait_stream(stream: &Stream, timeout: Duration) -> Result<bool, CudaError> {
+    let end = Instant::now() + timeout;
+    loop {
+        if stream.query()? {
+            return Ok(true);
+        }
+        if Instant::now() > end {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// Runs `rounds` ping-pong rounds (after `warmup` unmeasured ones) and returns the round-trip
+/// times in microseconds.
+pub fn ping_pong(
+    be: &VulkanBackend,
+    placement: Placement,
+    warmup: u32,
+    rounds: u32,
+    timeout: Duration,
+) -> Result<Summary, PingPongError> {
+    let ctx = be.context();
+    ctx.bind()?;
+    let module = Module::from_source(ctx, "pingpong.cu", SOURCE)?;
+    let kernel = module.function("gdr_pingpong")?;
+    let (flag_gpu, answer_gpu) = match placement {
+        Placement::GpuFlagHostAnswer => (true, false),
+        Placement::HostFlagHostAnswer => (false, false),
+        Placement::GpuFlagGpuAnswer => (true, true),
+        Placement::HostFlagGpuAnswer => (false, true),
+    };
+    let flag = Word::new(be, flag_gpu)?;
+    let answer = Word::new(be, answer_gpu)?;
+    let stream = Stream::new(ctx)?;
+    let total = warmup + rounds;
+    let (mut fp, mut ap, mut n, mut to) = (
+        flag.device_ptr(),
+        answer.device_ptr(),
+        total,
+        timeout.as_nanos() as u64,
+    );
+    let mut params = [
+        &mut fp as *mut u64 as *mut c_void,
+        &mut ap as *mut u64 as *mut c_void,
+        &mut n as *mut u32 as *mut c_void,
+        &mut to as *mut u64 as *mut c_void,
+    ];
+    // SAFETY: parameters match gdr_pingpong's signature; flag and answer outlive the kernel
+    // (we wait for the stream below before they drop).
+    unsafe { kernel.launch(&stream, LaunchConfig::linear(1, 32), &mut params)? };
+
+    let mut samples = Vec::with_capacity(rounds as usize);
+    let mut failure = None;
+    'rounds: for i in 1..=total {
+        let t0 = Instant::now();
+        flag.store(i);
+        let mut spins = 0u32;
+        loop {
+            let a = answer.load();
+            if a == i {
+                break;
+            }
+            if a == STOP {
+                failure = Some(PingPongError::Watchdog {
+                    round: i,
+                    placement,
+                });
+                break 'rounds;
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(4096) && t0.elapsed() > timeout {
+                failure = Some(PingPongError::Timeout {
+                    round: i,
+                    timeout,
+                    placement,
+                });
+                break 'rounds;
+            }
+        }
+        if i > warmup {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    if failure.is_some() {
+        flag.store(STOP);
+    }
+    // The kernel has finished its last round or been told to stop; its watchdog bounds the rest.
+    let done = wait_stream(&stream, timeout + Duration::from_secs(1))?;
+    if let Some(f) = failure {
+        return Err(f);
+    }
+    if !done {
+        return Err(PingPongError::Timeout {
+            round: total,
+            timeout,
+            placement,
+        });
+    }
+    Ok(Summary::of(&mut samples))
+}
+
+/// The host-centric round trip: copy a request in, launch a kernel that answers it, copy the
+/// answer out, synchronize. With `graph`, the three steps are one CUDA graph launch.
+pub fn host_centric(
+    ctx: &Context,
+    warmup: u32,
+    rounds: u32,
+    graph: bool,
+) -> Result<Summary, PingPongError> {
+    ctx.bind()?;
+    let module = Module::from_source(ctx, "pingpong.cu", SOURCE)?;
+    let kernel = module.function("gdr_answer_once")?;
+    let stream = Stream::new(ctx)?;
+    let mut req = HostBuffer::new(ctx, 4)?;
+    let resp = HostBuffer::new(ctx, 4)?;
+    let dreq = DeviceBuffer::new(ctx, 4)?;
+    let dresp = DeviceBuffer::new(ctx, 4)?;
+    let (mut rp, mut sp) = (dreq.device_ptr(), dresp.device_ptr());
+    let mut params = [
+        &mut rp as *mut u64 as *mut c_void,
+        &mut sp as *mut u64 as *mut c_void,
+    ];
+    let req_ptr = req.host_ptr();
+    let resp_ptr = resp.host_ptr();
+    let mut enqueue = |st: &Stream| -> Result<(), CudaError> {
+        // SAFETY: req/resp are page-locked and outlive every use of this closure (the stream
+        // is synchronised each round); kernel parameters match gdr_answer_once.
+        unsafe {
+            st.memcpy_htod_async(&dreq, 0, std::slice::from_raw_parts(req_ptr, 4))?;
+            kernel.launch(st, LaunchConfig::linear(1, 32), &mut params)?;
+            st.memcpy_dtoh_async(std::slice::from_raw_parts_mut(resp_ptr, 4), &dresp, 0)
+        }
+    };
+    let g = if graph {
+        Some(Graph::capture(&stream, &mut enqueue)?)
+    } else {
+        None
+    };
+    let mut samples = Vec::with_capacity(rounds as usize);
+    for i in 1..=warmup + rounds {
+        let t0 = Instant::now();
+        req.as_mut_slice().copy_from_slice(&i.to_le_bytes());
+        match &g {
+            Some(g) => g.launch(&stream)?,
+            None => enqueue(&stream)?,
+        }
+        stream.synchronize()?;
+        let got = u32::from_le_bytes(resp.as_slice().try_into().expect("4 bytes"));
+        if i > warmup {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        if got != i + 1 {
+            return Err(PingPongError::WrongAnswer { round: i, got });
+        }
+    }
+    Ok(Summary::of(&mut samples))
+}
