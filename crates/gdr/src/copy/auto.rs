@@ -161,9 +161,12 @@ pub fn calibrate(be: &VulkanBackend, opts: &CalibrateOptions) -> Result<Calibrat
     let mut points = Vec::new();
     let mut decide = |dir: Direction| -> Result<Vec<Path>, BarError> {
         let mut best_per_class = Vec::with_capacity(CLASSES);
-        // A path that lost by 4x at two sizes in a row is not measured at larger sizes: BAR
-        // reads and copy-engine latency do not catch up again.
+        // A path that lost by more than 4x at two sizes in a row, by a growing margin, is not
+        // measured at larger sizes: it is falling further behind (BAR reads against the copy
+        // engine). A path whose margin shrinks (the copy engine's fixed cost against small
+        // copies) keeps being measured.
         let mut losing: Vec<u8> = vec![0; paths.len()];
+        let mut last_ratio: Vec<f64> = vec![0.0; paths.len()];
         for k in 0..CLASSES {
             let size = 1usize << k;
             if size > max {
@@ -197,7 +200,13 @@ pub fn calibrate(be: &VulkanBackend, opts: &CalibrateOptions) -> Result<Calibrat
             }
             let best = results.iter().map(|r| r.2).fold(f64::INFINITY, f64::min);
             for &(i, _, t) in &results {
-                losing[i] = if t > 4.0 * best { losing[i] + 1 } else { 0 };
+                let ratio = t / best;
+                losing[i] = if ratio > 4.0 && ratio >= last_ratio[i] {
+                    losing[i] + 1
+                } else {
+                    0
+                };
+                last_ratio[i] = ratio;
             }
             let (_, p, _) = results
                 .iter()
