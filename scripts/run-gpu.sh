@@ -23,7 +23,7 @@ if [ "${2:-}" != "--tests-only" ]; then
   g="$here/gdr"
   bench() { # name, command...
     local n=$1; shift
-    if "$@" >"$out/$n" 2>"$out/$n.err"; then pass=$((pass+1)); echo "bench $n: ok"; else fail=$((fail+1)); echo "bench $n: FAILED ($(tail -1 "$out/$n.err"))"; fi
+    if timeout 300 "$@" >"$out/$n" 2>"$out/$n.err"; then pass=$((pass+1)); echo "bench $n: ok"; else fail=$((fail+1)); echo "bench $n: FAILED ($(tail -1 "$out/$n.err"))"; fi
   }
   bench info.json "$g" info --json
   bench sanity.txt "$g" sanity
