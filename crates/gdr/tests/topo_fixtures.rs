@@ -262,7 +262,7 @@ fn build_two_socket(root: &Path) -> io::Result<()> {
     for g in 11..=group.get() {
         t.iommu_group_type(g, "identity")?;
     }
-    Ok(())
+    t.finish().map(drop)
 }
 
 /// (b) A workstation: one GPU with a 256 MiB BAR1 and a dual-port ConnectX-6 Dx, each on a CPU
@@ -326,7 +326,7 @@ fn build_workstation(root: &Path) -> io::Result<()> {
             .driver("nvme"),
     )?;
     t.class_device("nvme", "nvme0", &d)?;
-    Ok(())
+    t.finish().map(drop)
 }
 
 /// (c) One socket, IOMMU translating (DMA-FQ) and ACS redirect on every switch downstream port:
@@ -399,7 +399,7 @@ fn build_iommu_acs(root: &Path) -> io::Result<()> {
         t.iommu_group_type(g, "DMA-FQ")?;
     }
     t.iommu_group_type(32, "unmanaged")?;
-    Ok(())
+    t.finish().map(drop)
 }
 
 type Build = fn(&Path) -> io::Result<()>;

@@ -4,7 +4,8 @@
 //!
 //! The capture is exactly what a read touched: the directories it listed, the attribute files
 //! it read (with the bytes it got, `config` included), and the symlinks it followed (written as
-//! relative links, with an empty directory at the target when the target existed).
+//! relative links, with a directory at the target when the target existed). Empty directories
+//! get a [`KEEP_FILE`] so that the tree survives being committed to git.
 
 use super::sysfs::{relative_target, Recorded, Sysfs};
 use super::{scan, TopoError, Topology, Warning};
@@ -26,6 +27,29 @@ pub struct CaptureSummary {
 
 /// The file at the top of a capture that says where it came from; the reader ignores it.
 pub const CAPTURE_NOTE: &str = "gdr-capture.txt";
+
+/// An empty file put into every otherwise empty directory of a capture or fixture: git keeps no
+/// empty directories, and without them links such as `class/infiniband/mlx5_0` would dangle in
+/// a checkout. The reader ignores it.
+pub const KEEP_FILE: &str = ".keep";
+
+/// Puts a [`KEEP_FILE`] into every empty directory under `root` (symlinks are not followed).
+pub fn keep_empty_dirs(root: &Path) -> std::io::Result<usize> {
+    let mut added = 0;
+    let mut empty = true;
+    for entry in std::fs::read_dir(root)? {
+        let entry = entry?;
+        empty = false;
+        if entry.file_type()?.is_dir() {
+            added += keep_empty_dirs(&entry.path())?;
+        }
+    }
+    if empty {
+        std::fs::write(root.join(KEEP_FILE), "")?;
+        added += 1;
+    }
+    Ok(added)
+}
 
 /// Reads the tree under `source` (usually `/sys`) and writes what was read under `dest`, which
 /// must be absent or empty.
@@ -88,6 +112,7 @@ pub fn capture(source: &Path, dest: &Path) -> Result<CaptureSummary, TopoError> 
         env!("CARGO_PKG_VERSION"),
         source.display()
     );
+    keep_empty_dirs(dest).map_err(io_err(dest))?;
     let note_path = dest.join(CAPTURE_NOTE);
     std::fs::write(&note_path, note).map_err(io_err(&note_path))?;
     Ok(CaptureSummary {

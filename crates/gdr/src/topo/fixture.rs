@@ -193,6 +193,13 @@ impl TreeBuilder {
         &self.root
     }
 
+    /// Ends the tree: marks empty directories (see [`super::capture::KEEP_FILE`]) so that it can
+    /// be committed to git without links going dangling.
+    pub fn finish(self) -> io::Result<PathBuf> {
+        super::capture::keep_empty_dirs(&self.root)?;
+        Ok(self.root)
+    }
+
     fn write(&self, rel: &Path, data: impl AsRef<[u8]>) -> io::Result<()> {
         let at = self.root.join(rel);
         if let Some(p) = at.parent() {
