@@ -402,11 +402,70 @@ fn build_iommu_acs(root: &Path) -> io::Result<()> {
     t.finish().map(drop)
 }
 
+/// (d) Two levels of switches, read as a non-root user would (64 bytes of config, so the port
+/// types come from the tree's shape and ACS is unknown): two GPUs under an inner switch, the
+/// NIC and an NVMe drive on the outer one, as on DGX A100-style trays. GPU-GPU = PIX,
+/// GPU-NIC = PXB.
+fn build_nested_switch(root: &Path) -> io::Result<()> {
+    let mut t = TreeBuilder::create(root)?;
+    let cpus = "0-63";
+    let short = |x: Function| x.numa(0, cpus).config_len(64);
+    let hb = t.host_bridge("pci0000:00")?;
+    let rp = t.add(
+        &hb,
+        short(f("0000:00:01.0", ROOT_PORT).link(16.0, 16, 16.0, 16)),
+    )?;
+    let outer = t.add(
+        &rp,
+        short(f("0000:01:00.0", PEX_USP).link(16.0, 16, 16.0, 16)),
+    )?;
+    let d0 = t.add(
+        &outer,
+        short(f("0000:02:00.0", PEX_DSP).link(16.0, 16, 16.0, 16)),
+    )?;
+    let d1 = t.add(
+        &outer,
+        short(f("0000:02:01.0", PEX_DSP).link(16.0, 16, 16.0, 16)),
+    )?;
+    let d2 = t.add(
+        &outer,
+        short(f("0000:02:02.0", PEX_DSP).link(16.0, 4, 16.0, 4)),
+    )?;
+    let inner = t.add(
+        &d0,
+        short(f("0000:03:00.0", PEX_USP).link(16.0, 16, 16.0, 16)),
+    )?;
+    for (i, bdf) in ["0000:05:00.0", "0000:06:00.0"].iter().enumerate() {
+        let dsp = format!("0000:04:0{i}.0");
+        let port = t.add(&inner, short(f(&dsp, PEX_DSP).link(16.0, 16, 16.0, 16)))?;
+        t.add(
+            &port,
+            short(gpu(bdf, H100_PCIE, 64 * GIB).link(16.0, 16, 16.0, 16)),
+        )?;
+    }
+    let n = t.add(
+        &d1,
+        short(nic("0000:07:00.0", CX6DX).link(16.0, 16, 16.0, 16)),
+    )?;
+    t.class_device("infiniband", "mlx5_0", &n)?;
+    let d = t.add(
+        &d2,
+        short(
+            f("0000:08:00.0", NVME)
+                .link(16.0, 4, 16.0, 4)
+                .bar(0, 16 * 1024),
+        ),
+    )?;
+    t.class_device("nvme", "nvme0", &d)?;
+    t.finish().map(drop)
+}
+
 type Build = fn(&Path) -> io::Result<()>;
 const BUILT: &[(&str, Build)] = &[
     ("two-socket", build_two_socket),
     ("workstation", build_workstation),
     ("iommu-acs", build_iommu_acs),
+    ("nested-switch", build_nested_switch),
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -666,6 +725,13 @@ fn two_socket_server() {
         ["GPU0", "GPU1", "GPU2", "GPU3", "NIC0", "NIC1", "NIC2", "NIC3", "NET0", "NVME0"]
     );
     assert_eq!(topo.find("eno1").unwrap().class, DeviceClass::Nic);
+    let switches = topo.switches();
+    assert_eq!(switches.len(), 4);
+    assert!(
+        switches.iter().all(|s| s.downstream.len() == 2),
+        "{switches:?}"
+    );
+    assert_eq!(switches[2].host_bridge, "pci0000:97");
     assert_eq!(
         topo.find("0000:03:00.0").unwrap().class,
         DeviceClass::Other,
@@ -828,6 +894,36 @@ fn iommu_and_acs_redirect() {
 }
 
 #[test]
+fn nested_switches_read_without_root() {
+    let topo = fixture("nested-switch");
+    let w = topo.warnings();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].message.contains("8 bridge(s)"), "{w:?}");
+    let (c, v, _) = verdict(&topo, "gpu0", "gpu1");
+    assert_eq!((c.as_str(), v), ("PIX", Verdict::Good));
+    let (c, v, _) = verdict(&topo, "gpu0", "mlx5_0");
+    assert_eq!((c.as_str(), v), ("PXB", Verdict::Good));
+    let (c, _, _) = verdict(&topo, "mlx5_0", "nvme0");
+    assert_eq!(c, "PIX");
+    let inner = topo.find("0000:03:00.0").unwrap();
+    assert_eq!(
+        (inner.port_type, inner.port_type_inferred),
+        (PortType::SwitchUpstream, true)
+    );
+    assert_eq!(topo.switches().len(), 2);
+    let p = topo
+        .path(
+            topo.find("gpu0").unwrap().bdf,
+            topo.find("mlx5_0").unwrap().bdf,
+        )
+        .unwrap();
+    assert!(p
+        .reasons
+        .iter()
+        .any(|r| r.what.contains("ACS state unknown on 5 port(s)")));
+}
+
+#[test]
 fn explain_text_lists_hops_and_actions_on_every_fixture() {
     for (name, a, b, must) in [
         (
@@ -862,6 +958,28 @@ fn explain_text_lists_hops_and_actions_on_every_fixture() {
                 "ACS RR+ CR+ UF+",
                 "iommu=pt",
                 "setpci -s 0000:02:00.0",
+            ],
+        ),
+        (
+            "nested-switch",
+            "gpu1",
+            "nvme0",
+            vec![
+                "path: PXB",
+                "crosses 2 PCIe switches",
+                "ACS unknown",
+                "run as root",
+            ],
+        ),
+        (
+            "dev-vm-no-gpu",
+            "eth0",
+            "0000:00:02.0",
+            vec![
+                "path: PHB",
+                "pci0000:00",
+                "verdict: works-slower",
+                "IOMMU is off",
             ],
         ),
     ] {

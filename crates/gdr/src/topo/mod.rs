@@ -56,6 +56,14 @@ pub struct HostBridge {
     pub numa: Option<u32>,
 }
 
+/// A PCIe switch as the tree shows it: an upstream port and the downstream ports below it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Switch {
+    pub upstream: Bdf,
+    pub downstream: Vec<Bdf>,
+    pub host_bridge: String,
+}
+
 /// Something in the tree that could not be read or made no sense; the answer is partial there.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Warning {
@@ -162,6 +170,26 @@ impl Topology {
 
     pub fn warnings(&self) -> &[Warning] {
         &self.warnings
+    }
+
+    /// The PCIe switches: every upstream port with its downstream ports.
+    pub fn switches(&self) -> Vec<Switch> {
+        self.devices
+            .iter()
+            .filter(|d| d.port_type == PortType::SwitchUpstream)
+            .map(|u| Switch {
+                upstream: u.bdf,
+                downstream: self
+                    .devices
+                    .iter()
+                    .filter(|d| {
+                        d.parent == Some(u.bdf) && d.port_type == PortType::SwitchDownstream
+                    })
+                    .map(|d| d.bdf)
+                    .collect(),
+                host_bridge: u.host_bridge.clone(),
+            })
+            .collect()
     }
 
     /// Whether the kernel has IOMMU groups at all (an IOMMU is enabled, in some mode).

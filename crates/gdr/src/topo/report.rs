@@ -6,7 +6,7 @@
 use super::device::Device;
 use super::path::PathClass;
 use super::verdict::{Reason, Verdict};
-use super::{Bdf, HostBridge, Topology};
+use super::{Bdf, HostBridge, Switch, Topology};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -14,6 +14,7 @@ pub struct Report<'a> {
     pub sysfs_root: String,
     pub iommu_groups_present: bool,
     pub host_bridges: &'a [HostBridge],
+    pub switches: Vec<Switch>,
     /// The endpoints asked for (GPUs and their peers, or all).
     pub devices: Vec<&'a Device>,
     /// Every bridge, so that a reader can rebuild the tree from `parent`.
@@ -57,6 +58,7 @@ pub(crate) fn build<'a>(topo: &'a Topology, devices: &[&'a Device]) -> Report<'a
         sysfs_root: topo.root().display().to_string(),
         iommu_groups_present: topo.iommu_groups_present(),
         host_bridges: topo.host_bridges(),
+        switches: topo.switches(),
         devices: devices.to_vec(),
         bridges: topo.devices().iter().filter(|d| d.is_bridge()).collect(),
         pairs,
