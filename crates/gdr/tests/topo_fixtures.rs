@@ -84,12 +84,14 @@ fn switch_with(
     )?;
     let mut out = Vec::new();
     for (dsp, dev) in dsps.iter().zip(devices) {
+        // Both ends of a link report the same trained speed and width.
+        let (cs, cw) = dev.link.map_or((32.0, 16), |l| (l.0, l.1));
         let down = t.add(
             &up,
             numa_of(
                 f(dsp, PEX_DSP)
                     .port(PortType::SwitchDownstream)
-                    .link(32.0, 16, 32.0, 16)
+                    .link(cs, cw, 32.0, 16)
                     .acs(acs),
             ),
         )?;
@@ -281,7 +283,7 @@ fn build_workstation(root: &Path) -> io::Result<()> {
         &hb,
         f("0000:00:01.0", ROOT_PORT)
             .cpus(cpus)
-            .link(16.0, 16, 32.0, 16)
+            .link(2.5, 16, 32.0, 16)
             .acs(0),
     )?;
     t.add(

@@ -67,14 +67,18 @@ pub struct Switch {
 /// Something in the tree that could not be read or made no sense; the answer is partial there.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Warning {
-    /// The sysfs path, relative to the root (or the root itself for global notes).
+    /// The sysfs path, relative to the root; empty for notes about the whole tree.
     pub path: String,
     pub message: String,
 }
 
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
     }
 }
 

@@ -33,7 +33,7 @@ pub fn matrix(topo: &Topology, devices: &[&Device]) -> String {
         return out;
     }
     let labels: Vec<&str> = devices.iter().map(|d| d.label.as_str()).collect();
-    let w = labels.iter().map(|l| l.len()).max().unwrap_or(4).max(5) + 1;
+    let w = labels.iter().map(|l| l.len()).max().unwrap_or(4).max(4) + 2;
     let cells: Vec<Vec<String>> = devices
         .iter()
         .map(|a| {

@@ -139,7 +139,7 @@ pub(crate) fn scan(fs: &Sysfs) -> Result<Topology, TopoError> {
     }
     if bridges_without_ext_config > 0 {
         w.push(
-            Path::new("."),
+            Path::new(""),
             format!(
                 "config space past 64 bytes was unreadable for {bridges_without_ext_config} \
                  bridge(s) (it needs root): ACS state unknown there"
