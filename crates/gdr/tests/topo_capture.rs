@@ -181,3 +181,32 @@ fn the_captured_dev_vm_still_reads() {
     let p = topo.path(others[0].bdf, others[1].bdf).unwrap();
     assert_eq!(p.class.to_string(), "PHB");
 }
+
+#[test]
+fn captures_zero_device_serial_numbers() {
+    let src = scratch("dsn-src");
+    capture(&fixtures_dir().join("iommu-acs"), &src).unwrap();
+    // Give the NIC a Device Serial Number capability in front of its AER capability.
+    let cfg_path =
+        src.join("devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0/config");
+    let mut cfg = std::fs::read(&cfg_path).unwrap();
+    let aer = u32::from_le_bytes(cfg[0x100..0x104].try_into().unwrap());
+    cfg[0x1c0..0x1c4].copy_from_slice(&aer.to_le_bytes());
+    cfg[0x100..0x104].copy_from_slice(&(0x0003u32 | (1 << 16) | (0x1c0 << 20)).to_le_bytes());
+    let serial: [u8; 8] = rand::random::<u64>().max(1).to_le_bytes();
+    cfg[0x104..0x10c].copy_from_slice(&serial);
+    std::fs::write(&cfg_path, &cfg).unwrap();
+    let dest = scratch("dsn-dst");
+    let s = capture(&src, &dest).unwrap();
+    assert_eq!(s.serials_scrubbed, 1);
+    let got = std::fs::read(dest.join(cfg_path.strip_prefix(&src).unwrap())).unwrap();
+    assert_eq!(&got[0x104..0x10c], &[0u8; 8]);
+    assert_eq!(&got[..0x104], &cfg[..0x104]);
+    assert_eq!(&got[0x10c..], &cfg[0x10c..]);
+    assert_eq!(
+        answer(&Topology::read(&src).unwrap()),
+        answer(&Topology::read(&dest).unwrap())
+    );
+    std::fs::remove_dir_all(&src).unwrap();
+    std::fs::remove_dir_all(&dest).unwrap();
+}

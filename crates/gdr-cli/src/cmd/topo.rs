@@ -60,6 +60,12 @@ pub fn run(args: Args) -> CmdResult {
             args.sysfs.display(),
             dest.display()
         );
+        if s.serials_scrubbed > 0 {
+            println!(
+                "zeroed the device serial numbers in {} config files",
+                s.serials_scrubbed
+            );
+        }
         println!(
             "{} PCI functions, {} of them GPUs; read it back with: gdr topo --sysfs {}",
             s.topology.devices().len(),

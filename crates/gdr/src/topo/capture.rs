@@ -3,12 +3,13 @@
 //! `gdr topo --sysfs DIR`.
 //!
 //! The capture is exactly what a read touched: the directories it listed, the attribute files
-//! it read (with the bytes it got, `config` included), and the symlinks it followed (written as
+//! it read (with the bytes it got, `config` included, except that Device Serial Numbers in
+//! config space are zeroed), and the symlinks it followed (written as
 //! relative links, with a directory at the target when the target existed). Empty directories
 //! get a [`KEEP_FILE`] so that the tree survives being committed to git.
 
 use super::sysfs::{relative_target, Recorded, Sysfs};
-use super::{scan, TopoError, Topology, Warning};
+use super::{config, scan, TopoError, Topology, Warning};
 use std::path::{Path, PathBuf};
 
 /// What a capture wrote.
@@ -19,6 +20,8 @@ pub struct CaptureSummary {
     pub links: usize,
     /// Bytes of file content written.
     pub bytes: u64,
+    /// `config` files whose Device Serial Number capability was zeroed.
+    pub serials_scrubbed: usize,
     /// What could not be read while capturing (the capture is partial there, like the answer).
     pub warnings: Vec<Warning>,
     /// The topology as read from the source during the capture.
@@ -69,7 +72,7 @@ pub fn capture(source: &Path, dest: &Path) -> Result<CaptureSummary, TopoError> 
     let log = fs.into_log();
 
     std::fs::create_dir_all(dest).map_err(io_err(dest))?;
-    let (mut dirs, mut files, mut links, mut bytes) = (0, 0, 0, 0u64);
+    let (mut dirs, mut files, mut links, mut bytes, mut scrubbed) = (0, 0, 0, 0u64, 0);
     let mut link_targets: Vec<PathBuf> = Vec::new();
     for (rel, entry) in &log {
         let at = dest.join(rel);
@@ -81,7 +84,11 @@ pub fn capture(source: &Path, dest: &Path) -> Result<CaptureSummary, TopoError> 
                 dirs += 1;
             }
             Recorded::File(data) => {
-                std::fs::write(&at, data).map_err(io_err(&at))?;
+                let mut data = data.clone();
+                if rel.file_name().is_some_and(|n| n == "config") {
+                    scrubbed += usize::from(config::scrub_serial_number(&mut data));
+                }
+                std::fs::write(&at, &data).map_err(io_err(&at))?;
                 files += 1;
                 bytes += data.len() as u64;
             }
@@ -120,6 +127,7 @@ pub fn capture(source: &Path, dest: &Path) -> Result<CaptureSummary, TopoError> 
         files,
         links,
         bytes,
+        serials_scrubbed: scrubbed,
         warnings: topology.warnings().to_vec(),
         topology,
     })

@@ -12,6 +12,7 @@ const CAP_POINTER: usize = 0x34;
 const CAP_ID_PCIE: u8 = 0x10;
 const EXT_CAP_START: usize = 0x100;
 const EXT_CAP_ID_ACS: u16 = 0x000d;
+const EXT_CAP_ID_DSN: u16 = 0x0003;
 
 /// ACS control bits that matter for peer-to-peer traffic.
 pub const ACS_SOURCE_VALIDATION: u16 = 1 << 0;
@@ -129,6 +130,43 @@ impl AcsState {
     }
 }
 
+/// Offsets of the extended capabilities, in list order; stops quietly at anything malformed.
+fn ext_caps(cfg: &[u8]) -> Vec<(usize, u16)> {
+    let mut out = Vec::new();
+    let mut off = EXT_CAP_START;
+    while out.len() < (4096 - EXT_CAP_START) / 4 {
+        let Some(header) = u32_at(cfg, off) else {
+            break;
+        };
+        if header == 0 || header == 0xffff_ffff {
+            break;
+        }
+        out.push((off, (header & 0xffff) as u16));
+        let next = ((header >> 20) & 0xffc) as usize;
+        if next < EXT_CAP_START || out.iter().any(|&(o, _)| o == next) {
+            break;
+        }
+        off = next;
+    }
+    out
+}
+
+/// Zeroes the Device Serial Number capability (0x0003), so that a capture for a bug report
+/// carries no serial numbers. Returns whether there was one.
+pub fn scrub_serial_number(cfg: &mut [u8]) -> bool {
+    let mut found = false;
+    for (off, id) in ext_caps(cfg) {
+        if id == EXT_CAP_ID_DSN {
+            let end = (off + 12).min(cfg.len());
+            if off + 4 < end {
+                cfg[off + 4..end].fill(0);
+            }
+            found = true;
+        }
+    }
+    found
+}
+
 /// Walks the extended capability list (from offset 0x100) for ACS.
 pub fn find_acs(cfg: &[u8]) -> AcsState {
     if cfg.len() < EXT_CAP_START + 4 {
@@ -213,6 +251,26 @@ mod tests {
     }
 
     #[test]
+    fn serial_numbers_are_scrubbed_and_nothing_else() {
+        let mut cfg = vec![0u8; 4096];
+        rand::thread_rng().fill(&mut cfg[..0x100]);
+        put32(&mut cfg, 0x100, 0x0003 | (1 << 16) | (0x150 << 20));
+        put32(&mut cfg, 0x104, 0xdead_beef);
+        put32(&mut cfg, 0x108, 0x0bad_f00d);
+        put32(&mut cfg, 0x150, 0x000d | (1 << 16));
+        put32(&mut cfg, 0x154, 0x001d_005f);
+        let before = cfg.clone();
+        assert!(scrub_serial_number(&mut cfg));
+        assert_eq!(&cfg[0x104..0x10c], &[0u8; 8]);
+        assert_eq!(&cfg[..0x104], &before[..0x104]);
+        assert_eq!(&cfg[0x10c..], &before[0x10c..]);
+        assert_eq!(find_acs(&cfg), find_acs(&before));
+        let mut none = vec![0u8; 4096];
+        assert!(!scrub_serial_number(&mut none));
+        assert!(!scrub_serial_number(&mut [0u8; 64]));
+    }
+
+    #[test]
     fn port_type_from_pcie_capability() {
         let mut cfg = vec![0u8; 256];
         cfg[STATUS] = STATUS_CAP_LIST as u8;
@@ -235,6 +293,7 @@ mod tests {
             let mut cfg = vec![0u8; len];
             rng.fill(&mut cfg[..]);
             let _ = find_acs(&cfg);
+            let _ = scrub_serial_number(&mut cfg);
             let _ = pcie_port_type(&cfg);
         }
     }
