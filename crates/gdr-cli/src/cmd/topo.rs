@@ -1,8 +1,113 @@
+//! `gdr topo`: the PCIe matrix, peer-to-peer verdicts, one path explained, JSON, and captures of
+//! the sysfs entries behind them for bug reports.
+
 use super::CmdResult;
+use gdr::topo::{capture, render, Topology, Warning};
+use std::path::PathBuf;
+use std::process::ExitCode;
 
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(
+    about = "PCIe topology: path class and peer-to-peer verdict for every device pair",
+    long_about = "PCIe topology: path class and peer-to-peer verdict for every device pair.\n\n\
+                  Prints a matrix like `nvidia-smi topo -m` over the GPUs and the devices that \
+                  exchange data with them (NICs, RDMA NICs, NVMe, FPGAs), each GPU's CPU and NUMA \
+                  affinity, and a verdict per GPU pair: good, works-slower or \
+                  poor-or-unsupported. Run as root to see ACS state (it lives in config space)."
+)]
+pub struct Args {
+    /// Show every PCIe endpoint, not only GPUs and their peer devices
+    #[arg(long)]
+    all: bool,
 
-pub fn run(_args: Args) -> CmdResult {
-    Err("not implemented yet".into())
+    /// Explain the path between two devices hop by hop, with the verdict and its reasons.
+    /// A and B: an address (0000:17:00.0 or 17:00.0), a name (gpu0, mlx5_0, nvme0, eth0) or a
+    /// matrix label (GPU0, NIC1)
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    explain: Option<Vec<String>>,
+
+    /// Read this sysfs tree instead of /sys (a capture, or a test fixture)
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    sysfs: PathBuf,
+
+    /// Write JSON instead of text: {"devices":[..],"pairs":[..],..}, or one pair with its hops
+    /// together with --explain
+    #[arg(long)]
+    json: bool,
+
+    /// Copy the sysfs entries this command reads into DIR (absent or empty), to attach to a bug
+    /// report; read it back with --sysfs DIR
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["explain", "json", "all"])]
+    capture: Option<PathBuf>,
+}
+
+fn print_warnings(warnings: &[Warning]) {
+    for w in warnings {
+        eprintln!("gdr: warning: {w}");
+    }
+}
+
+pub fn run(args: Args) -> CmdResult {
+    if let Some(dest) = &args.capture {
+        let s = capture::capture(&args.sysfs, dest)?;
+        print_warnings(&s.warnings);
+        println!(
+            "captured {} files ({} bytes), {} links and {} directories from {} into {}",
+            s.files,
+            s.bytes,
+            s.links,
+            s.dirs,
+            args.sysfs.display(),
+            dest.display()
+        );
+        if s.serials_scrubbed > 0 {
+            println!(
+                "zeroed the device serial numbers in {} config files",
+                s.serials_scrubbed
+            );
+        }
+        println!(
+            "{} PCI functions, {} of them GPUs; read it back with: gdr topo --sysfs {}",
+            s.topology.devices().len(),
+            s.topology.gpus().len(),
+            dest.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let topo = Topology::read(&args.sysfs)?;
+    print_warnings(topo.warnings());
+
+    if let Some(pair) = &args.explain {
+        let (a, b) = match pair.as_slice() {
+            [a, b] => (topo.find(a)?.bdf, topo.find(b)?.bdf),
+            _ => return Err("--explain takes two devices".into()),
+        };
+        let path = topo.path(a, b)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&path)?);
+        } else {
+            print!("{}", render::explain(&topo, &path));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let shown = if args.all {
+        topo.endpoints()
+    } else {
+        topo.gpu_view()
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&topo.report(&shown))?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    print!("{}", render::matrix(&topo, &shown));
+    if shown.len() > 1 {
+        println!();
+        print!("{}", render::verdicts(&topo, &shown));
+    }
+    if topo.gpus().is_empty() {
+        println!("\nno NVIDIA GPU found under {}", args.sysfs.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
