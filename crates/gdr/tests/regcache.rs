@@ -194,8 +194,10 @@ impl Registrar for Mock {
     }
 }
 
+/// Three read replicas whatever the machine, so that keeping them in step is tested.
 fn cache(mock: &Mock, max_bytes: u64, max_entries: usize) -> RegCache<Mock> {
-    RegCache::new(mock.clone(), CacheConfig::new(max_bytes, max_entries)).unwrap()
+    let config = CacheConfig::new(max_bytes, max_entries).with_read_shards(3);
+    RegCache::new(mock.clone(), config).unwrap()
 }
 
 fn big(mock: &Mock) -> RegCache<Mock> {
@@ -301,7 +303,9 @@ fn another_page_size() {
     let mock = Mock::default();
     let c = RegCache::new(
         mock.clone(),
-        CacheConfig::new(u64::MAX, 8).with_page_size(4096),
+        CacheConfig::new(u64::MAX, 8)
+            .with_page_size(4096)
+            .with_read_shards(1),
     )
     .unwrap();
     let h = c.acquire(0x1234, 0x10).unwrap();
@@ -389,6 +393,31 @@ fn partial_overlap_registers_the_union() {
     finish(&mock, c);
 }
 
+/// Growing an entry into a union counts the bytes the replaced entry gives back: no needless
+/// eviction when the result fits.
+#[test]
+fn union_within_budget_evicts_nothing() {
+    let mock = Mock::default();
+    let c = cache(&mock, 3 * PAGE, 10);
+    drop(c.acquire(0, PAGE).unwrap());
+    drop(c.acquire(5 * PAGE, PAGE).unwrap());
+    drop(c.acquire(PAGE / 2, PAGE).unwrap());
+    let s = c.stats();
+    assert_eq!(
+        (s.evictions, s.entries, s.bytes_pinned),
+        (0, 2, 3 * PAGE),
+        "{s:?}"
+    );
+    // Held, the old entry does not give its bytes back: the other one must go.
+    let held = c.acquire(0, 1).unwrap();
+    drop(c.acquire(PAGE, 2 * PAGE).unwrap());
+    let s = c.stats();
+    assert_eq!((s.evictions, s.entries), (1, 1), "{s:?}");
+    assert_eq!(mock.deregisters(), vec![(0, PAGE), (5 * PAGE, PAGE)]);
+    drop(held);
+    finish(&mock, c);
+}
+
 #[test]
 fn union_refused_falls_back_to_the_request() {
     let mock = Mock::default();
@@ -450,8 +479,13 @@ fn count_budget_evicts_least_recently_used() {
     drop(c.acquire(7 * PAGE, 1).unwrap());
     assert_eq!(mock.deregisters(), vec![(PAGE, PAGE)]);
     assert_eq!(c.stats().entries, 3);
+    // Recency counts from the latest miss: page 0, used after it, outranks page 2 (the lower
+    // address, which would win a tie) and the new page 7.
+    drop(c.acquire(0, 1).unwrap());
     drop(c.acquire(8 * PAGE, 1).unwrap());
-    assert_eq!(mock.deregisters(), vec![(PAGE, PAGE), (0, PAGE)]);
+    assert_eq!(mock.deregisters(), vec![(PAGE, PAGE), (2 * PAGE, PAGE)]);
+    drop(c.acquire(9 * PAGE, 1).unwrap());
+    assert_eq!(mock.deregisters()[2], (7 * PAGE, PAGE));
     finish(&mock, c);
 }
 

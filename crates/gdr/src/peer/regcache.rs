@@ -43,15 +43,21 @@
 //!   but not cached (it may describe memory that was being freed).
 //!
 //! # Concurrency
-//! One `RwLock` over the map; hits take the read lock and touch only atomics (the LRU stamp,
-//! the hit counter, the entry's reference count). Misses take the write lock twice, briefly, and
-//! register with no lock held, so two threads missing on the same range may both register; the
-//! later one replaces the earlier entry (both registrations stay valid for their holders).
+//! The index is replicated: each read shard (by default one per CPU) holds its own copy of the
+//! map behind its own `RwLock`, and threads are dealt out to shards, so concurrent hits do not
+//! bounce one lock's cache line between cores. A hit takes its shard's read lock and touches only
+//! atomics (its shard's hit counter, the entry's reference count and LRU stamp). Writers
+//! (misses, evictions, invalidations) serialise on a mutex and update every replica with all
+//! shard locks held, so every reader sees either the old or the new entry set. A miss takes the
+//! writer locks twice, briefly, and registers with no lock held, so two threads missing on the
+//! same range may both register; the later one replaces the earlier entry (both registrations
+//! stay valid for their holders).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockWriteGuard};
 
 /// The GPU page: NVIDIA GPUs map memory into BAR1 in 64 KiB pages.
 pub const GPU_PAGE_SIZE: u64 = 1 << 16;
@@ -63,6 +69,9 @@ const MAX_TAGS: usize = 16;
 /// How many recent invalidations are remembered to decide whether a registration that raced with
 /// them may be cached. Past that many, a racing registration is simply not cached.
 const INVALIDATION_LOG: usize = 64;
+
+/// Most read replicas of the index.
+const MAX_READ_SHARDS: usize = 64;
 
 /// What the registrar knows about the allocation at an address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +128,10 @@ pub struct CacheConfig {
     pub max_entries: usize,
     /// Rounding granularity, a power of two; [`GPU_PAGE_SIZE`] unless changed.
     pub page_size: u64,
+    /// Read replicas of the index (0: one per CPU, at most 64). Threads are dealt out to them so
+    /// that concurrent hits do not contend on one lock; every miss, eviction and invalidation
+    /// updates all of them.
+    pub read_shards: usize,
 }
 
 impl CacheConfig {
@@ -128,12 +141,21 @@ impl CacheConfig {
             max_bytes,
             max_entries,
             page_size: GPU_PAGE_SIZE,
+            read_shards: 0,
         }
     }
 
     /// The same budgets with another rounding granularity (4 KiB for host memory, say).
     pub fn with_page_size(self, page_size: u64) -> Self {
         Self { page_size, ..self }
+    }
+
+    /// The same with `n` read replicas of the index (0: one per CPU).
+    pub fn with_read_shards(self, n: usize) -> Self {
+        Self {
+            read_shards: n,
+            ..self
+        }
     }
 }
 
@@ -217,7 +239,7 @@ struct Entry<R: Registrar> {
     reg: Option<R::Reg>,
     /// Allocation tags live in the range when it was registered (see the module docs).
     tags: Box<[u64]>,
-    /// LRU stamp: the number of lookups when it was last handed out.
+    /// LRU stamp (see `RegCache::hit`).
     last_used: AtomicU64,
     invalidated: AtomicBool,
     core: Arc<Core<R>>,
@@ -322,9 +344,35 @@ struct Slot<R: Registrar> {
     entry: Arc<Entry<R>>,
 }
 
-struct Inner<R: Registrar> {
-    /// Non-overlapping entries keyed by start.
-    map: BTreeMap<u64, Slot<R>>,
+/// Non-overlapping entries keyed by start.
+type Map<R> = BTreeMap<u64, Slot<R>>;
+
+fn covering<R: Registrar>(map: &Map<R>, start: u64, end: u64) -> Option<&Slot<R>> {
+    map.range(..=start)
+        .next_back()
+        .map(|(_, slot)| slot)
+        .filter(|slot| slot.end >= end)
+}
+
+/// One read replica of the index, on its own cache lines so that threads reading different
+/// replicas do not bounce a line between cores. Its hit counter lives with it for the same reason.
+#[repr(align(128))]
+struct Shard<R: Registrar> {
+    map: RwLock<Map<R>>,
+    hits: AtomicU64,
+}
+
+/// Which replica the calling thread reads: threads are dealt out round-robin.
+fn shard_index() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    INDEX.with(|i| *i)
+}
+
+/// What only writers touch; its mutex also serialises writers.
+struct Meta {
     bytes: u64,
     /// Count of invalidations so far.
     epoch: u64,
@@ -332,63 +380,90 @@ struct Inner<R: Registrar> {
     recent: VecDeque<(u64, u64, u64)>,
 }
 
-impl<R: Registrar> Inner<R> {
-    fn covering(&self, start: u64, end: u64) -> Option<&Slot<R>> {
-        self.map
-            .range(..=start)
-            .next_back()
-            .map(|(_, slot)| slot)
-            .filter(|slot| slot.end >= end)
+/// A writer's view: the writers' mutex and every replica write-locked (always in index order, and
+/// readers take one lock only, so this cannot deadlock). All replicas hold the same entries.
+struct Writer<'a, R: Registrar> {
+    meta: MutexGuard<'a, Meta>,
+    maps: Vec<RwLockWriteGuard<'a, Map<R>>>,
+}
+
+impl<R: Registrar> Writer<'_, R> {
+    fn map(&self) -> &Map<R> {
+        &self.maps[0]
+    }
+
+    /// Whether anything but the replicas holds the entry. Exact here: with every replica locked
+    /// no new reference can be made except from an existing handle, which already counts.
+    fn in_use(&self, entry: &Arc<Entry<R>>) -> bool {
+        Arc::strong_count(entry) > self.maps.len()
     }
 
     /// Keys of the entries overlapping `[start, end)`, in order.
     fn overlapping(&self, start: u64, end: u64) -> Vec<u64> {
+        let map = self.map();
         let mut keys = Vec::new();
-        if let Some((&key, slot)) = self.map.range(..start).next_back() {
+        if let Some((&key, slot)) = map.range(..start).next_back() {
             if slot.end > start {
                 keys.push(key);
             }
         }
-        keys.extend(self.map.range(start..end).map(|(&key, _)| key));
+        keys.extend(map.range(start..end).map(|(&key, _)| key));
         keys
     }
 
+    /// Takes an entry out of every replica. The replicas' references but one are dropped here,
+    /// which cannot deregister (the returned one is still alive); drop that one after unlocking.
     fn remove(&mut self, key: u64) -> Option<Arc<Entry<R>>> {
-        let slot = self.map.remove(&key)?;
-        self.bytes -= slot.entry.len;
+        let (first, rest) = self.maps.split_first_mut()?;
+        let slot = first.remove(&key)?;
+        for map in rest {
+            map.remove(&key);
+        }
+        self.meta.bytes -= slot.entry.len;
         Some(slot.entry)
+    }
+
+    fn insert(&mut self, entry: Arc<Entry<R>>) {
+        let (start, end) = (entry.start, entry.end());
+        self.meta.bytes += entry.len;
+        for map in &mut self.maps {
+            map.insert(
+                start,
+                Slot {
+                    end,
+                    entry: Arc::clone(&entry),
+                },
+            );
+        }
     }
 
     /// Whether an invalidation overlapping `[start, end)` happened after `epoch`.
     fn invalidated_since(&self, epoch: u64, start: u64, end: u64) -> bool {
-        if self.epoch == epoch {
+        if self.meta.epoch == epoch {
             return false;
         }
-        let oldest_logged = self.recent.front().map_or(u64::MAX, |&(e, _, _)| e);
+        let oldest_logged = self.meta.recent.front().map_or(u64::MAX, |&(e, _, _)| e);
         if oldest_logged > epoch + 1 {
             return true; // the log no longer reaches back that far
         }
-        self.recent
+        self.meta
+            .recent
             .iter()
             .any(|&(e, s, x)| e > epoch && s < end && start < x)
     }
 
     fn log_invalidation(&mut self, start: u64, end: u64) {
-        self.epoch += 1;
-        if self.recent.len() == INVALIDATION_LOG {
-            self.recent.pop_front();
+        self.meta.epoch += 1;
+        let epoch = self.meta.epoch;
+        if self.meta.recent.len() == INVALIDATION_LOG {
+            self.meta.recent.pop_front();
         }
-        self.recent.push_back((self.epoch, start, end));
+        self.meta.recent.push_back((epoch, start, end));
     }
 }
 
-/// Whether anything but the cache holds the entry. Only meaningful under the write lock: then no
-/// new reference can be made except from an existing handle, which already counts.
-fn in_use<R: Registrar>(entry: &Arc<Entry<R>>) -> bool {
-    Arc::strong_count(entry) > 1
-}
-
-/// Like [`in_use`], for a miss that itself holds one more reference on `stale`.
+/// Whether anything holds a removed entry besides the one reference of the remover and, for
+/// `stale`, the miss that rejected it.
 fn held_by_others<R: Registrar>(entry: &Arc<Entry<R>>, stale: Option<&Arc<Entry<R>>>) -> bool {
     let ours = 1 + usize::from(stale.is_some_and(|s| Arc::ptr_eq(s, entry)));
     Arc::strong_count(entry) > ours
@@ -396,10 +471,13 @@ fn held_by_others<R: Registrar>(entry: &Arc<Entry<R>>, stale: Option<&Arc<Entry<
 
 /// The registration cache; see the module documentation.
 pub struct RegCache<R: Registrar> {
-    inner: RwLock<Inner<R>>,
+    /// Read replicas of the index (see `CacheConfig::read_shards`).
+    shards: Box<[Shard<R>]>,
+    meta: Mutex<Meta>,
     core: Arc<Core<R>>,
     config: CacheConfig,
-    hits: AtomicU64,
+    /// LRU clock: advanced by 2 on every miss; hits stamp it plus one (see `hit`).
+    clock: AtomicU64,
     misses: AtomicU64,
     evictions: AtomicU64,
     invalidations: AtomicU64,
@@ -422,9 +500,20 @@ impl<R: Registrar> RegCache<R> {
         if !config.page_size.is_power_of_two() {
             return Err(ConfigError::PageSize(config.page_size));
         }
+        let shards = match config.read_shards {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+        .min(MAX_READ_SHARDS);
+        let shards = (0..shards)
+            .map(|_| Shard {
+                map: RwLock::new(BTreeMap::new()),
+                hits: AtomicU64::new(0),
+            })
+            .collect();
         Ok(Self {
-            inner: RwLock::new(Inner {
-                map: BTreeMap::new(),
+            shards,
+            meta: Mutex::new(Meta {
                 bytes: 0,
                 epoch: 0,
                 recent: VecDeque::with_capacity(INVALIDATION_LOG),
@@ -435,7 +524,7 @@ impl<R: Registrar> RegCache<R> {
                 live_bytes: AtomicU64::new(0),
             }),
             config,
-            hits: AtomicU64::new(0),
+            clock: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
@@ -460,8 +549,9 @@ impl<R: Registrar> RegCache<R> {
     /// allocator calling [`invalidate`](Self::invalidate)).
     pub fn acquire(&self, addr: u64, len: u64) -> Result<RegHandle<R>, CacheError<R::Error>> {
         let (start, end) = self.round(addr, len)?;
-        if let Some(entry) = self.lookup(start, end) {
-            return Ok(self.hit(entry, addr, len));
+        let shard = self.shard();
+        if let Some(entry) = Self::lookup(shard, start, end) {
+            return Ok(self.hit(shard, entry, addr, len));
         }
         self.miss(addr, len, start, end, false, None, None)
     }
@@ -475,7 +565,8 @@ impl<R: Registrar> RegCache<R> {
         len: u64,
     ) -> Result<RegHandle<R>, CacheError<R::Error>> {
         let (start, end) = self.round(addr, len)?;
-        let Some(entry) = self.lookup(start, end) else {
+        let shard = self.shard();
+        let Some(entry) = Self::lookup(shard, start, end) else {
             return self.miss(addr, len, start, end, true, None, None);
         };
         match self.core.registrar.tag(addr) {
@@ -484,8 +575,8 @@ impl<R: Registrar> RegCache<R> {
                 self.retire(&entry);
                 Err(CacheError::Freed { addr })
             }
-            Ok(Tag::Untracked) => Ok(self.hit(entry, addr, len)),
-            Ok(Tag::Id(id)) if entry.tags.contains(&id) => Ok(self.hit(entry, addr, len)),
+            Ok(Tag::Untracked) => Ok(self.hit(shard, entry, addr, len)),
+            Ok(Tag::Id(id)) if entry.tags.contains(&id) => Ok(self.hit(shard, entry, addr, len)),
             Ok(Tag::Id(id)) => self.miss(addr, len, start, end, true, Some(id), Some(entry)),
         }
     }
@@ -499,10 +590,10 @@ impl<R: Registrar> RegCache<R> {
         let end = start.saturating_add(len);
         let mut gone = Vec::new();
         {
-            let mut inner = self.write();
-            inner.log_invalidation(start, end);
-            for key in inner.overlapping(start, end) {
-                if let Some(entry) = inner.remove(key) {
+            let mut w = self.writer();
+            w.log_invalidation(start, end);
+            for key in w.overlapping(start, end) {
+                if let Some(entry) = w.remove(key) {
                     entry.invalidated.store(true, Ordering::Release);
                     gone.push(entry);
                 }
@@ -517,15 +608,15 @@ impl<R: Registrar> RegCache<R> {
     pub fn evict_unused(&self) -> usize {
         let mut gone = Vec::new();
         {
-            let mut inner = self.write();
-            let keys: Vec<u64> = inner
-                .map
+            let mut w = self.writer();
+            let keys: Vec<u64> = w
+                .map()
                 .iter()
-                .filter(|(_, slot)| !in_use(&slot.entry))
+                .filter(|(_, slot)| !w.in_use(&slot.entry))
                 .map(|(&key, _)| key)
                 .collect();
             for key in keys {
-                gone.extend(inner.remove(key));
+                gone.extend(w.remove(key));
             }
         }
         self.evictions
@@ -536,11 +627,19 @@ impl<R: Registrar> RegCache<R> {
     /// A snapshot of the counters.
     pub fn stats(&self) -> CacheStats {
         let (entries, bytes_cached) = {
-            let inner = self.read();
-            (inner.map.len() as u64, inner.bytes)
+            let meta = self.meta.lock().unwrap_or_else(PoisonError::into_inner);
+            let map = self.shards[0]
+                .map
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            (map.len() as u64, meta.bytes)
         };
         CacheStats {
-            hits: self.hits.load(Ordering::Relaxed),
+            hits: self
+                .shards
+                .iter()
+                .map(|s| s.hits.load(Ordering::Relaxed))
+                .sum(),
             misses: self.misses.load(Ordering::Relaxed),
             evictions: self.evictions.load(Ordering::Relaxed),
             invalidations: self.invalidations.load(Ordering::Relaxed),
@@ -554,13 +653,20 @@ impl<R: Registrar> RegCache<R> {
         }
     }
 
-    fn read(&self) -> RwLockReadGuard<'_, Inner<R>> {
-        // The map is consistent between statements; a panic elsewhere does not corrupt it.
-        self.inner.read().unwrap_or_else(PoisonError::into_inner)
+    fn shard(&self) -> &Shard<R> {
+        &self.shards[shard_index() % self.shards.len()]
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, Inner<R>> {
-        self.inner.write().unwrap_or_else(PoisonError::into_inner)
+    fn writer(&self) -> Writer<'_, R> {
+        // Maps and meta are consistent between statements; a panic elsewhere (in a registrar
+        // callback on another thread, say) leaves nothing half-done, so poisoning is ignored.
+        let meta = self.meta.lock().unwrap_or_else(PoisonError::into_inner);
+        let maps = self
+            .shards
+            .iter()
+            .map(|s| s.map.write().unwrap_or_else(PoisonError::into_inner))
+            .collect();
+        Writer { meta, maps }
     }
 
     fn round(&self, addr: u64, len: u64) -> Result<(u64, u64), CacheError<R::Error>> {
@@ -575,33 +681,35 @@ impl<R: Registrar> RegCache<R> {
         Ok((addr & !mask, end & !mask))
     }
 
-    fn lookup(&self, start: u64, end: u64) -> Option<Arc<Entry<R>>> {
-        let inner = self.read();
-        inner
-            .covering(start, end)
-            .map(|slot| Arc::clone(&slot.entry))
+    fn lookup(shard: &Shard<R>, start: u64, end: u64) -> Option<Arc<Entry<R>>> {
+        let map = shard.map.read().unwrap_or_else(PoisonError::into_inner);
+        covering(&map, start, end).map(|slot| Arc::clone(&slot.entry))
     }
 
-    fn hit(&self, entry: Arc<Entry<R>>, addr: u64, size: u64) -> RegHandle<R> {
-        // LRU clock: the number of lookups so far. Misses are rare, so loading their counter
-        // costs a shared read, not a cache-line transfer.
-        let stamp =
-            self.hits.fetch_add(1, Ordering::Relaxed) + 1 + self.misses.load(Ordering::Relaxed);
-        entry.last_used.store(stamp, Ordering::Relaxed);
+    fn hit(&self, shard: &Shard<R>, entry: Arc<Entry<R>>, addr: u64, size: u64) -> RegHandle<R> {
+        shard.hits.fetch_add(1, Ordering::Relaxed);
+        // LRU granularity is one miss: entries hit since the latest miss rank after the entry that
+        // miss created (odd stamp above its even one) and tie among themselves. Evictions only
+        // happen at misses, so finer order would buy little, and reading a clock that only misses
+        // write keeps the line shared between cores.
+        let stamp = self.clock.load(Ordering::Relaxed) + 1;
+        if entry.last_used.load(Ordering::Relaxed) != stamp {
+            entry.last_used.store(stamp, Ordering::Relaxed);
+        }
         RegHandle { entry, addr, size }
     }
 
-    /// Takes `entry` out of the map (if it is still there) because its memory was freed.
+    /// Takes `entry` out of the cache (if it is still there) because its memory was freed.
     fn retire(&self, entry: &Arc<Entry<R>>) {
         let gone = {
-            let mut inner = self.write();
-            let present = inner
-                .map
+            let mut w = self.writer();
+            let present = w
+                .map()
                 .get(&entry.start)
                 .is_some_and(|slot| Arc::ptr_eq(&slot.entry, entry));
-            inner.log_invalidation(entry.start, entry.end());
+            w.log_invalidation(entry.start, entry.end());
             if present {
-                inner.remove(entry.start)
+                w.remove(entry.start)
             } else {
                 None
             }
@@ -642,29 +750,29 @@ impl<R: Registrar> RegCache<R> {
 
         let mut doomed = Vec::new();
         let plan = {
-            let mut inner = self.write();
-            if let Some(slot) = inner.covering(start, end) {
+            let mut w = self.writer();
+            if let Some(slot) = covering(w.map(), start, end) {
                 // Another thread registered it meanwhile.
                 let is_stale = stale.as_ref().is_some_and(|s| Arc::ptr_eq(s, &slot.entry));
                 let valid =
                     !checked || untracked || tag.is_some_and(|t| slot.entry.tags.contains(&t));
                 if !is_stale && valid {
                     let entry = Arc::clone(&slot.entry);
-                    drop(inner);
-                    return Ok(self.hit(entry, addr, len));
+                    drop(w);
+                    return Ok(self.hit(self.shard(), entry, addr, len));
                 }
             }
             self.misses.fetch_add(1, Ordering::Relaxed);
-            let overlapped = inner.overlapping(start, end);
+            let overlapped = w.overlapping(start, end);
             let mut plan = Plan {
                 start,
                 end,
                 tags: tag.into_iter().collect(),
-                epoch: inner.epoch,
+                epoch: w.meta.epoch,
             };
             let mut leaving_bytes = 0;
             for &key in &overlapped {
-                let slot = &inner.map[&key];
+                let slot = &w.map()[&key];
                 plan.start = plan.start.min(key);
                 plan.end = plan.end.max(slot.end);
                 for &t in slot.entry.tags.iter() {
@@ -672,13 +780,15 @@ impl<R: Registrar> RegCache<R> {
                         plan.tags.push(t);
                     }
                 }
-                if !held_by_others(&slot.entry, stale.as_ref()) {
+                let ours = w.maps.len()
+                    + usize::from(stale.as_ref().is_some_and(|s| Arc::ptr_eq(s, &slot.entry)));
+                if Arc::strong_count(&slot.entry) == ours {
                     leaving_bytes += slot.entry.len;
                 }
             }
-            let entries_after = inner.map.len() - overlapped.len() + 1;
+            let entries_after = w.map().len() - overlapped.len() + 1;
             self.make_room(
-                &mut inner,
+                &mut w,
                 &mut doomed,
                 plan.end - plan.start,
                 leaving_bytes,
@@ -704,9 +814,7 @@ impl<R: Registrar> RegCache<R> {
             len: len_reg,
             reg: Some(reg),
             tags: plan.tags.into_boxed_slice(),
-            last_used: AtomicU64::new(
-                self.hits.load(Ordering::Relaxed) + self.misses.load(Ordering::Relaxed),
-            ),
+            last_used: AtomicU64::new(self.clock.fetch_add(2, Ordering::Relaxed) + 2),
             invalidated: AtomicBool::new(false),
             core: Arc::clone(&self.core),
         });
@@ -719,11 +827,11 @@ impl<R: Registrar> RegCache<R> {
         let mut doomed = Vec::new();
         let mut cached = false;
         if len_reg <= self.config.max_bytes && self.config.max_entries > 0 {
-            let mut inner = self.write();
-            if !inner.invalidated_since(plan.epoch, start, end) {
+            let mut w = self.writer();
+            if !w.invalidated_since(plan.epoch, start, end) {
                 let mut stale_gone = 0;
-                for key in inner.overlapping(start, end) {
-                    if let Some(old) = inner.remove(key) {
+                for key in w.overlapping(start, end) {
+                    if let Some(old) = w.remove(key) {
                         // The entry a checked lookup rejected may describe freed memory.
                         if stale.as_ref().is_some_and(|s| Arc::ptr_eq(s, &old)) {
                             old.invalidated.store(true, Ordering::Release);
@@ -733,16 +841,14 @@ impl<R: Registrar> RegCache<R> {
                     }
                 }
                 self.invalidations.fetch_add(stale_gone, Ordering::Relaxed);
-                inner.map.insert(start, Slot { end, entry });
-                inner.bytes += len_reg;
-                // `doomed` holds one reference of its own, as the map did.
+                w.insert(entry);
                 let leaving = doomed
                     .iter()
                     .filter(|e| !held_by_others(e, stale.as_ref()))
                     .map(|e| e.len)
                     .sum();
-                let entries_after = inner.map.len();
-                self.make_room(&mut inner, &mut doomed, 0, leaving, entries_after, &[start]);
+                let entries_after = w.map().len();
+                self.make_room(&mut w, &mut doomed, 0, leaving, entries_after, &[start]);
                 cached = true;
             }
         }
@@ -781,10 +887,10 @@ impl<R: Registrar> RegCache<R> {
     /// Evicts least recently used unused entries (never those in `keep`) until `incoming` more
     /// bytes fit the byte budget, given that `leaving` bytes are about to be deregistered, and
     /// until at most `entries_after` minus evictions fit the entry budget. Evicted entries go to
-    /// `doomed`, to be dropped once the lock is released.
+    /// `doomed`, to be dropped once the locks are released.
     fn make_room(
         &self,
-        inner: &mut Inner<R>,
+        w: &mut Writer<'_, R>,
         doomed: &mut Vec<Arc<Entry<R>>>,
         incoming: u64,
         leaving: u64,
@@ -799,21 +905,21 @@ impl<R: Registrar> RegCache<R> {
         if !over(bytes, entries_after) {
             return;
         }
-        // Oldest first. Sorting all unused entries is O(n log n), paid only on misses that
-        // need room, next to a registration that costs far more.
-        let mut candidates: Vec<(u64, u64)> = inner
-            .map
+        // Oldest first, ties by address: a heap of the unused entries costs O(n) to build and
+        // O(log n) per eviction (usually one), paid only on misses that need room, next to a
+        // registration that costs far more.
+        let mut candidates: BinaryHeap<Reverse<(u64, u64)>> = w
+            .map()
             .iter()
-            .filter(|(key, slot)| !keep.contains(key) && !in_use(&slot.entry))
-            .map(|(&key, slot)| (slot.entry.last_used.load(Ordering::Relaxed), key))
+            .filter(|(key, slot)| !keep.contains(key) && !w.in_use(&slot.entry))
+            .map(|(&key, slot)| Reverse((slot.entry.last_used.load(Ordering::Relaxed), key)))
             .collect();
-        candidates.sort_unstable();
         let mut evicted = 0;
-        for (_, key) in candidates {
+        while let Some(Reverse((_, key))) = candidates.pop() {
             if !over(bytes, entries_after) {
                 break;
             }
-            if let Some(entry) = inner.remove(key) {
+            if let Some(entry) = w.remove(key) {
                 bytes = bytes.saturating_sub(entry.len);
                 entries_after = entries_after.saturating_sub(1);
                 doomed.push(entry);
