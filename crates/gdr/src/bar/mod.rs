@@ -6,6 +6,7 @@
 //! stream-load routines of [`crate::copy`]), and the buffer keeps its block — the mapping and
 //! the memory behind it — alive, so no mapping can outlive its memory.
 
+pub mod gdrdrv;
 mod range_alloc;
 pub mod vulkan;
 
