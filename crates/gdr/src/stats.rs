@@ -77,6 +77,48 @@ pub fn time_per_call_us<E>(
     Ok(Summary::of(&mut out))
 }
 
+/// An operation to time: returns an error to abort the measurement.
+pub type Op<'a, E> = Box<dyn FnMut() -> Result<(), E> + 'a>;
+
+/// Times several operations interleaved: every round runs each operation once as a batch, so
+/// drift on a shared machine (other tenants, clocks, PCIe traffic) hits all of them alike and
+/// their ratios stay fair. Batch lengths are chosen per operation as in [`time_per_call_us`].
+/// Returns per-call microseconds for each operation, in order.
+pub fn time_interleaved_us<E>(
+    ops: &mut [Op<'_, E>],
+    samples: usize,
+    min_batch: Duration,
+    budget: Duration,
+) -> Result<Vec<Summary>, E> {
+    let mut batches = Vec::with_capacity(ops.len());
+    for op in ops.iter_mut() {
+        let mut batch = 1usize;
+        loop {
+            let t = Instant::now();
+            for _ in 0..batch {
+                op()?;
+            }
+            if t.elapsed() >= min_batch || batch >= 1 << 20 {
+                break;
+            }
+            batch *= 2;
+        }
+        batches.push(batch);
+    }
+    let start = Instant::now();
+    let mut out: Vec<Vec<f64>> = vec![Vec::with_capacity(samples); ops.len()];
+    while out[0].len() < samples && (out[0].len() < 3 || start.elapsed() < budget) {
+        for (i, op) in ops.iter_mut().enumerate() {
+            let t = Instant::now();
+            for _ in 0..batches[i] {
+                op()?;
+            }
+            out[i].push(t.elapsed().as_secs_f64() * 1e6 / batches[i] as f64);
+        }
+    }
+    Ok(out.iter_mut().map(|v| Summary::of(v)).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,6 +134,30 @@ mod tests {
         assert_eq!(s.p99, 990.0);
         assert!((s.mean - 500.5).abs() < 1e-9);
         assert!(Summary::of(&mut []).median.is_nan());
+    }
+
+    #[test]
+    fn interleaved_timing_keeps_order_and_ratio() {
+        let mut ops: Vec<Op<'_, ()>> = vec![
+            Box::new(|| {
+                std::thread::sleep(Duration::from_micros(400));
+                Ok(())
+            }),
+            Box::new(|| {
+                std::thread::sleep(Duration::from_micros(100));
+                Ok(())
+            }),
+        ];
+        let s = time_interleaved_us(
+            &mut ops,
+            5,
+            Duration::from_micros(50),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        assert_eq!(s.len(), 2);
+        assert!(s[0].median > s[1].median, "{s:?}");
+        assert!(s[1].median >= 100.0);
     }
 
     #[test]

@@ -3,12 +3,11 @@
 
 use super::copylat::copier;
 use super::gpu::{self, GpuArg};
-use super::measure::{dir_name, time, Timed};
+use super::measure::{dir_name, time_all, Timed};
 use super::plot::{write_svg, Series};
 use super::table::{parse_size, size as hsize, Table};
 use super::CmdResult;
 use gdr::copy::auto::{Direction, Path};
-use rand::RngCore;
 use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -65,8 +64,6 @@ pub fn run(args: Args) -> CmdResult {
     let auto = copier(&be, args.recalibrate, args.json)?;
     let max = *args.sizes.iter().max().expect("checked non-empty");
     let buf = be.alloc(max, 4096)?;
-    let mut host = vec![0u8; max];
-    rand::thread_rng().fill_bytes(&mut host);
     let budget = Duration::from_millis(args.budget_ms);
     let mut rows = Vec::new();
     for dir in [Direction::ToGpu, Direction::FromGpu] {
@@ -74,24 +71,23 @@ pub fn run(args: Args) -> CmdResult {
             if !args.json {
                 eprint!("\r{} {:>6}   ", dir_name(dir), hsize(size));
             }
-            let h = &mut host[..size];
-            let mut mapping = Vec::new();
-            for &t in &args.threads {
-                let s = time(
-                    Timed::Path(Path::Mapping { threads: t }),
-                    dir,
-                    &buf,
-                    h,
-                    &auto,
-                    budget,
-                )?;
-                mapping.push((t, gbps(size, s.median)));
-            }
-            let ce = gbps(
-                size,
-                time(Timed::Path(Path::CopyEngine), dir, &buf, h, &auto, budget)?.median,
-            );
-            let a = gbps(size, time(Timed::Auto, dir, &buf, h, &auto, budget)?.median);
+            let mut what: Vec<Timed> = args
+                .threads
+                .iter()
+                .map(|&t| Timed::Path(Path::Mapping { threads: t }))
+                .collect();
+            what.push(Timed::Path(Path::CopyEngine));
+            what.push(Timed::Auto);
+            let s = time_all(&what, dir, &buf, size, &auto, budget)?;
+            let n = args.threads.len();
+            let mapping: Vec<(usize, f64)> = args
+                .threads
+                .iter()
+                .zip(&s)
+                .map(|(&t, s)| (t, gbps(size, s.median)))
+                .collect();
+            let ce = gbps(size, s[n].median);
+            let a = gbps(size, s[n + 1].median);
             let best = mapping.iter().map(|m| m.1).fold(ce, f64::max);
             rows.push(Row {
                 direction: dir_name(dir),

@@ -2,12 +2,11 @@
 //! copier.
 
 use super::gpu::{self, GpuArg};
-use super::measure::{dir_name, time, Timed};
+use super::measure::{dir_name, time_all, Timed};
 use super::plot::{write_svg, Series};
 use super::table::{parse_size, size as hsize, Table};
 use super::CmdResult;
 use gdr::copy::auto::{AutoCopier, Direction, Path};
-use rand::RngCore;
 use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -95,8 +94,6 @@ pub fn measure(
 ) -> Result<Vec<Row>, Box<dyn std::error::Error + Send + Sync>> {
     let max = *sizes.iter().max().unwrap_or(&1);
     let buf = be.alloc(max, 4096)?;
-    let mut host = vec![0u8; max];
-    rand::thread_rng().fill_bytes(&mut host);
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(8);
@@ -106,37 +103,35 @@ pub fn measure(
             if progress {
                 eprint!("\r{} {:>6}   ", dir_name(dir), hsize(size));
             }
-            let h = &mut host[..size];
-            let map = time(
+            // Order: mapping, plain cuMemcpy, auto, then the other candidates for "best".
+            let mut what = vec![
                 Timed::Path(Path::Mapping { threads: 1 }),
-                dir,
-                &buf,
-                h,
-                auto,
-                budget,
-            )?;
-            let plain = time(Timed::PlainCuMemcpy, dir, &buf, h, auto, budget)?;
-            let mut best = (Path::Mapping { threads: 1 }, map.median);
-            let ce = time(Timed::Path(Path::CopyEngine), dir, &buf, h, auto, budget)?;
-            if ce.median < best.1 {
-                best = (Path::CopyEngine, ce.median);
-            }
+                Timed::PlainCuMemcpy,
+                Timed::Auto,
+                Timed::Path(Path::CopyEngine),
+            ];
             if size >= 16 << 10 {
-                for t in [2, 4, 8].into_iter().filter(|&t| t <= threads) {
-                    let m = time(
-                        Timed::Path(Path::Mapping { threads: t }),
-                        dir,
-                        &buf,
-                        h,
-                        auto,
-                        budget,
-                    )?;
-                    if m.median < best.1 {
-                        best = (Path::Mapping { threads: t }, m.median);
-                    }
-                }
+                what.extend(
+                    [2, 4, 8]
+                        .into_iter()
+                        .filter(|&t| t <= threads)
+                        .map(|t| Timed::Path(Path::Mapping { threads: t })),
+                );
             }
-            let a = time(Timed::Auto, dir, &buf, h, auto, budget)?;
+            let s = time_all(&what, dir, &buf, size, auto, budget)?;
+            let (map, plain, a) = (s[0], s[1], s[2]);
+            let (best_i, best) = what
+                .iter()
+                .zip(&s)
+                .enumerate()
+                .filter(|(_, (w, _))| matches!(w, Timed::Path(_)))
+                .map(|(i, (_, s))| (i, s.median))
+                .min_by(|x, y| x.1.total_cmp(&y.1))
+                .expect("paths measured");
+            let best_path = match what[best_i] {
+                Timed::Path(p) => p,
+                _ => unreachable!("filtered to paths"),
+            };
             rows.push(Row {
                 direction: dir_name(dir),
                 size,
@@ -147,9 +142,9 @@ pub fn measure(
                 speedup: plain.median / map.median,
                 auto_median_us: a.median,
                 auto_path: auto.path_for(dir, size).to_string(),
-                best_path: best.0.to_string(),
-                best_median_us: best.1,
-                auto_vs_best: best.1 / a.median,
+                best_path: best_path.to_string(),
+                best_median_us: best,
+                auto_vs_best: best / a.median,
             });
         }
     }

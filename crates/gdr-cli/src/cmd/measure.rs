@@ -3,7 +3,8 @@
 use gdr::bar::{BarError, MappedBuffer};
 use gdr::copy::auto::{read_on, write_on, AutoCopier, Direction, Path};
 use gdr::cuda;
-use gdr::stats::{time_per_call_us, Summary};
+use gdr::stats::{time_interleaved_us, Op, Summary};
+use rand::RngCore;
 use std::time::Duration;
 
 /// What is timed.
@@ -17,29 +18,44 @@ pub enum Timed {
     Auto,
 }
 
-/// Times `what` copying `len` bytes in `dir` (fresh data put in `host` by the caller).
-pub fn time(
-    what: Timed,
+/// Times each of `what` copying `size` bytes in `dir`, interleaved round by round so that
+/// drift on the machine affects every path alike. Each gets its own host buffer of fresh
+/// random data.
+pub fn time_all(
+    what: &[Timed],
     dir: Direction,
     buf: &MappedBuffer,
-    host: &mut [u8],
+    size: usize,
     auto: &AutoCopier,
     budget: Duration,
-) -> Result<Summary, BarError> {
-    let samples = 201;
-    let min_batch = Duration::from_micros(20);
-    time_per_call_us(
-        || match (what, dir) {
-            (Timed::Path(p), Direction::ToGpu) => write_on(p, buf, 0, host),
-            (Timed::Path(p), Direction::FromGpu) => read_on(p, buf, 0, host),
-            (Timed::PlainCuMemcpy, Direction::ToGpu) => Ok(cuda::memcpy_htod(buf, 0, host)?),
-            (Timed::PlainCuMemcpy, Direction::FromGpu) => Ok(cuda::memcpy_dtoh(host, buf, 0)?),
-            (Timed::Auto, Direction::ToGpu) => auto.write(buf, 0, host),
-            (Timed::Auto, Direction::FromGpu) => auto.read(buf, 0, host),
-        },
-        samples,
-        min_batch,
-        budget,
+) -> Result<Vec<Summary>, BarError> {
+    let mut hosts: Vec<Vec<u8>> = what
+        .iter()
+        .map(|_| {
+            let mut v = vec![0u8; size];
+            rand::thread_rng().fill_bytes(&mut v);
+            v
+        })
+        .collect();
+    let mut ops: Vec<Op<'_, BarError>> = what
+        .iter()
+        .zip(hosts.iter_mut())
+        .map(|(&w, host)| -> Op<'_, BarError> {
+            Box::new(move || match (w, dir) {
+                (Timed::Path(p), Direction::ToGpu) => write_on(p, buf, 0, host),
+                (Timed::Path(p), Direction::FromGpu) => read_on(p, buf, 0, host),
+                (Timed::PlainCuMemcpy, Direction::ToGpu) => Ok(cuda::memcpy_htod(buf, 0, host)?),
+                (Timed::PlainCuMemcpy, Direction::FromGpu) => Ok(cuda::memcpy_dtoh(host, buf, 0)?),
+                (Timed::Auto, Direction::ToGpu) => auto.write(buf, 0, host),
+                (Timed::Auto, Direction::FromGpu) => auto.read(buf, 0, host),
+            })
+        })
+        .collect();
+    time_interleaved_us(
+        &mut ops,
+        201,
+        Duration::from_micros(20),
+        budget * what.len() as u32,
     )
 }
 

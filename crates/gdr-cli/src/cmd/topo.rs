@@ -47,6 +47,21 @@ fn print_warnings(warnings: &[Warning]) {
     }
 }
 
+/// NVLink counts between GPUs come from NVML (sysfs does not show them). Only for the live
+/// system: a capture has no NVML behind it. Without NVML the matrix is PCIe-only.
+fn add_nvlinks(topo: &mut Topology) {
+    let Ok(links) = gdr::nvml::nvlinks() else {
+        return;
+    };
+    let parsed: Vec<_> = links
+        .iter()
+        .filter_map(|(a, b, n)| Some((a.parse().ok()?, b.parse().ok()?, *n)))
+        .collect();
+    if let Err(e) = topo.set_nvlinks(&parsed) {
+        eprintln!("gdr: warning: NVLink information from NVML not used: {e}");
+    }
+}
+
 pub fn run(args: Args) -> CmdResult {
     if let Some(dest) = &args.capture {
         let s = capture::capture(&args.sysfs, dest)?;
@@ -75,8 +90,11 @@ pub fn run(args: Args) -> CmdResult {
         return Ok(ExitCode::SUCCESS);
     }
 
-    let topo = Topology::read(&args.sysfs)?;
+    let mut topo = Topology::read(&args.sysfs)?;
     print_warnings(topo.warnings());
+    if args.sysfs == std::path::Path::new("/sys") {
+        add_nvlinks(&mut topo);
+    }
 
     if let Some(pair) = &args.explain {
         let (a, b) = match pair.as_slice() {

@@ -149,7 +149,6 @@ pub fn calibrate(be: &VulkanBackend, opts: &CalibrateOptions) -> Result<Calibrat
         .next_power_of_two()
         .min(1 << (CLASSES - 1));
     let buf = be.alloc(max, 4096)?;
-    let mut host = vec![0x5Au8; max];
     let mut paths = vec![Path::Mapping { threads: 1 }];
     paths.extend(
         opts.threads
@@ -161,12 +160,11 @@ pub fn calibrate(be: &VulkanBackend, opts: &CalibrateOptions) -> Result<Calibrat
     let mut points = Vec::new();
     let mut decide = |dir: Direction| -> Result<Vec<Path>, BarError> {
         let mut best_per_class = Vec::with_capacity(CLASSES);
-        // A path that lost by more than 4x at two sizes in a row, by a growing margin, is not
-        // measured at larger sizes: it is falling further behind (BAR reads against the copy
-        // engine). A path whose margin shrinks (the copy engine's fixed cost against small
-        // copies) keeps being measured.
+        // A mapping path that lost by more than 4x at two sizes in a row is not measured at
+        // larger sizes: its time grows with the size at a fixed bandwidth (BAR reads), so it
+        // only falls further behind. The copy engine is always measured: its fixed cost loses
+        // at small sizes and wins at large ones.
         let mut losing: Vec<u8> = vec![0; paths.len()];
-        let mut last_ratio: Vec<f64> = vec![0.0; paths.len()];
         for k in 0..CLASSES {
             let size = 1usize << k;
             if size > max {
@@ -174,22 +172,38 @@ pub fn calibrate(be: &VulkanBackend, opts: &CalibrateOptions) -> Result<Calibrat
                 best_per_class.push(last);
                 continue;
             }
+            let measured: Vec<(usize, Path)> = paths
+                .iter()
+                .copied()
+                .enumerate()
+                .filter(|&(i, p)| {
+                    losing[i] < 2
+                        && !(matches!(p, Path::Mapping { threads } if threads > 1)
+                            && size < 16 << 10)
+                })
+                .collect();
+            // Each path gets its own host buffer so the parallel ones can run interleaved.
+            let mut hosts: Vec<Vec<u8>> = measured.iter().map(|_| vec![0x5Au8; size]).collect();
+            let buf = &buf;
+            let mut ops: Vec<stats::Op<'_, BarError>> = measured
+                .iter()
+                .zip(hosts.iter_mut())
+                .map(|(&(_, p), h)| -> stats::Op<'_, BarError> {
+                    Box::new(move || match dir {
+                        Direction::ToGpu => write_on(p, buf, 0, h),
+                        Direction::FromGpu => read_on(p, buf, 0, h),
+                    })
+                })
+                .collect();
+            let sums = stats::time_interleaved_us(
+                &mut ops,
+                15,
+                Duration::from_micros(20),
+                opts.budget_per_point * measured.len() as u32,
+            )?;
+            drop(ops);
             let mut results = Vec::new();
-            for (i, &p) in paths.iter().enumerate() {
-                if losing[i] >= 2
-                    || (matches!(p, Path::Mapping { threads } if threads > 1) && size < 16 << 10)
-                {
-                    continue;
-                }
-                let s = stats::time_per_call_us(
-                    || match dir {
-                        Direction::ToGpu => write_on(p, &buf, 0, &host[..size]),
-                        Direction::FromGpu => read_on(p, &buf, 0, &mut host[..size]),
-                    },
-                    15,
-                    Duration::from_micros(20),
-                    opts.budget_per_point,
-                )?;
+            for (&(i, p), s) in measured.iter().zip(&sums) {
                 points.push(Point {
                     direction: dir,
                     size,
@@ -199,14 +213,13 @@ pub fn calibrate(be: &VulkanBackend, opts: &CalibrateOptions) -> Result<Calibrat
                 results.push((i, p, s.median));
             }
             let best = results.iter().map(|r| r.2).fold(f64::INFINITY, f64::min);
-            for &(i, _, t) in &results {
+            for &(i, p, t) in &results {
                 let ratio = t / best;
-                losing[i] = if ratio > 4.0 && ratio >= last_ratio[i] {
+                losing[i] = if ratio > 4.0 && p != Path::CopyEngine {
                     losing[i] + 1
                 } else {
                     0
                 };
-                last_ratio[i] = ratio;
             }
             let (_, p, _) = results
                 .iter()
