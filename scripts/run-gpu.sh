@@ -12,6 +12,7 @@ fi
 icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 [ -f "$icd" ] && export VK_DRIVER_FILES=${VK_DRIVER_FILES:-$icd}
 export GDR_REQUIRE_GPU=1
+export GDR_TOPO_FIXTURES="$here/fixtures/topo"
 pass=0; fail=0
 for t in "$here"/tests/*; do
   n=$(basename "$t")

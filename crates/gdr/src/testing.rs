@@ -30,3 +30,13 @@ pub fn skip_or_fail<T>(name: &str, why: &str) -> Option<T> {
     println!("{name}: skipped: no GPU ({why})");
     None
 }
+
+/// The topology fixtures: `$GDR_TOPO_FIXTURES` (set by the bundle runner, which carries them),
+/// else the source tree's `crates/gdr/tests/fixtures/topo`.
+pub fn topo_fixtures() -> std::path::PathBuf {
+    std::env::var_os("GDR_TOPO_FIXTURES")
+        .map(Into::into)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/topo")
+        })
+}

@@ -6,7 +6,7 @@ use gdr::topo::{TopoError, Topology};
 use std::path::{Path, PathBuf};
 
 fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/topo")
+    gdr::testing::topo_fixtures()
 }
 
 fn scratch(name: &str) -> PathBuf {

@@ -19,7 +19,7 @@ const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 
 fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/topo")
+    gdr::testing::topo_fixtures()
 }
 
 fn fixture(name: &str) -> Topology {

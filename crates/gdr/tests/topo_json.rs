@@ -2,7 +2,6 @@
 
 use gdr::topo::{Bdf, Topology};
 use serde_json::Value;
-use std::path::Path;
 
 const CLASSES: &[&str] = &[
     "gpu",
@@ -41,7 +40,7 @@ fn check_device(d: &Value) {
 
 #[test]
 fn json_has_the_documented_shape_on_every_fixture() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/topo");
+    let dir = gdr::testing::topo_fixtures();
     for entry in std::fs::read_dir(dir).unwrap() {
         let root = entry.unwrap().path();
         let mut topo = Topology::read(&root).unwrap();
@@ -96,7 +95,7 @@ fn json_has_the_documented_shape_on_every_fixture() {
 
 #[test]
 fn explained_path_serializes_with_hops() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/topo/two-socket");
+    let root = gdr::testing::topo_fixtures().join("two-socket");
     let topo = Topology::read(root).unwrap();
     let p = topo
         .path(
