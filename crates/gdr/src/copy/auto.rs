@@ -221,11 +221,19 @@ pub fn calibrate(be: &VulkanBackend, opts: &CalibrateOptions) -> Result<Calibrat
                     0
                 };
             }
+            // Among paths within 5% of the fastest, take the cheapest: the fewest CPU threads,
+            // and the mapping before the copy engine. Near-ties are noise, and fewer threads
+            // leave the CPU to the caller.
+            let cost = |p: Path| match p {
+                Path::Mapping { threads } => threads,
+                Path::CopyEngine => usize::MAX,
+            };
             let (_, p, _) = results
                 .iter()
                 .copied()
-                .min_by(|a, b| a.2.total_cmp(&b.2))
-                .expect("at least one path measured");
+                .filter(|r| r.2 <= best * 1.05)
+                .min_by_key(|r| cost(r.1))
+                .expect("the fastest path is within 5% of itself");
             best_per_class.push(p);
         }
         Ok(best_per_class)
