@@ -26,6 +26,8 @@ enum Command {
     Topo(cmd::topo::Args),
     /// User-space PCIe DMA engines (XDMA, QEMU edu) through VFIO
     Dma(cmd::dma::Args),
+    /// Message queues to persistent GPU workers: `gdr mq bench`
+    Mq(cmd::mq::Args),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +35,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Topo(a) => cmd::topo::run(a),
         Command::Dma(a) => cmd::dma::run(a),
+        Command::Mq(a) => cmd::mq::run(a),
     };
     match result {
         Ok(code) => code,

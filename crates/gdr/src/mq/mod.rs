@@ -23,6 +23,8 @@ mod queue;
 
 pub use cpu_worker::{CpuHandler, CpuWorkers};
 pub use error::{ExitReason, InFlight, MqError};
+pub use gpu_worker::{GpuConfig, GpuWorkers, Handler, QueueOutcome};
+pub use host_centric::HostCentric;
 
 pub use memory::{PlainMemory, Region, RingMemory};
 pub use queue::{QueuePair, QueueStats};
