@@ -38,6 +38,8 @@ enum Command {
     Topo(cmd::topo::Args),
     /// User-space PCIe DMA engines (XDMA, QEMU edu) through VFIO
     Dma(cmd::dma::Args),
+    /// Message queues to persistent GPU workers: `gdr mq bench`
+    Mq(cmd::mq::Args),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +53,7 @@ fn main() -> ExitCode {
         Command::Pplat(a) => cmd::pplat::run(a),
         Command::Topo(a) => cmd::topo::run(a),
         Command::Dma(a) => cmd::dma::run(a),
+        Command::Mq(a) => cmd::mq::run(a),
     };
     match result {
         Ok(code) => code,

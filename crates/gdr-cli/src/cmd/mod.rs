@@ -7,6 +7,7 @@ pub mod dma;
 pub mod gpu;
 pub mod info;
 pub mod measure;
+pub mod mq;
 pub mod plot;
 pub mod pplat;
 pub mod sanity;

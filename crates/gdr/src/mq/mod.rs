@@ -1,1 +1,139 @@
-//! (to be written)
+//! Message queues between the host and persistent GPU workers (the Lynx design).
+//!
+//! A queue pair is two rings of fixed-size slots: RX carries requests to the GPU, TX carries
+//! responses back. RX sits in GPU memory written by the CPU through the BAR1 mapping (as a
+//! SmartNIC would write it), or in mapped host memory that the GPU polls; TX sits in mapped
+//! host memory written by the GPU (or in GPU memory the CPU reads through the mapping). See
+//! [`Placement`]. Persistent worker kernels ([`GpuWorkers`]) poll RX, run a handler written in
+//! CUDA C on each request (a warp per batch of up to 32) and publish responses to TX; no
+//! kernel launch and no driver call sits on the message path.
+//!
+//! Layout and memory ordering: [`layout`] and `docs/mq.md`. The host side ([`QueuePair`])
+//! runs over any [`RingMemory`], so [`CpuWorkers`] (a CPU thread playing the GPU over plain
+//! memory) exercises exactly the same host code without a GPU.
+
+pub mod bench;
+pub mod cpu_worker;
+mod error;
+pub mod gpu_worker;
+pub mod host_centric;
+pub mod layout;
+pub mod memory;
+mod queue;
+
+pub use cpu_worker::{CpuHandler, CpuWorkers};
+pub use error::{ExitReason, InFlight, MqError};
+pub use gpu_worker::{GpuConfig, GpuWorkers, Handler, QueueOutcome};
+pub use host_centric::HostCentric;
+
+pub use memory::{PlainMemory, Region, RingMemory};
+pub use queue::{QueuePair, QueueStats};
+
+use std::time::Duration;
+
+/// The CUDA header with the ring structs and the warp-level `gdr_mq_recv` / `gdr_mq_send`,
+/// for building custom worker kernels.
+pub const DEVICE_HEADER: &str = include_str!("device.cuh");
+
+/// Where a ring lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum MemoryKind {
+    /// GPU memory with a CPU mapping through BAR1 (write-combined on the CPU side).
+    Gpu,
+    /// Page-locked host memory mapped into the GPU (the GPU reaches it over PCIe).
+    Host,
+}
+
+/// Where the two rings of a queue pair live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct Placement {
+    /// Requests: written by the host, polled by the GPU.
+    pub rx: MemoryKind,
+    /// Responses: written by the GPU, polled by the host.
+    pub tx: MemoryKind,
+}
+
+impl Placement {
+    /// Lynx: RX in GPU memory written through BAR1, TX in host memory.
+    pub const LYNX: Placement = Placement {
+        rx: MemoryKind::Gpu,
+        tx: MemoryKind::Host,
+    };
+    /// Both rings in mapped host memory: the GPU polls over PCIe.
+    pub const HOST: Placement = Placement {
+        rx: MemoryKind::Host,
+        tx: MemoryKind::Host,
+    };
+    /// Both rings in GPU memory: the CPU polls responses through BAR1 (slow reads).
+    pub const GPU: Placement = Placement {
+        rx: MemoryKind::Gpu,
+        tx: MemoryKind::Gpu,
+    };
+    /// RX in host memory, TX in GPU memory.
+    pub const CROSSED: Placement = Placement {
+        rx: MemoryKind::Host,
+        tx: MemoryKind::Gpu,
+    };
+    pub const ALL: [Placement; 4] = [Self::LYNX, Self::HOST, Self::GPU, Self::CROSSED];
+
+    /// `rx-gpu/tx-host` style.
+    pub fn name(&self) -> String {
+        let k = |m: MemoryKind| match m {
+            MemoryKind::Gpu => "gpu",
+            MemoryKind::Host => "host",
+        };
+        format!("rx-{}/tx-{}", k(self.rx), k(self.tx))
+    }
+
+    /// Parses `lynx`, `host`, `gpu`, `crossed` or the `rx-X/tx-Y` form.
+    pub fn parse(s: &str) -> Option<Placement> {
+        match s {
+            "lynx" => Some(Self::LYNX),
+            "host" => Some(Self::HOST),
+            "gpu" => Some(Self::GPU),
+            "crossed" => Some(Self::CROSSED),
+            _ => Self::ALL.into_iter().find(|p| p.name() == s),
+        }
+    }
+}
+
+/// The shape of each queue pair.
+#[derive(Clone, Debug)]
+pub struct QueueConfig {
+    /// Slots per ring (a power of two): the most messages in flight.
+    pub slots: u32,
+    /// Largest request or response payload in bytes.
+    pub max_msg: u32,
+    pub placement: Placement,
+    /// Bound on every blocking host call.
+    pub wait_timeout: Duration,
+    /// Index of the first message (tests start near the u32 wrap).
+    pub first_index: u32,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            slots: 1024,
+            max_msg: 1024,
+            placement: Placement::LYNX,
+            wait_timeout: Duration::from_secs(5),
+            first_index: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_names_round_trip() {
+        for p in Placement::ALL {
+            assert_eq!(Placement::parse(&p.name()), Some(p));
+        }
+        assert_eq!(Placement::parse("lynx"), Some(Placement::LYNX));
+        assert_eq!(Placement::parse("rx-gpu/tx-host"), Some(Placement::LYNX));
+        assert_eq!(Placement::parse("nvme"), None);
+    }
+}

@@ -1,0 +1,352 @@
+//! `gdr mq bench`: round-trip latency per placement, throughput with batching over 1..N
+//! queues, and the host-centric baseline, measured in one run on one GPU.
+
+use super::error::MqError;
+use super::gpu_worker::{GpuConfig, GpuWorkers, Handler};
+use super::host_centric::HostCentric;
+use super::{Placement, QueueConfig};
+use crate::cuda::Context;
+use std::time::{Duration, Instant};
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    pub placements: Vec<Placement>,
+    /// Round trips timed per latency point.
+    pub latency_iters: usize,
+    /// Bytes of the latency message.
+    pub latency_size: u32,
+    /// Message sizes for throughput.
+    pub sizes: Vec<u32>,
+    /// Queue counts for throughput.
+    pub queues: Vec<u32>,
+    /// Placements for throughput.
+    pub throughput_placements: Vec<Placement>,
+    /// Messages per doorbell.
+    pub batch: u32,
+    /// Slots per ring in throughput runs.
+    pub slots: u32,
+    /// Worker warps per queue in throughput runs.
+    pub warps_per_queue: u32,
+    /// Time per throughput point.
+    pub duration: Duration,
+}
+
+impl BenchConfig {
+    /// The default run (well under a minute).
+    pub fn full() -> Self {
+        BenchConfig {
+            placements: Placement::ALL.to_vec(),
+            latency_iters: 20_000,
+            latency_size: 64,
+            sizes: vec![64, 1024],
+            queues: vec![1, 2, 4, 8],
+            throughput_placements: vec![Placement::LYNX, Placement::HOST],
+            batch: 32,
+            slots: 1024,
+            warps_per_queue: 4,
+            duration: Duration::from_millis(500),
+        }
+    }
+
+    /// A short run (under ~15 s).
+    pub fn quick() -> Self {
+        BenchConfig {
+            latency_iters: 3_000,
+            queues: vec![1, 4],
+            throughput_placements: vec![Placement::LYNX],
+            duration: Duration::from_millis(200),
+            ..Self::full()
+        }
+    }
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Latency {
+    /// `rx-gpu/tx-host`, `host-centric`, `host-centric-graph`.
+    pub path: String,
+    pub size: u32,
+    pub iters: usize,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub mean_us: f64,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Throughput {
+    pub placement: String,
+    pub size: u32,
+    pub queues: u32,
+    pub batch: u32,
+    pub warps_per_queue: u32,
+    pub messages: u64,
+    pub seconds: f64,
+    pub msgs_per_s: f64,
+    /// Payload bytes per second, one direction.
+    pub gbytes_per_s: f64,
+    /// Messages per doorbell actually achieved.
+    pub per_doorbell: f64,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BenchReport {
+    pub device: String,
+    pub latency: Vec<Latency>,
+    pub throughput: Vec<Throughput>,
+    /// Best queue placement's p50 and the host-centric (copy-launch-copy) p50 over it.
+    pub best_placement: String,
+    pub best_p50_us: f64,
+    pub speedup_vs_host_centric: f64,
+    pub speedup_vs_graph: f64,
+}
+
+fn latency_of(path: String, size: u32, mut ns: Vec<u64>) -> Latency {
+    ns.sort_unstable();
+    let pick = |q: f64| {
+        let i = ((ns.len() as f64 * q) as usize).min(ns.len() - 1);
+        ns[i] as f64 / 1000.0
+    };
+    Latency {
+        path,
+        size,
+        iters: ns.len(),
+        p50_us: pick(0.50),
+        p99_us: pick(0.99),
+        p999_us: pick(0.999),
+        mean_us: ns.iter().sum::<u64>() as f64 / ns.len() as f64 / 1000.0,
+    }
+}
+
+fn payload(size: u32) -> Vec<u8> {
+    (0..size).map(|i| (i * 7 + 3) as u8).collect()
+}
+
+fn check(got: &[u8], want: &[u8], what: &str) -> Result<(), MqError> {
+    if got != want {
+        return Err(MqError::Protocol {
+            queue: 0,
+            what: format!("{what}: echo returned different bytes"),
+        });
+    }
+    Ok(())
+}
+
+/// One-message round trips through one queue with one worker warp.
+pub fn queue_latency(
+    ctx: &Context,
+    placement: Placement,
+    size: u32,
+    iters: usize,
+) -> Result<Latency, MqError> {
+    let cfg = GpuConfig {
+        queue: QueueConfig {
+            slots: 64,
+            max_msg: size.max(64),
+            placement,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut w = GpuWorkers::launch(ctx, &Handler::echo(), &cfg)?;
+    let q = w.queue(0);
+    let msg = payload(size);
+    let mut buf = vec![0u8; size as usize];
+    for _ in 0..(iters / 10).max(100) {
+        q.call(&msg, &mut buf)?;
+    }
+    check(&buf, &msg, "latency warm-up")?;
+    let mut ns = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        q.send(&msg)?;
+        q.recv(&mut buf)?;
+        ns.push(t.elapsed().as_nanos() as u64);
+    }
+    check(&buf, &msg, "latency")?;
+    w.stop(Duration::from_secs(5))?;
+    Ok(latency_of(placement.name(), size, ns))
+}
+
+/// The host-centric baseline: plain and CUDA-graph round trips.
+pub fn host_centric_latency(
+    ctx: &Context,
+    size: u32,
+    iters: usize,
+) -> Result<(Latency, Latency), MqError> {
+    let mut h = HostCentric::new(ctx, &Handler::echo(), size.max(64) as usize)?;
+    let msg = payload(size);
+    let mut buf = vec![0u8; size as usize];
+    let mut run = |graph: bool| -> Result<Vec<u64>, MqError> {
+        for _ in 0..(iters / 10).max(50) {
+            if graph {
+                h.round_trip_graph(&msg, &mut buf)?;
+            } else {
+                h.round_trip(&msg, &mut buf)?;
+            }
+        }
+        check(&buf, &msg, "host-centric")?;
+        let mut ns = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            let t = Instant::now();
+            if graph {
+                h.round_trip_graph(&msg, &mut buf)?;
+            } else {
+                h.round_trip(&msg, &mut buf)?;
+            }
+            ns.push(t.elapsed().as_nanos() as u64);
+        }
+        check(&buf, &msg, "host-centric")?;
+        Ok(ns)
+    };
+    let plain = run(false)?;
+    let graph = run(true)?;
+    Ok((
+        latency_of("host-centric".into(), size, plain),
+        latency_of("host-centric-graph".into(), size, graph),
+    ))
+}
+
+/// Streams `size`-byte messages through `queues` queues (one CPU thread each, `batch`
+/// messages per doorbell) for `duration`.
+pub fn throughput(
+    ctx: &Context,
+    placement: Placement,
+    size: u32,
+    queues: u32,
+    bc: &BenchConfig,
+) -> Result<Throughput, MqError> {
+    let warps = bc.warps_per_queue.max(1);
+    let cfg = GpuConfig {
+        queue: QueueConfig {
+            slots: bc.slots,
+            max_msg: size.max(16),
+            placement,
+            ..Default::default()
+        },
+        queues,
+        blocks_per_queue: 1,
+        warps_per_block: warps,
+        ..Default::default()
+    };
+    let mut w = GpuWorkers::launch(ctx, &Handler::echo(), &cfg)?;
+    let msg = payload(size);
+    let batch: Vec<&[u8]> = vec![&msg[..]; bc.batch.max(1) as usize];
+    let duration = bc.duration;
+    let results: Vec<Result<(u64, u64, f64), MqError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = w
+            .queues_mut()
+            .iter_mut()
+            .map(|q| {
+                let (batch, msg) = (&batch, &msg);
+                s.spawn(move || -> Result<(u64, u64, f64), MqError> {
+                    ctx.bind()?;
+                    let mut bad = 0u64;
+                    let mut pump = |q: &mut super::QueuePair| -> Result<(), MqError> {
+                        let room = (q.credits() as usize).min(batch.len());
+                        if room >= batch.len() / 2 || q.in_flight() == 0 {
+                            q.try_send_batch(&batch[..room])?;
+                        }
+                        while let Some(ok) = q.try_recv_with(|b| b.len() == msg.len())? {
+                            bad += u64::from(!ok);
+                        }
+                        Ok(())
+                    };
+                    // Warm-up, then the measured interval.
+                    let t = Instant::now();
+                    while t.elapsed() < duration / 5 {
+                        pump(q)?;
+                    }
+                    let before = q.stats();
+                    let t = Instant::now();
+                    while t.elapsed() < duration {
+                        pump(q)?;
+                    }
+                    let secs = t.elapsed().as_secs_f64();
+                    let after = q.stats();
+                    while q.in_flight() > 0 {
+                        q.recv_with(|_| ())?;
+                    }
+                    if bad > 0 {
+                        return Err(MqError::Protocol {
+                            queue: q.id(),
+                            what: format!("{bad} responses had the wrong length"),
+                        });
+                    }
+                    Ok((
+                        after.received - before.received,
+                        after.doorbells - before.doorbells,
+                        secs,
+                    ))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread panicked"))
+            .collect()
+    });
+    w.stop(Duration::from_secs(5))?;
+    let (mut msgs, mut bells, mut secs) = (0u64, 0u64, 0f64);
+    for r in results {
+        let (m, b, s) = r?;
+        msgs += m;
+        bells += b;
+        secs = secs.max(s);
+    }
+    let rate = msgs as f64 / secs;
+    Ok(Throughput {
+        placement: placement.name(),
+        size,
+        queues,
+        batch: bc.batch,
+        warps_per_queue: warps,
+        messages: msgs,
+        seconds: secs,
+        msgs_per_s: rate,
+        gbytes_per_s: rate * size as f64 / 1e9,
+        per_doorbell: msgs as f64 / bells.max(1) as f64,
+    })
+}
+
+/// The whole benchmark.
+pub fn run(ctx: &Context, bc: &BenchConfig) -> Result<BenchReport, MqError> {
+    let mut latency = Vec::new();
+    for &p in &bc.placements {
+        latency.push(queue_latency(ctx, p, bc.latency_size, bc.latency_iters)?);
+    }
+    let base_iters = (bc.latency_iters / 4).max(500);
+    let (plain, graph) = host_centric_latency(ctx, bc.latency_size, base_iters)?;
+    let best = latency
+        .iter()
+        .min_by(|a, b| a.p50_us.total_cmp(&b.p50_us))
+        .cloned();
+    let (best_placement, best_p50) = best
+        .map(|l| (l.path, l.p50_us))
+        .unwrap_or_else(|| ("none".into(), f64::NAN));
+    let speedup = plain.p50_us / best_p50;
+    let speedup_graph = graph.p50_us / best_p50;
+    latency.push(plain);
+    latency.push(graph);
+    let mut tput = Vec::new();
+    let sms = super::gpu_worker::sm_count(ctx)?;
+    for &p in &bc.throughput_placements {
+        for &size in &bc.sizes {
+            for &nq in &bc.queues {
+                if nq > sms {
+                    continue;
+                }
+                tput.push(throughput(ctx, p, size, nq, bc)?);
+            }
+        }
+    }
+    Ok(BenchReport {
+        device: ctx.device().name().unwrap_or_default(),
+        latency,
+        throughput: tput,
+        best_placement,
+        best_p50_us: best_p50,
+        speedup_vs_host_centric: speedup,
+        speedup_vs_graph: speedup_graph,
+    })
+}

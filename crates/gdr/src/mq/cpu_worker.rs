@@ -1,0 +1,244 @@
+//! A CPU thread playing the GPU worker, over plain memory.
+//!
+//! This is the reference implementation of the device side of the protocol (what
+//! `device.cuh` does per warp, done here per thread): it lets the host side — layout, index
+//! arithmetic across the u32 wrap, credits, doorbells, stop, the idle watchdog, failure
+//! reporting — be tested on any machine, and documents the protocol in Rust.
+
+use super::error::MqError;
+use super::layout::{self, Geometry, QueueStatus, RX_CONTROL_SIZE, SLOT_HEADER_SIZE};
+use super::memory::{PlainMemory, Region, RingMemory};
+use super::queue::{init_rings, QueuePair, QueueParts, WorkerLink};
+use super::QueueConfig;
+use std::mem::offset_of;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A request handler for CPU workers: `(request, response buffer of max_msg bytes) ->
+/// response length`. A length above the buffer is reported to the host as an error.
+pub type CpuHandler = Arc<dyn Fn(&[u8], &mut [u8]) -> usize + Send + Sync>;
+
+#[derive(Default)]
+struct CpuLink {
+    live: AtomicUsize,
+    failure: Mutex<Option<String>>,
+}
+
+impl WorkerLink for CpuLink {
+    fn poll(&self) -> Result<bool, String> {
+        if let Some(f) = self
+            .failure
+            .lock()
+            .map_err(|_| "worker link poisoned")?
+            .as_ref()
+        {
+            return Err(f.clone());
+        }
+        Ok(self.live.load(Ordering::Acquire) > 0)
+    }
+}
+
+/// A set of queue pairs each served by one CPU thread.
+pub struct CpuWorkers {
+    queues: Vec<QueuePair>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+struct Ring {
+    geo: Geometry,
+    rx: Region,
+    tx: Region,
+    status: Region,
+    first: u32,
+    idle: Duration,
+}
+
+impl CpuWorkers {
+    /// Starts `queues` queue pairs shaped by `cfg` (its placement is ignored: all plain
+    /// memory), one worker thread each, running `handler`. A worker exits when asked to stop
+    /// or after `idle` without a request.
+    pub fn spawn(
+        cfg: &QueueConfig,
+        queues: usize,
+        idle: Duration,
+        handler: CpuHandler,
+    ) -> Result<CpuWorkers, MqError> {
+        let geo = Geometry::new(cfg.slots, cfg.max_msg).map_err(MqError::Config)?;
+        let link = Arc::new(CpuLink::default());
+        let mut out = CpuWorkers {
+            queues: Vec::new(),
+            threads: Vec::new(),
+        };
+        for id in 0..queues {
+            let mem = |n| -> Result<Arc<dyn RingMemory>, MqError> {
+                Ok(Arc::new(PlainMemory::new(n).map_err(MqError::Config)?))
+            };
+            let rx = Region::whole(mem(geo.rx_bytes())?);
+            let tx = Region::whole(mem(geo.tx_bytes())?);
+            let status = Region::whole(mem(layout::STATUS_SIZE)?);
+            init_rings(&geo, &rx, &tx, cfg.first_index);
+            status.store_u32(offset_of!(QueueStatus, rx_cons), cfg.first_index);
+            let ring = Ring {
+                geo,
+                rx: rx.clone(),
+                tx: tx.clone(),
+                status: status.clone(),
+                first: cfg.first_index,
+                idle,
+            };
+            link.live.fetch_add(1, Ordering::AcqRel);
+            let (h, l) = (handler.clone(), link.clone());
+            let t = std::thread::Builder::new()
+                .name(format!("mq-cpu-worker-{id}"))
+                .spawn(move || {
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        serve(&ring, &*h)
+                    }));
+                    if let Err(p) = r {
+                        let msg = p
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| p.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "unknown panic".into());
+                        if let Ok(mut f) = l.failure.lock() {
+                            f.get_or_insert(format!("worker thread {id} panicked: {msg}"));
+                        }
+                    }
+                    l.live.fetch_sub(1, Ordering::AcqRel);
+                })
+                .map_err(|e| MqError::Config(format!("cannot start a worker thread: {e}")))?;
+            out.threads.push(t);
+            out.queues.push(QueuePair::new(QueueParts {
+                id,
+                geo,
+                rx,
+                tx,
+                status,
+                first_index: cfg.first_index,
+                wait_timeout: cfg.wait_timeout,
+                link: link.clone(),
+            }));
+        }
+        Ok(out)
+    }
+
+    pub fn queues_mut(&mut self) -> &mut [QueuePair] {
+        &mut self.queues
+    }
+
+    pub fn queue(&mut self, i: usize) -> &mut QueuePair {
+        &mut self.queues[i]
+    }
+
+    /// Asks every worker to stop and joins them.
+    pub fn stop(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        for q in &self.queues {
+            q.request_stop();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for CpuWorkers {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+const DB_PROD: usize = offset_of!(layout::Doorbell, prod);
+const DB_STOP: usize = offset_of!(layout::Doorbell, stop);
+
+fn set_state(r: &Ring, state: u32, error: u32, arg: u32) {
+    if error != 0 {
+        r.status.store_u32(offset_of!(QueueStatus, error_arg), arg);
+        r.status.store_u32(offset_of!(QueueStatus, error), error);
+    }
+    r.status.store_u32(offset_of!(QueueStatus, state), state);
+}
+
+/// The worker loop: the same steps as `gdr_mq_recv` + handler + `gdr_mq_send`.
+fn serve(r: &Ring, handler: &(dyn Fn(&[u8], &mut [u8]) -> usize + Send + Sync)) {
+    let geo = r.geo;
+    let max = geo.max_msg as usize;
+    let mut req = vec![0u8; max];
+    let mut resp = vec![0u8; max];
+    let mut next = r.first;
+    let (mut messages, mut batches) = (0u64, 0u64);
+    let mut last_prod = r.first;
+    let mut last_activity = Instant::now();
+    let mut spins = 0u32;
+    set_state(r, layout::STATE_RUNNING, 0, 0);
+    loop {
+        // Acquire: the slots below `prod` are complete.
+        let prod = r.rx.load_u32(DB_PROD);
+        if r.rx.load_u32(DB_STOP) != 0 {
+            return set_state(r, layout::STATE_STOPPED, 0, 0);
+        }
+        if prod != last_prod {
+            last_prod = prod;
+            last_activity = Instant::now();
+        }
+        let avail = prod.wrapping_sub(next);
+        if avail == 0 {
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) {
+                let idle = last_activity.elapsed();
+                if idle > r.idle {
+                    return set_state(r, layout::STATE_IDLE_TIMEOUT, 0, 0);
+                }
+                if idle > Duration::from_millis(1) {
+                    std::thread::sleep(Duration::from_micros(50));
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            std::hint::spin_loop();
+            continue;
+        }
+        if avail > geo.slots {
+            return set_state(r, layout::STATE_FAILED, layout::ERR_OVERRUN, prod);
+        }
+        let n = avail.min(layout::WARP_BATCH);
+        for j in 0..n {
+            let idx = next.wrapping_add(j);
+            let off = RX_CONTROL_SIZE + geo.slot_offset(idx);
+            if r.rx.load_u32(off) != layout::seq_of(idx) {
+                return set_state(r, layout::STATE_FAILED, layout::ERR_BAD_SEQ, idx);
+            }
+            let mut h = [0u8; 12];
+            r.rx.read(off + 4, &mut h);
+            let len = u32::from_ne_bytes(h[0..4].try_into().expect("4 bytes")) as usize;
+            if len > max {
+                return set_state(r, layout::STATE_FAILED, layout::ERR_BAD_LEN, idx);
+            }
+            r.rx.read(off + SLOT_HEADER_SIZE, &mut req[..len]);
+            let out = handler(&req[..len], &mut resp);
+            // TX: length and tag, payload, then (release) the seq word. The slot's old seq
+            // (a lap behind) keeps it unowned meanwhile; the host polls only that word.
+            let toff = geo.slot_offset(idx);
+            let mut th = [0u8; 12];
+            th[0..4].copy_from_slice(&(out.min(u32::MAX as usize) as u32).to_ne_bytes());
+            th[4..12].copy_from_slice(&h[4..12]);
+            r.tx.write(toff + 4, &th);
+            r.tx.write(toff + SLOT_HEADER_SIZE, &resp[..out.min(max)]);
+            r.tx.publish_fence();
+            r.tx.store_u32(toff, layout::seq_of(idx));
+        }
+        next = next.wrapping_add(n);
+        messages += n as u64;
+        batches += 1;
+        r.status
+            .store_u64(offset_of!(QueueStatus, messages), messages);
+        r.status
+            .store_u64(offset_of!(QueueStatus, batches), batches);
+        r.status.store_u32(offset_of!(QueueStatus, rx_cons), next);
+    }
+}

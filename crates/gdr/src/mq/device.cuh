@@ -1,0 +1,426 @@
+// gdr message queues, device side. Compiled at run time by NVRTC (sm_70 or newer).
+//
+// The structs below are the C twins of crates/gdr/src/mq/layout.rs; the static_asserts pin
+// every size and offset, and a Rust unit test reads these same lines, so both sides agree.
+// Memory ordering (docs/mq.md has the full table):
+//   RX  host writes slot(s), then [sfence if write-combined], then doorbell.prod.
+//       A worker warp loads the doorbell with ld.acquire.sys in every lane, then reads the
+//       slots it was shown with volatile loads and checks each slot's seq word.
+//   TX  a lane writes the response header (seq 0) and payload, __threadfence_system(), then
+//       the seq word. The host polls seq, then reads the payload.
+//   rx_cons (status) is written after a batch is answered, in index order: lazily.
+
+#ifndef GDR_MQ_DEVICE_CUH
+#define GDR_MQ_DEVICE_CUH
+
+typedef unsigned int gdr_u32;
+typedef unsigned long long gdr_u64;
+
+#define GDR_MQ_SLOT_HEADER_SIZE 16
+#define GDR_MQ_WARP_BATCH 32
+#define GDR_MQ_FLAG_RX_IN_HOST 1
+#define GDR_MQ_STATE_RUNNING 1
+#define GDR_MQ_STATE_STOPPED 2
+#define GDR_MQ_STATE_IDLE_TIMEOUT 3
+#define GDR_MQ_STATE_FAILED 4
+#define GDR_MQ_ERR_BAD_SEQ 1
+#define GDR_MQ_ERR_BAD_LEN 2
+#define GDR_MQ_ERR_OVERRUN 3
+
+struct gdr_mq_slot_header {
+    gdr_u32 seq;
+    gdr_u32 len;
+    gdr_u64 tag;
+};
+static_assert(sizeof(gdr_mq_slot_header) == 16, "layout.rs SlotHeader");
+static_assert(__builtin_offsetof(gdr_mq_slot_header, seq) == 0, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_slot_header, len) == 4, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_slot_header, tag) == 8, "layout.rs");
+
+struct gdr_mq_doorbell {
+    gdr_u32 prod;
+    gdr_u32 stop;
+};
+static_assert(sizeof(gdr_mq_doorbell) == 8, "layout.rs Doorbell");
+static_assert(__builtin_offsetof(gdr_mq_doorbell, prod) == 0, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_doorbell, stop) == 4, "layout.rs");
+
+struct gdr_mq_status {
+    gdr_u64 messages;
+    gdr_u64 batches;
+    gdr_u32 rx_cons;
+    gdr_u32 state;
+    gdr_u32 error;
+    gdr_u32 error_arg;
+    gdr_u64 reserved[4];
+};
+static_assert(sizeof(gdr_mq_status) == 64, "layout.rs QueueStatus");
+static_assert(__builtin_offsetof(gdr_mq_status, messages) == 0, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_status, batches) == 8, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_status, rx_cons) == 16, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_status, state) == 20, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_status, error) == 24, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_status, error_arg) == 28, "layout.rs");
+
+struct gdr_mq_worker_state {
+    gdr_u32 claim;
+    gdr_u32 retired;
+    gdr_u32 live;
+    gdr_u32 failed;
+    gdr_u64 messages;
+    gdr_u64 batches;
+    gdr_u64 reserved[4];
+};
+static_assert(sizeof(gdr_mq_worker_state) == 64, "layout.rs WorkerState");
+static_assert(__builtin_offsetof(gdr_mq_worker_state, claim) == 0, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_worker_state, retired) == 4, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_worker_state, live) == 8, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_worker_state, failed) == 12, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_worker_state, messages) == 16, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_worker_state, batches) == 24, "layout.rs");
+
+struct gdr_mq_queue_desc {
+    gdr_u64 doorbell;
+    gdr_u64 rx_slots;
+    gdr_u64 tx_slots;
+    gdr_u64 status;
+    gdr_u64 state;
+    gdr_u64 scratch;
+    gdr_u32 slots;
+    gdr_u32 stride;
+    gdr_u32 max_msg;
+    gdr_u32 first_index;
+    gdr_u32 flags;
+    gdr_u32 workers;
+    gdr_u32 scratch_per_lane;
+    gdr_u32 reserved;
+};
+static_assert(sizeof(gdr_mq_queue_desc) == 80, "layout.rs QueueDesc");
+static_assert(__builtin_offsetof(gdr_mq_queue_desc, doorbell) == 0, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_queue_desc, rx_slots) == 8, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_queue_desc, tx_slots) == 16, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_queue_desc, status) == 24, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_queue_desc, state) == 32, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_queue_desc, scratch) == 40, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_queue_desc, slots) == 48, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_queue_desc, stride) == 52, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_queue_desc, max_msg) == 56, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_queue_desc, first_index) == 60, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_queue_desc, flags) == 64, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_queue_desc, workers) == 68, "layout.rs");
+static_assert(__builtin_offsetof(gdr_mq_queue_desc, scratch_per_lane) == 72, "layout.rs");
+
+// ---- memory access primitives -------------------------------------------------------------
+
+__device__ __forceinline__ gdr_u64 gdr_ld_acquire_sys_u64(const void *p) {
+    gdr_u64 v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ gdr_u32 gdr_ld_acquire_gpu_u32(const void *p) {
+    gdr_u32 v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void gdr_st_release_gpu_u32(void *p, gdr_u32 v) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ gdr_u32 gdr_ld_volatile_u32(const void *p) {
+    return *(const volatile gdr_u32 *)p;
+}
+
+__device__ __forceinline__ void gdr_st_volatile_u32(void *p, gdr_u32 v) {
+    *(volatile gdr_u32 *)p = v;
+}
+
+__device__ __forceinline__ void gdr_st_volatile_u64(void *p, gdr_u64 v) {
+    *(volatile gdr_u64 *)p = v;
+}
+
+__device__ __forceinline__ void gdr_st_volatile_v4(void *p, uint4 v) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
+__device__ __forceinline__ uint4 gdr_ld_volatile_v4(const void *p) {
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ gdr_u64 gdr_globaltimer_ns() {
+    gdr_u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Copies `bytes` (rounded up to 16) from `src` to `dst`, both 16-byte aligned, eight vector
+// loads in flight before their stores: over PCIe that is one round trip per 128 bytes per
+// lane instead of one per 16.
+__device__ __forceinline__ void gdr_mq_copy16(void *dst, const void *src, gdr_u32 bytes) {
+    const gdr_u32 words = (bytes + 15u) / 16u;
+    uint4 *d = (uint4 *)dst;
+    const char *s = (const char *)src;
+    for (gdr_u32 base = 0; base < words; base += 8) {
+        uint4 r[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (base + k < words) r[k] = gdr_ld_volatile_v4(s + 16u * (base + k));
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (base + k < words) d[base + k] = r[k];
+    }
+}
+
+// ---- the worker side of one queue -----------------------------------------------------------
+
+// One worker warp's view of its queue.
+struct gdr_mq_worker {
+    gdr_mq_queue_desc q;
+    gdr_u32 lane;
+    gdr_u32 next;            // next index to claim (single-warp queues)
+    gdr_u64 last_activity;   // globaltimer at the last doorbell change
+    gdr_u32 last_prod;
+    gdr_u64 messages;        // totals (single-warp queues)
+    gdr_u64 batches;
+    unsigned char *req_scratch;   // this lane's request copy (RX in host memory)
+    unsigned char *resp_scratch;  // this lane's response buffer
+};
+
+// A claimed batch: messages [first, first + n). Lane i (< n) owns message first + i.
+struct gdr_mq_batch {
+    gdr_u32 first;
+    gdr_u32 n;
+    // This lane's request (valid when lane < n).
+    const unsigned char *req;
+    gdr_u32 req_len;
+    gdr_u64 tag;
+};
+
+__device__ __forceinline__ gdr_mq_doorbell *gdr_mq_db(const gdr_mq_worker &w) {
+    return (gdr_mq_doorbell *)w.q.doorbell;
+}
+__device__ __forceinline__ gdr_mq_worker_state *gdr_mq_ws(const gdr_mq_worker &w) {
+    return (gdr_mq_worker_state *)w.q.state;
+}
+__device__ __forceinline__ gdr_mq_status *gdr_mq_st(const gdr_mq_worker &w) {
+    return (gdr_mq_status *)w.q.status;
+}
+__device__ __forceinline__ unsigned char *gdr_mq_rx_slot(const gdr_mq_worker &w, gdr_u32 i) {
+    return (unsigned char *)w.q.rx_slots + (gdr_u64)(i & (w.q.slots - 1u)) * w.q.stride;
+}
+__device__ __forceinline__ unsigned char *gdr_mq_tx_slot(const gdr_mq_worker &w, gdr_u32 i) {
+    return (unsigned char *)w.q.tx_slots + (gdr_u64)(i & (w.q.slots - 1u)) * w.q.stride;
+}
+
+// Warp-collective. Sets up worker `warp` (of q.workers) of queue `q` for the calling lane.
+__device__ void gdr_mq_worker_init(gdr_mq_worker &w, const gdr_mq_queue_desc &q, gdr_u32 warp) {
+    w.q = q;
+    w.lane = threadIdx.x & 31u;
+    w.next = q.first_index;
+    w.last_prod = q.first_index;
+    w.last_activity = gdr_globaltimer_ns();
+    w.messages = 0;
+    w.batches = 0;
+    unsigned char *mine =
+        (unsigned char *)q.scratch + (gdr_u64)(warp * 32u + w.lane) * q.scratch_per_lane;
+    w.req_scratch = mine;
+    w.resp_scratch = mine + q.scratch_per_lane / 2u;
+    if (warp == 0 && w.lane == 0) {
+        gdr_st_volatile_u32(&gdr_mq_st(w)->state, GDR_MQ_STATE_RUNNING);
+        __threadfence_system();
+    }
+    __syncwarp();
+}
+
+// Warp-collective. Called once when the warp leaves; `state` is the reason. The last warp of
+// the queue to leave publishes the final state (FAILED wins over any other reason).
+__device__ void gdr_mq_worker_exit(gdr_mq_worker &w, gdr_u32 state, gdr_u32 err, gdr_u32 arg) {
+    if (w.lane == 0) {
+        gdr_mq_worker_state *ws = gdr_mq_ws(w);
+        gdr_mq_status *st = gdr_mq_st(w);
+        if (err != 0) {
+            gdr_st_volatile_u32(&st->error_arg, arg);
+            gdr_st_volatile_u32(&st->error, err);
+            atomicExch(&ws->failed, 1u);
+        }
+        __threadfence_system();
+        if (atomicSub(&ws->live, 1u) == 1u) {
+            __threadfence();
+            if (*(volatile gdr_u32 *)&ws->failed) state = GDR_MQ_STATE_FAILED;
+            gdr_st_volatile_u32(&st->state, state);
+            __threadfence_system();
+        }
+    }
+    __syncwarp();
+}
+
+// Warp-collective receive. Waits for requests, claims up to 32 of them and gives lane i
+// request first + i. Returns 0 with a batch, or a GDR_MQ_STATE_* exit reason (stop flag, idle
+// longer than idle_ns, or a protocol error with *err and *arg set).
+__device__ gdr_u32 gdr_mq_recv(gdr_mq_worker &w, gdr_mq_batch &b, gdr_u64 idle_ns, gdr_u32 *err,
+                               gdr_u32 *arg) {
+    const gdr_u32 full = 0xffffffffu;
+    gdr_mq_doorbell *db = gdr_mq_db(w);
+    gdr_mq_worker_state *ws = gdr_mq_ws(w);
+    gdr_u32 spins = 0;
+    gdr_u64 mine;
+    gdr_u32 first, n;
+    for (;;) {
+        // Every lane does its own acquire (one memory transaction for the warp), so each
+        // lane's later slot reads are ordered after the doorbell it saw.
+        mine = gdr_ld_acquire_sys_u64(db);
+        const gdr_u32 prod = __shfl_sync(full, (gdr_u32)mine, 0);
+        const gdr_u32 stop = __shfl_sync(full, (gdr_u32)(mine >> 32), 0);
+        if (stop) return GDR_MQ_STATE_STOPPED;
+        gdr_u32 c;
+        if (w.q.workers == 1) {
+            c = w.next;
+        } else {
+            if (*(volatile gdr_u32 *)&ws->failed) return GDR_MQ_STATE_FAILED;
+            c = __shfl_sync(full, w.lane == 0 ? gdr_ld_volatile_u32(&ws->claim) : 0u, 0);
+        }
+        if (prod != w.last_prod) {
+            w.last_prod = prod;
+            w.last_activity = gdr_globaltimer_ns();
+        }
+        const gdr_u32 avail = prod - c;
+        if (avail != 0 && avail <= w.q.slots) {
+            n = avail < GDR_MQ_WARP_BATCH ? avail : GDR_MQ_WARP_BATCH;
+            if (w.q.workers == 1) {
+                w.next = c + n;
+                first = c;
+                break;
+            }
+            gdr_u32 won = 0;
+            if (w.lane == 0) won = atomicCAS(&ws->claim, c, c + n) == c;
+            if (__shfl_sync(full, won, 0)) {
+                first = c;
+                break;
+            }
+            continue;
+        }
+        if (avail > w.q.slots && w.q.workers == 1) {
+            *err = GDR_MQ_ERR_OVERRUN;
+            *arg = prod;
+            return GDR_MQ_STATE_FAILED;
+        }
+        // Nothing to do (or, with several warps, our claim view is behind: retry).
+        if ((++spins & 127u) == 0) {
+            const gdr_u64 idle = gdr_globaltimer_ns() - w.last_activity;
+            if (idle > idle_ns) return GDR_MQ_STATE_IDLE_TIMEOUT;
+            if (idle > 200000ull) __nanosleep(1000);
+        }
+    }
+    b.first = first;
+    b.n = n;
+    b.req = 0;
+    b.req_len = 0;
+    b.tag = 0;
+    gdr_u32 bad = 0;
+    if (w.lane < n) {
+        const gdr_u32 idx = first + w.lane;
+        // Our own acquire must cover our slot; it is the same transaction as lane 0's, so
+        // this loop ends at once, but the model does not promise that.
+        while ((gdr_u32)mine - idx - 1u >= w.q.slots) mine = gdr_ld_acquire_sys_u64(db);
+        const unsigned char *slot = gdr_mq_rx_slot(w, idx);
+        uint4 h;
+        gdr_u32 tries = 0;
+        for (;;) {
+            if (w.q.flags & GDR_MQ_FLAG_RX_IN_HOST) {
+                // Header and the first 112 payload bytes in one round trip.
+                uint4 r[8];
+                const gdr_u32 first_words = w.q.stride / 16u < 8u ? w.q.stride / 16u : 8u;
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    if ((gdr_u32)k < first_words) r[k] = gdr_ld_volatile_v4(slot + 16 * k);
+                h = r[0];
+                uint4 *d = (uint4 *)w.req_scratch;
+#pragma unroll
+                for (int k = 1; k < 8; k++)
+                    if ((gdr_u32)k < first_words) d[k - 1] = r[k];
+            } else {
+                h = gdr_ld_volatile_v4(slot);
+            }
+            if (h.x == idx + 1u) break;
+            // The doorbell promised this slot; give a slow write path a moment, then fail.
+            if (++tries > 1000) {
+                bad = GDR_MQ_ERR_BAD_SEQ;
+                break;
+            }
+            __nanosleep(1000);
+            mine = gdr_ld_acquire_sys_u64(db);
+        }
+        if (!bad && h.y > w.q.max_msg) bad = GDR_MQ_ERR_BAD_LEN;
+        if (!bad) {
+            b.req_len = h.y;
+            b.tag = ((gdr_u64)h.w << 32) | h.z;
+            if (w.q.flags & GDR_MQ_FLAG_RX_IN_HOST) {
+                if (h.y > 112u)
+                    gdr_mq_copy16(w.req_scratch + 112, slot + 128, h.y - 112u);
+                b.req = w.req_scratch;
+            } else {
+                b.req = slot + GDR_MQ_SLOT_HEADER_SIZE;
+            }
+        }
+    }
+    const gdr_u32 bad_lanes = __ballot_sync(full, bad != 0);
+    if (bad_lanes) {
+        const gdr_u32 src = __ffs(bad_lanes) - 1;
+        *err = __shfl_sync(full, bad, src);
+        *arg = b.first + src;
+        return GDR_MQ_STATE_FAILED;
+    }
+    return 0;
+}
+
+// Warp-collective send: lane i (< b.n) publishes `resp_len` bytes of `resp` as the answer to
+// request b.first + i (len above max_msg is recorded as such and the payload cut), then the
+// batch retires in index order and the consumer index is written back.
+__device__ void gdr_mq_send(gdr_mq_worker &w, const gdr_mq_batch &b, const unsigned char *resp,
+                            gdr_u32 resp_len) {
+    if (w.lane < b.n) {
+        const gdr_u32 idx = b.first + w.lane;
+        unsigned char *slot = gdr_mq_tx_slot(w, idx);
+        const gdr_u32 copy = resp_len < w.q.max_msg ? resp_len : w.q.max_msg;
+        // Header with seq 0 first (the slot stays unowned), then the payload.
+        gdr_st_volatile_v4(slot, make_uint4(0u, resp_len, (gdr_u32)b.tag, (gdr_u32)(b.tag >> 32)));
+        if (copy) gdr_mq_copy16(slot + GDR_MQ_SLOT_HEADER_SIZE, resp, copy);
+        __threadfence_system();
+        gdr_st_volatile_u32(slot, idx + 1u);
+    }
+    __syncwarp();
+    if (w.lane == 0) {
+        gdr_mq_status *st = gdr_mq_st(w);
+        const gdr_u32 end = b.first + b.n;
+        gdr_u64 messages, batches;
+        if (w.q.workers == 1) {
+            messages = (w.messages += b.n);
+            batches = ++w.batches;
+        } else {
+            gdr_mq_worker_state *ws = gdr_mq_ws(w);
+            while (gdr_ld_acquire_gpu_u32(&ws->retired) != b.first) {
+                if (*(volatile gdr_u32 *)&ws->failed) break;
+            }
+            volatile gdr_u64 *tot = (volatile gdr_u64 *)&ws->messages;
+            messages = tot[0] + b.n;
+            batches = tot[1] + 1;
+            tot[0] = messages;
+            tot[1] = batches;
+            gdr_st_release_gpu_u32(&ws->retired, end);
+        }
+        gdr_st_volatile_u64(&st->messages, messages);
+        gdr_st_volatile_u64(&st->batches, batches);
+        gdr_st_volatile_u32(&st->rx_cons, end);
+    }
+    __syncwarp();
+}
+
+#endif // GDR_MQ_DEVICE_CUH

@@ -1,0 +1,414 @@
+//! Persistent GPU workers: the handler compiled with the device header, one kernel launch
+//! serving every queue of a set until told to stop.
+//!
+//! The kernel never returns on its own while requests keep coming, so the host side is built
+//! to never wait on it blindly: every wait polls the stream (`cuStreamQuery`) and the status
+//! words, a worker that traps surfaces as its CUDA error with the messages in flight, and a
+//! set that cannot be stopped is leaked rather than freed under a running kernel (freeing
+//! would block in the driver, and the kernel would fault).
+
+use super::error::{ExitReason, MqError};
+use super::layout::{self, Geometry, QueueDesc, QueueStatus, WorkerState};
+use super::memory::{Region, RingMemory};
+use super::queue::{init_rings, QueuePair, QueueParts, WorkerLink};
+use super::{MemoryKind, QueueConfig, DEVICE_HEADER};
+use crate::bar::VulkanBackend;
+use crate::cuda::{
+    sys, Context, DeviceBuffer, DeviceMemory, HostBuffer, LaunchConfig, Module, Stream,
+};
+use std::ffi::c_void;
+use std::mem::{offset_of, size_of};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WORKER_SOURCE: &str = include_str!("worker.cu");
+
+/// A request handler written in CUDA C. The source must define
+///
+/// ```c
+/// __device__ unsigned int handle(const unsigned char *req, unsigned int req_len,
+///                                unsigned char *resp, unsigned int resp_cap);
+/// ```
+///
+/// returning the response length. Each lane of a worker warp calls it for its own message;
+/// `req` and `resp` are 16-byte aligned. It may use anything in `device.cuh`.
+#[derive(Clone, Debug)]
+pub struct Handler {
+    name: String,
+    source: String,
+}
+
+impl Handler {
+    /// `name` names the program in compile errors; `source` is spliced in after the header.
+    pub fn new(name: &str, source: &str) -> Handler {
+        Handler {
+            name: name.into(),
+            source: source.into(),
+        }
+    }
+
+    /// Answers every request with its own bytes.
+    pub fn echo() -> Handler {
+        Handler::new(
+            "echo",
+            r#"
+__device__ unsigned int handle(const unsigned char *req, unsigned int len,
+                               unsigned char *resp, unsigned int cap) {
+    const unsigned int n = len < cap ? len : cap;
+    const uint4 *s = (const uint4 *)req;
+    uint4 *d = (uint4 *)resp;
+    for (unsigned int i = 0; i < n / 16u; i++) d[i] = s[i];
+    for (unsigned int i = n & ~15u; i < n; i++) resp[i] = req[i];
+    return n;
+}
+"#,
+        )
+    }
+
+    /// The whole NVRTC program: header, handler, worker kernels.
+    pub fn program(&self) -> String {
+        format!(
+            "{DEVICE_HEADER}\n#line 1 \"{name}\"\n{src}\n#line 1 \"gdr/mq/worker.cu\"\n{WORKER_SOURCE}",
+            name = self.name.replace(['"', '\\', '\n'], "_"),
+            src = self.source
+        )
+    }
+
+    /// Compiles (cached per process) and loads the program on `ctx`'s device.
+    pub fn load(&self, ctx: &Context) -> Result<Module, MqError> {
+        Ok(Module::from_source(
+            ctx,
+            &format!("gdr_mq_{}.cu", self.name),
+            &self.program(),
+        )?)
+    }
+}
+
+/// How many workers, where, and how patient.
+#[derive(Clone, Debug)]
+pub struct GpuConfig {
+    pub queue: QueueConfig,
+    /// Queue pairs in the set.
+    pub queues: u32,
+    /// Thread blocks per queue.
+    pub blocks_per_queue: u32,
+    /// Warps (workers) per block.
+    pub warps_per_block: u32,
+    /// A worker exits after this long without a new request (the watchdog for a host that
+    /// went away without stopping it).
+    pub idle_timeout: Duration,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        GpuConfig {
+            queue: QueueConfig::default(),
+            queues: 1,
+            blocks_per_queue: 1,
+            warps_per_block: 1,
+            idle_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+struct GpuLink {
+    ctx: Context,
+    stream: Arc<Stream>,
+}
+
+impl WorkerLink for GpuLink {
+    fn poll(&self) -> Result<bool, String> {
+        self.ctx.bind().map_err(|e| e.to_string())?;
+        match self.stream.query() {
+            Ok(done) => Ok(!done),
+            Err(e) => Err(format!("the worker kernel failed: {e}")),
+        }
+    }
+}
+
+/// What `stop` found for one queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct QueueOutcome {
+    pub reason: ExitReason,
+    pub stats: super::QueueStats,
+}
+
+/// Allocations the kernel uses; dropped only once it is known to have ended.
+struct Resources {
+    _rx: Arc<dyn RingMemory>,
+    _tx: Arc<dyn RingMemory>,
+    _status: Arc<dyn RingMemory>,
+    _descs: DeviceBuffer,
+    _states: DeviceBuffer,
+    _scratch: DeviceBuffer,
+    _staging: HostBuffer,
+    _module: Module,
+}
+
+/// A set of queue pairs served by one persistent worker kernel.
+pub struct GpuWorkers {
+    queues: Vec<QueuePair>,
+    link: Arc<GpuLink>,
+    resources: Option<Resources>,
+    ended: bool,
+}
+
+fn alloc(
+    ctx: &Context,
+    kind: MemoryKind,
+    len: usize,
+    bar: &mut Option<VulkanBackend>,
+) -> Result<Arc<dyn RingMemory>, MqError> {
+    Ok(match kind {
+        MemoryKind::Host => Arc::new(HostBuffer::new(ctx, len)?),
+        MemoryKind::Gpu => {
+            if bar.is_none() {
+                *bar = Some(VulkanBackend::new(ctx)?);
+            }
+            Arc::new(bar.as_ref().expect("just set").alloc(len, 4096)?)
+        }
+    })
+}
+
+fn as_bytes<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: T is one of the repr(C) layout structs: plain integers, no padding bytes
+    // (their sizes are asserted equal to the sum of their fields in layout.rs's twins).
+    unsafe { std::slice::from_raw_parts((v as *const T).cast(), size_of::<T>()) }
+}
+
+impl GpuWorkers {
+    /// Compiles `handler`, lays out `cfg.queues` queue pairs, and launches the workers.
+    pub fn launch(ctx: &Context, handler: &Handler, cfg: &GpuConfig) -> Result<Self, MqError> {
+        let q = &cfg.queue;
+        let geo = Geometry::new(q.slots, q.max_msg).map_err(MqError::Config)?;
+        let nq = cfg.queues as usize;
+        let workers = cfg.blocks_per_queue * cfg.warps_per_block;
+        if nq == 0 || cfg.blocks_per_queue == 0 || cfg.warps_per_block == 0 {
+            return Err(MqError::Config(
+                "queues, blocks per queue and warps per block must be at least 1".into(),
+            ));
+        }
+        if cfg.warps_per_block > 32 {
+            return Err(MqError::Config(format!(
+                "at most 32 warps per block, got {}",
+                cfg.warps_per_block
+            )));
+        }
+        ctx.bind()?;
+        // Every worker block must be resident at once: workers wait on each other (in-order
+        // retire) and on the host, so a block that never gets an SM would stall its queue.
+        let sms = ctx.device().attribute(sys::ATTR_MULTIPROCESSOR_COUNT)? as u64;
+        let blocks = cfg.queues as u64 * cfg.blocks_per_queue as u64;
+        if blocks > sms {
+            return Err(MqError::Config(format!(
+                "{blocks} worker blocks do not fit at once on the GPU's {sms} SMs; use fewer \
+                 queues or blocks per queue"
+            )));
+        }
+        // Everything that may synchronise with the device happens before the launch.
+        let module = handler.load(ctx)?;
+        let stream = Arc::new(Stream::new(ctx)?);
+        let rx_each = geo.rx_bytes().next_multiple_of(4096);
+        let tx_each = geo.tx_bytes().next_multiple_of(4096);
+        let mut bar = None;
+        let rx_mem = alloc(ctx, q.placement.rx, rx_each * nq, &mut bar)?;
+        let tx_mem = alloc(ctx, q.placement.tx, tx_each * nq, &mut bar)?;
+        let status_mem: Arc<dyn RingMemory> =
+            Arc::new(HostBuffer::new(ctx, layout::STATUS_SIZE * nq)?);
+        let lane_scratch = geo.scratch_per_lane();
+        let scratch_each = workers as usize * 32 * lane_scratch;
+        let scratch = DeviceBuffer::new(ctx, scratch_each * nq)?;
+        let descs = DeviceBuffer::new(ctx, size_of::<QueueDesc>() * nq)?;
+        let states = DeviceBuffer::new(ctx, layout::WORKER_STATE_SIZE * nq)?;
+        let desc_bytes = size_of::<QueueDesc>() * nq;
+        let mut staging = HostBuffer::new(ctx, desc_bytes + layout::WORKER_STATE_SIZE * nq)?;
+
+        let link = Arc::new(GpuLink {
+            ctx: ctx.clone(),
+            stream: stream.clone(),
+        });
+        let mut queues = Vec::with_capacity(nq);
+        let status_all = Region::whole(status_mem.clone());
+        for i in 0..nq {
+            let rx = Region::new(rx_mem.clone(), i * rx_each, geo.rx_bytes())
+                .expect("inside the allocation");
+            let tx = Region::new(tx_mem.clone(), i * tx_each, geo.tx_bytes())
+                .expect("inside the allocation");
+            let status = status_all
+                .sub(i * layout::STATUS_SIZE, layout::STATUS_SIZE)
+                .expect("inside the allocation");
+            init_rings(&geo, &rx, &tx, q.first_index);
+            status.store_u32(offset_of!(QueueStatus, rx_cons), q.first_index);
+            let flags = match q.placement.rx {
+                MemoryKind::Host => layout::FLAG_RX_IN_HOST,
+                MemoryKind::Gpu => 0,
+            };
+            let desc = QueueDesc {
+                doorbell: rx.gpu_addr(),
+                rx_slots: rx.gpu_addr() + layout::RX_CONTROL_SIZE as u64,
+                tx_slots: tx.gpu_addr(),
+                status: status.gpu_addr(),
+                state: states.device_ptr() + (i * layout::WORKER_STATE_SIZE) as u64,
+                scratch: scratch.device_ptr() + (i * scratch_each) as u64,
+                slots: geo.slots,
+                stride: geo.stride,
+                max_msg: geo.max_msg,
+                first_index: q.first_index,
+                flags,
+                workers,
+                scratch_per_lane: lane_scratch as u32,
+                _reserved: 0,
+            };
+            let state = WorkerState {
+                claim: q.first_index,
+                retired: q.first_index,
+                live: workers,
+                ..Default::default()
+            };
+            let s = staging.as_mut_slice();
+            let d = i * size_of::<QueueDesc>();
+            s[d..d + size_of::<QueueDesc>()].copy_from_slice(as_bytes(&desc));
+            let w = desc_bytes + i * layout::WORKER_STATE_SIZE;
+            s[w..w + size_of::<WorkerState>()].copy_from_slice(as_bytes(&state));
+            queues.push(QueuePair::new(QueueParts {
+                id: i,
+                geo,
+                rx,
+                tx,
+                status,
+                first_index: q.first_index,
+                wait_timeout: q.wait_timeout,
+                link: link.clone(),
+            }));
+        }
+        // Write-combined ring initialisation must be out of the CPU before the kernel looks.
+        super::memory::store_fence();
+        // Stream-ordered uploads, then the launch on the same stream.
+        // SAFETY: staging is pinned and kept alive in Resources until the kernel has ended;
+        // the ranges fit both buffers.
+        unsafe {
+            stream.memcpy_htod_async(&descs, 0, &staging.as_slice()[..desc_bytes])?;
+            stream.memcpy_htod_async(&states, 0, &staging.as_slice()[desc_bytes..])?;
+        }
+        let f = module.function("gdr_mq_worker")?;
+        let (mut p_descs, mut p_nq, mut p_bpq, mut p_idle) = (
+            descs.device_ptr(),
+            cfg.queues,
+            cfg.blocks_per_queue,
+            cfg.idle_timeout.as_nanos().min(u64::MAX as u128) as u64,
+        );
+        let mut params = [
+            &mut p_descs as *mut u64 as *mut c_void,
+            &mut p_nq as *mut u32 as *mut c_void,
+            &mut p_bpq as *mut u32 as *mut c_void,
+            &mut p_idle as *mut u64 as *mut c_void,
+        ];
+        // SAFETY: the parameters match gdr_mq_worker(const desc*, u32, u32, u64); every
+        // buffer it reaches is held in Resources until the kernel is known to have ended.
+        unsafe {
+            f.launch(
+                &stream,
+                LaunchConfig::linear(blocks as u32, cfg.warps_per_block * 32),
+                &mut params,
+            )
+        }?;
+        Ok(GpuWorkers {
+            queues,
+            link,
+            resources: Some(Resources {
+                _rx: rx_mem,
+                _tx: tx_mem,
+                _status: status_mem,
+                _descs: descs,
+                _states: states,
+                _scratch: scratch,
+                _staging: staging,
+                _module: module,
+            }),
+            ended: false,
+        })
+    }
+
+    pub fn queues_mut(&mut self) -> &mut [QueuePair] {
+        &mut self.queues
+    }
+
+    pub fn queue(&mut self, i: usize) -> &mut QueuePair {
+        &mut self.queues[i]
+    }
+
+    /// Ok(true) while the kernel runs, Ok(false) once it has ended, Err with its CUDA error if
+    /// it failed.
+    pub fn running(&self) -> Result<bool, MqError> {
+        self.link.poll().map_err(|cause| MqError::WorkerFailed {
+            queue: 0,
+            cause,
+            in_flight: Default::default(),
+        })
+    }
+
+    /// Asks every worker to stop and waits (at most `timeout`) for the kernel to end; then
+    /// reports why each queue's workers left and its counters.
+    pub fn stop(&mut self, timeout: Duration) -> Result<Vec<QueueOutcome>, MqError> {
+        for q in &self.queues {
+            q.request_stop();
+        }
+        let start = Instant::now();
+        loop {
+            match self.link.poll() {
+                Ok(false) => break,
+                Ok(true) if start.elapsed() < timeout => {
+                    std::thread::sleep(Duration::from_micros(50))
+                }
+                Ok(true) => {
+                    let q = &self.queues[0];
+                    return Err(MqError::Timeout {
+                        what: "the worker kernel to stop (a handler that never returns?)",
+                        waited: start.elapsed(),
+                        in_flight: q.in_flight_report(),
+                    });
+                }
+                Err(cause) => {
+                    // The kernel is gone (with its context): nothing runs on our memory now.
+                    self.ended = true;
+                    return Err(MqError::WorkerFailed {
+                        queue: 0,
+                        cause,
+                        in_flight: self.queues[0].in_flight_report(),
+                    });
+                }
+            }
+        }
+        self.ended = true;
+        Ok(self
+            .queues
+            .iter()
+            .map(|q| QueueOutcome {
+                reason: match q.health() {
+                    Err(MqError::WorkerExited { reason, .. }) => reason,
+                    _ => ExitReason::Unknown { state: 0 },
+                },
+                stats: q.stats(),
+            })
+            .collect())
+    }
+}
+
+impl Drop for GpuWorkers {
+    fn drop(&mut self) {
+        if !self.ended {
+            let _ = self.stop(Duration::from_secs(5));
+        }
+        if !self.ended {
+            // Still running: freeing now would block in the driver and pull memory from under
+            // the kernel. Leak it; the driver reclaims it with the process.
+            std::mem::forget(self.resources.take());
+            std::mem::forget(std::mem::take(&mut self.queues));
+        }
+    }
+}
+
+/// Number of SMs, for sizing worker sets.
+pub fn sm_count(ctx: &Context) -> Result<u32, MqError> {
+    Ok(ctx.device().attribute(sys::ATTR_MULTIPROCESSOR_COUNT)? as u32)
+}

@@ -1,0 +1,327 @@
+//! The ring layout shared by the host (this file) and the GPU (`device.cuh`).
+//!
+//! Every struct here has a C twin of the same name (with a `gdr_mq_` prefix) in `device.cuh`,
+//! and that file carries `static_assert`s on each size and offset. A unit test reads those
+//! assertions out of the header text and checks them against `size_of`/`offset_of!` here, and
+//! NVRTC checks them against the C structs when it compiles the worker: both sides are held to
+//! the same numbers. The protocol itself (who writes what, which fence) is in `docs/mq.md`.
+
+/// Bytes of a slot header; the payload starts right after it (16-byte aligned for vector
+/// copies on the GPU).
+pub const SLOT_HEADER_SIZE: usize = 16;
+/// Slots are padded to whole 64-byte lines so write-combined CPU stores fill whole lines.
+pub const SLOT_ALIGN: usize = 64;
+/// Bytes before the first RX slot: the doorbell line, padded so that slot writes and doorbell
+/// writes never share a 128-byte (adjacent-line prefetch) pair.
+pub const RX_CONTROL_SIZE: usize = 128;
+/// Bytes of a [`QueueStatus`] record (one per queue, in mapped host memory).
+pub const STATUS_SIZE: usize = 64;
+/// Bytes of a [`WorkerState`] record (one per queue, in device memory).
+pub const WORKER_STATE_SIZE: usize = 64;
+/// Most messages one worker warp takes per batch (one per lane).
+pub const WARP_BATCH: u32 = 32;
+
+/// The header at the start of every RX and TX slot.
+///
+/// `seq` is the owner word: message index `i` (a wrapping u32) is present in its slot when
+/// `seq == i + 1`. In RX the doorbell publishes the slot and `seq` double-checks it; in TX
+/// `seq` is the only publication (the CPU polls it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotHeader {
+    pub seq: u32,
+    /// Payload bytes. In TX, a value above the payload capacity means the handler returned
+    /// more than it was allowed to (the payload was cut to the capacity).
+    pub len: u32,
+    /// Set by the host on a request; the worker copies it into the response.
+    pub tag: u64,
+}
+
+/// The RX doorbell, first word of the RX control line. The GPU reads both halves with one
+/// 64-bit acquire load, so a stop request costs the poll loop nothing.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Doorbell {
+    /// Producer index: messages `[.., prod)` are in their slots. Written by the host.
+    pub prod: u32,
+    /// Non-zero asks the workers of this queue to exit. Written by the host.
+    pub stop: u32,
+}
+
+/// Per-queue status in mapped host memory: written by the GPU, read by the host (cheaply:
+/// it is host memory).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueStatus {
+    /// Messages the workers have answered (retired in order).
+    pub messages: u64,
+    /// Batches retired.
+    pub batches: u64,
+    /// Consumer index, written back lazily: once per retired batch, in order.
+    pub rx_cons: u32,
+    /// One of the `STATE_*` values.
+    pub state: u32,
+    /// One of the `ERR_*` values (0 = none).
+    pub error: u32,
+    /// Detail for `error` (the message index concerned).
+    pub error_arg: u32,
+    pub _reserved: [u64; 4],
+}
+
+/// Worker-private per-queue state in device memory (never touched by the host after launch).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerState {
+    /// Next message index to claim (multi-warp queues).
+    pub claim: u32,
+    /// Next index to retire: batches retire in index order.
+    pub retired: u32,
+    /// Worker warps not yet exited; the last one out writes the final state.
+    pub live: u32,
+    /// Set when a worker of this queue failed; the others exit too.
+    pub failed: u32,
+    /// Queue totals kept by the retiring warp (multi-warp queues).
+    pub messages: u64,
+    pub batches: u64,
+    pub _reserved: [u64; 4],
+}
+
+/// What the worker kernel is told about one queue (an array of these in device memory).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueDesc {
+    /// GPU address of the [`Doorbell`] (the RX control line).
+    pub doorbell: u64,
+    /// GPU address of RX slot 0.
+    pub rx_slots: u64,
+    /// GPU address of TX slot 0.
+    pub tx_slots: u64,
+    /// GPU address of this queue's [`QueueStatus`].
+    pub status: u64,
+    /// GPU address of this queue's [`WorkerState`].
+    pub state: u64,
+    /// GPU address of this queue's scratch (per worker lane: request and response buffers).
+    pub scratch: u64,
+    /// Slots per ring (a power of two).
+    pub slots: u32,
+    /// Bytes from one slot to the next.
+    pub stride: u32,
+    /// Payload capacity of a slot, for requests and responses alike.
+    pub max_msg: u32,
+    /// Index of the first message (lets tests start next to the u32 wrap).
+    pub first_index: u32,
+    /// `FLAG_*` bits.
+    pub flags: u32,
+    /// Worker warps serving this queue.
+    pub workers: u32,
+    /// Bytes of scratch per lane (two buffers of the rounded-up capacity).
+    pub scratch_per_lane: u32,
+    pub _reserved: u32,
+}
+
+/// `QueueDesc::flags`: the RX ring is in mapped host memory, so workers copy each request
+/// into scratch with wide loads instead of letting the handler read it over PCIe.
+pub const FLAG_RX_IN_HOST: u32 = 1;
+
+/// `QueueStatus::state` values.
+pub const STATE_NOT_STARTED: u32 = 0;
+pub const STATE_RUNNING: u32 = 1;
+pub const STATE_STOPPED: u32 = 2;
+pub const STATE_IDLE_TIMEOUT: u32 = 3;
+pub const STATE_FAILED: u32 = 4;
+
+/// `QueueStatus::error` values.
+pub const ERR_NONE: u32 = 0;
+/// A slot below the doorbell did not carry the expected sequence word.
+pub const ERR_BAD_SEQ: u32 = 1;
+/// A request claimed a length above the slot capacity.
+pub const ERR_BAD_LEN: u32 = 2;
+/// The doorbell ran more than a ring ahead of the consumer.
+pub const ERR_OVERRUN: u32 = 3;
+
+/// Sizes of one queue's rings, derived from the slot count and payload capacity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub slots: u32,
+    pub max_msg: u32,
+    pub stride: u32,
+}
+
+impl Geometry {
+    /// Checks the request and derives the stride. `slots` must be a power of two (index
+    /// arithmetic is a mask and stays right across the u32 wrap).
+    pub fn new(slots: u32, max_msg: u32) -> Result<Geometry, String> {
+        if slots < 2 || !slots.is_power_of_two() || slots > (1 << 24) {
+            return Err(format!(
+                "slots must be a power of two in 2..=2^24, got {slots}"
+            ));
+        }
+        if max_msg > (1 << 24) {
+            return Err(format!("max_msg must be at most 16 MiB, got {max_msg}"));
+        }
+        let stride = (SLOT_HEADER_SIZE + max_msg as usize).next_multiple_of(SLOT_ALIGN);
+        let g = Geometry {
+            slots,
+            max_msg,
+            stride: stride as u32,
+        };
+        if g.tx_bytes() > (1usize << 34) {
+            return Err(format!(
+                "a ring of {slots} slots of {stride} bytes is too large"
+            ));
+        }
+        Ok(g)
+    }
+
+    /// Byte offset of the slot holding message `index` (from slot 0).
+    pub fn slot_offset(&self, index: u32) -> usize {
+        (index & (self.slots - 1)) as usize * self.stride as usize
+    }
+
+    /// Bytes of the RX region: control line plus slots.
+    pub fn rx_bytes(&self) -> usize {
+        RX_CONTROL_SIZE + self.tx_bytes()
+    }
+
+    /// Bytes of the TX region: slots only.
+    pub fn tx_bytes(&self) -> usize {
+        self.slots as usize * self.stride as usize
+    }
+
+    /// Scratch bytes per worker lane: a request and a response buffer, each as large as a
+    /// slot's payload area (`stride - 16`, at least `max_msg`, a multiple of 16), because the
+    /// request copy reads whole 16-byte words up to the first 128 bytes of the slot.
+    pub fn scratch_per_lane(&self) -> usize {
+        2 * (self.stride as usize - SLOT_HEADER_SIZE)
+    }
+}
+
+/// The sequence word that marks message `index` as present.
+pub fn seq_of(index: u32) -> u32 {
+    index.wrapping_add(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// `(struct, field or "sizeof", value)` from the header's static_asserts.
+    fn header_facts() -> Vec<(String, String, usize)> {
+        let src = super::super::DEVICE_HEADER;
+        let mut out = Vec::new();
+        for line in src.lines() {
+            let l = line.trim();
+            if let Some(rest) = l.strip_prefix("static_assert(__builtin_offsetof(") {
+                // gdr_mq_x, field) == N, "...");
+                let (ty, rest) = rest.split_once(',').unwrap();
+                let (field, rest) = rest.split_once(')').unwrap();
+                let n = rest.trim().trim_start_matches("==").trim();
+                let n: usize = n.split(',').next().unwrap().trim().parse().unwrap();
+                out.push((ty.trim().into(), field.trim().into(), n));
+            } else if let Some(rest) = l.strip_prefix("static_assert(sizeof(") {
+                let (ty, rest) = rest.split_once(')').unwrap();
+                let n = rest.trim().trim_start_matches("==").trim();
+                let n: usize = n.split(',').next().unwrap().trim().parse().unwrap();
+                out.push((ty.trim().into(), "sizeof".into(), n));
+            }
+        }
+        out
+    }
+
+    fn rust_fact(ty: &str, field: &str) -> Option<usize> {
+        macro_rules! facts {
+            ($($cty:literal => $rty:ty { $($f:ident),* }),* $(,)?) => {
+                match (ty, field) {
+                    $(
+                        ($cty, "sizeof") => Some(size_of::<$rty>()),
+                        $( ($cty, stringify!($f)) => Some(offset_of!($rty, $f)), )*
+                    )*
+                    _ => None,
+                }
+            };
+        }
+        facts! {
+            "gdr_mq_slot_header" => SlotHeader { seq, len, tag },
+            "gdr_mq_doorbell" => Doorbell { prod, stop },
+            "gdr_mq_status" => QueueStatus { messages, batches, rx_cons, state, error, error_arg },
+            "gdr_mq_worker_state" => WorkerState { claim, retired, live, failed, messages, batches },
+            "gdr_mq_queue_desc" => QueueDesc {
+                doorbell, rx_slots, tx_slots, status, state, scratch, slots, stride, max_msg,
+                first_index, flags, workers, scratch_per_lane
+            },
+        }
+    }
+
+    #[test]
+    fn header_and_rust_layouts_agree() {
+        let facts = header_facts();
+        // Every field of every shared struct is asserted in the header.
+        assert_eq!(facts.len(), 4 + 3 + 7 + 7 + 14, "{facts:?}");
+        for (ty, field, n) in facts {
+            let ours = rust_fact(&ty, &field)
+                .unwrap_or_else(|| panic!("header asserts unknown {ty}.{field}"));
+            assert_eq!(ours, n, "{ty}.{field}: Rust {ours}, header {n}");
+        }
+    }
+
+    #[test]
+    fn header_constants_match() {
+        let src = super::super::DEVICE_HEADER;
+        let want = [
+            ("GDR_MQ_SLOT_HEADER_SIZE", SLOT_HEADER_SIZE as u32),
+            ("GDR_MQ_WARP_BATCH", WARP_BATCH),
+            ("GDR_MQ_FLAG_RX_IN_HOST", FLAG_RX_IN_HOST),
+            ("GDR_MQ_STATE_RUNNING", STATE_RUNNING),
+            ("GDR_MQ_STATE_STOPPED", STATE_STOPPED),
+            ("GDR_MQ_STATE_IDLE_TIMEOUT", STATE_IDLE_TIMEOUT),
+            ("GDR_MQ_STATE_FAILED", STATE_FAILED),
+            ("GDR_MQ_ERR_BAD_SEQ", ERR_BAD_SEQ),
+            ("GDR_MQ_ERR_BAD_LEN", ERR_BAD_LEN),
+            ("GDR_MQ_ERR_OVERRUN", ERR_OVERRUN),
+        ];
+        for (name, v) in want {
+            let line = src
+                .lines()
+                .find(|l| l.starts_with(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("{name} not defined in device.cuh"));
+            let got: u32 = line
+                .split_whitespace()
+                .nth(2)
+                .unwrap()
+                .trim_end_matches('u')
+                .parse()
+                .unwrap();
+            assert_eq!(got, v, "{name}");
+        }
+    }
+
+    #[test]
+    fn geometry_rounds_and_rejects() {
+        let g = Geometry::new(1024, 64).unwrap();
+        assert_eq!(g.stride, 128);
+        assert_eq!(g.rx_bytes(), 128 + 1024 * 128);
+        assert_eq!(Geometry::new(8, 48).unwrap().stride, 64);
+        assert_eq!(Geometry::new(8, 49).unwrap().stride, 128);
+        assert_eq!(Geometry::new(8, 0).unwrap().stride, 64);
+        assert_eq!(Geometry::new(8, 1024).unwrap().stride, 1088);
+        assert!(Geometry::new(1000, 64).is_err());
+        assert!(Geometry::new(1, 64).is_err());
+        assert!(Geometry::new(0, 64).is_err());
+        assert!(Geometry::new(1 << 25, 64).is_err());
+        assert!(Geometry::new(8, (1 << 24) + 1).is_err());
+        assert!(Geometry::new(1 << 24, 1 << 20).is_err());
+    }
+
+    #[test]
+    fn slot_offsets_wrap_with_the_index() {
+        let g = Geometry::new(8, 64).unwrap();
+        assert_eq!(g.slot_offset(0), 0);
+        assert_eq!(g.slot_offset(7), 7 * 128);
+        assert_eq!(g.slot_offset(8), 0);
+        assert_eq!(g.slot_offset(u32::MAX), 7 * 128);
+        assert_eq!(g.slot_offset(u32::MAX.wrapping_add(1)), 0);
+        assert_eq!(seq_of(u32::MAX), 0);
+        assert_eq!(seq_of(5), 6);
+    }
+}

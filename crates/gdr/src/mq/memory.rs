@@ -1,0 +1,343 @@
+//! The memory a ring lives in, as the host sees it, and the few ways the host touches it.
+//!
+//! A ring only needs a CPU address, a GPU address, a length, and whether CPU stores to it are
+//! write-combined (then a store fence must drain them before a doorbell or owner word is
+//! written). [`RingMemory`] says exactly that, so the same host code drives GPU memory mapped
+//! through BAR1 ([`MappedBuffer`]), mapped host memory ([`HostBuffer`]), or plain memory
+//! ([`PlainMemory`]) where a CPU thread plays the GPU in tests.
+//!
+//! [`Region`] is a window of such memory with the accesses the protocol uses: 32-bit
+//! acquire loads and release stores of the owner/index words, byte copies for payloads, and
+//! the publish fence. Words are accessed as atomics (plain `mov`s on x86, fine on WC memory);
+//! payload bytes are copied only while the protocol gives this side sole ownership of them.
+
+use crate::bar::MappedBuffer;
+use crate::cuda::{DeviceMemory, HostBuffer};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Memory that can hold a ring.
+///
+/// # Safety
+/// `cpu_ptr()` must be valid for reads and writes of `size()` bytes, aligned to 64, for as long
+/// as the value lives; if `gpu_addr()` is used by a GPU, it must address the same bytes.
+pub unsafe trait RingMemory: Send + Sync + 'static {
+    /// CPU address of the first byte.
+    fn cpu_ptr(&self) -> *mut u8;
+    /// GPU (CUDA device) address of the first byte; for plain memory, the CPU address.
+    fn gpu_addr(&self) -> u64;
+    fn size(&self) -> usize;
+    /// True when CPU stores are write-combined (a BAR mapping): publishing needs `sfence`.
+    fn write_combined(&self) -> bool;
+}
+
+// SAFETY: host_ptr is the live BAR mapping of len bytes (valid while the buffer lives) and
+// device_ptr is the same memory; buffers for rings are allocated 64-byte aligned.
+unsafe impl RingMemory for MappedBuffer {
+    fn cpu_ptr(&self) -> *mut u8 {
+        self.host_ptr()
+    }
+    fn gpu_addr(&self) -> u64 {
+        self.device_ptr()
+    }
+    fn size(&self) -> usize {
+        self.len()
+    }
+    fn write_combined(&self) -> bool {
+        true
+    }
+}
+
+// SAFETY: cuMemHostAlloc memory is page aligned, len bytes, valid while the buffer lives, and
+// device_ptr is its DEVICEMAP alias.
+unsafe impl RingMemory for HostBuffer {
+    fn cpu_ptr(&self) -> *mut u8 {
+        self.host_ptr()
+    }
+    fn gpu_addr(&self) -> u64 {
+        self.device_ptr()
+    }
+    fn size(&self) -> usize {
+        DeviceMemory::len(self)
+    }
+    fn write_combined(&self) -> bool {
+        false
+    }
+}
+
+/// Zeroed, 4 KiB-aligned ordinary memory, for rings shared between CPU threads (tests, and the
+/// reference worker in [`super::cpu_worker`]).
+pub struct PlainMemory {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: the allocation is owned; concurrent access follows the ring protocol through Region.
+unsafe impl Send for PlainMemory {}
+// SAFETY: as above.
+unsafe impl Sync for PlainMemory {}
+
+impl PlainMemory {
+    /// `size` zeroed bytes (at least one page is reserved).
+    pub fn new(size: usize) -> Result<PlainMemory, String> {
+        let layout = std::alloc::Layout::from_size_align(size.max(4096), 4096)
+            .map_err(|e| format!("cannot allocate {size} bytes: {e}"))?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(format!("out of memory allocating {size} bytes"));
+        }
+        Ok(PlainMemory { ptr, layout })
+    }
+}
+
+impl Drop for PlainMemory {
+    fn drop(&mut self) {
+        // SAFETY: allocated in new with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
+
+// SAFETY: ptr is a live, owned, 4096-aligned allocation of layout.size() bytes.
+unsafe impl RingMemory for PlainMemory {
+    fn cpu_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    fn gpu_addr(&self) -> u64 {
+        self.ptr as u64
+    }
+    fn size(&self) -> usize {
+        self.layout.size()
+    }
+    fn write_combined(&self) -> bool {
+        false
+    }
+}
+
+/// A bounds-checked window `[offset, offset + len)` of ring memory, keeping the memory alive.
+#[derive(Clone)]
+pub struct Region {
+    mem: Arc<dyn RingMemory>,
+    base: *mut u8,
+    len: usize,
+    gpu: u64,
+    wc: bool,
+}
+
+// SAFETY: the pointer stays valid while `mem` (held) lives; all concurrent access goes through
+// atomics or through byte copies the ring protocol makes exclusive.
+unsafe impl Send for Region {}
+// SAFETY: as above.
+unsafe impl Sync for Region {}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Region({:#x}+{}, wc={})", self.gpu, self.len, self.wc)
+    }
+}
+
+impl Region {
+    /// The window `[offset, offset + len)` of `mem`, or None if it does not fit or is not
+    /// 16-byte aligned.
+    pub fn new(mem: Arc<dyn RingMemory>, offset: usize, len: usize) -> Option<Region> {
+        if !offset.is_multiple_of(16) || offset.checked_add(len)? > mem.size() {
+            return None;
+        }
+        // SAFETY: offset + len is inside the allocation (checked).
+        let base = unsafe { mem.cpu_ptr().add(offset) };
+        Some(Region {
+            gpu: mem.gpu_addr() + offset as u64,
+            wc: mem.write_combined(),
+            base,
+            len,
+            mem,
+        })
+    }
+
+    /// A whole memory as one region.
+    pub fn whole(mem: Arc<dyn RingMemory>) -> Region {
+        let len = mem.size();
+        Self::new(mem, 0, len).expect("the whole memory fits")
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// GPU address of the window's first byte.
+    pub fn gpu_addr(&self) -> u64 {
+        self.gpu
+    }
+
+    pub fn write_combined(&self) -> bool {
+        self.wc
+    }
+
+    /// The sub-window `[offset, offset + len)` of this one.
+    pub fn sub(&self, offset: usize, len: usize) -> Option<Region> {
+        if !offset.is_multiple_of(16) || offset.checked_add(len)? > self.len {
+            return None;
+        }
+        Some(Region {
+            mem: self.mem.clone(),
+            // SAFETY: inside the window (checked).
+            base: unsafe { self.base.add(offset) },
+            len,
+            gpu: self.gpu + offset as u64,
+            wc: self.wc,
+        })
+    }
+
+    fn at(&self, off: usize, n: usize) -> *mut u8 {
+        assert!(
+            off.checked_add(n).is_some_and(|e| e <= self.len),
+            "ring access {off}+{n} outside a {}-byte region",
+            self.len
+        );
+        // SAFETY: checked to be inside the window.
+        unsafe { self.base.add(off) }
+    }
+
+    fn word(&self, off: usize) -> &AtomicU32 {
+        assert!(off.is_multiple_of(4), "unaligned ring word at {off}");
+        // SAFETY: in bounds (at), 4-aligned (the region base is 16-aligned), valid while
+        // self holds the memory; shared words are only ever accessed atomically.
+        unsafe { AtomicU32::from_ptr(self.at(off, 4).cast()) }
+    }
+
+    /// Acquire load of the 32-bit word at `off` (an owner word or an index).
+    pub fn load_u32(&self, off: usize) -> u32 {
+        self.word(off).load(Ordering::Acquire)
+    }
+
+    /// Relaxed load of a 64-bit counter at `off` (statistics only).
+    pub fn load_u64(&self, off: usize) -> u64 {
+        assert!(off.is_multiple_of(8), "unaligned ring word at {off}");
+        // SAFETY: as in word(), 8-aligned.
+        unsafe { AtomicU64::from_ptr(self.at(off, 8).cast()) }.load(Ordering::Relaxed)
+    }
+
+    /// Release store of the 32-bit word at `off`. On write-combined memory call
+    /// [`publish_fence`](Self::publish_fence) before (to order the payload) and
+    /// [`flush`](Self::flush) after (to push the word out now).
+    pub fn store_u32(&self, off: usize, v: u32) {
+        self.word(off).store(v, Ordering::Release)
+    }
+
+    /// Plain 64-bit store (statistics written by the CPU worker).
+    pub fn store_u64(&self, off: usize, v: u64) {
+        assert!(off.is_multiple_of(8), "unaligned ring word at {off}");
+        // SAFETY: as in word(), 8-aligned.
+        unsafe { AtomicU64::from_ptr(self.at(off, 8).cast()) }.store(v, Ordering::Release)
+    }
+
+    /// Copies `src` to `off`. The caller must own those bytes under the ring protocol.
+    pub fn write(&self, off: usize, src: &[u8]) {
+        let dst = self.at(off, src.len());
+        // SAFETY: in bounds; the protocol gives this side sole access to the bytes (the
+        // other side reads them only after a later release store it acquires).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
+    }
+
+    /// Copies `dst.len()` bytes from `off`. The caller must own those bytes under the protocol.
+    pub fn read(&self, off: usize, dst: &mut [u8]) {
+        let src = self.at(off, dst.len());
+        // SAFETY: in bounds; published by the other side before the acquire that let the
+        // caller here, and not rewritten until the caller hands the slot back.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) }
+    }
+
+    /// A borrowed view of `len` bytes at `off`, for zero-copy receive from memory the CPU
+    /// reads fast (not write-combined).
+    ///
+    /// # Safety
+    /// Nobody may write those bytes while the slice lives (the ring protocol's ownership).
+    pub unsafe fn slice(&self, off: usize, len: usize) -> &[u8] {
+        let p = self.at(off, len);
+        // SAFETY: in bounds; exclusivity per the caller's contract.
+        unsafe { std::slice::from_raw_parts(p, len) }
+    }
+
+    /// Orders every earlier store to this region before every later one. Write-combined
+    /// stores are weakly ordered, so this is `sfence` there; on ordinary memory a release
+    /// fence (x86 keeps stores in order anyway).
+    pub fn publish_fence(&self) {
+        if self.wc {
+            store_fence();
+        } else {
+            std::sync::atomic::fence(Ordering::Release);
+        }
+    }
+
+    /// Pushes write-combined stores out of the CPU now rather than whenever the line fills.
+    pub fn flush(&self) {
+        if self.wc {
+            store_fence();
+        }
+    }
+}
+
+/// `sfence` on x86-64; a full fence elsewhere.
+pub fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: sfence needs only SSE, which every x86-64 CPU has.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_memory_is_zeroed_and_aligned() {
+        let m = PlainMemory::new(10_000).unwrap();
+        assert_eq!(m.cpu_ptr() as usize % 4096, 0);
+        assert!(m.size() >= 10_000);
+        // SAFETY: valid for size() bytes.
+        let s = unsafe { std::slice::from_raw_parts(m.cpu_ptr(), m.size()) };
+        assert!(s.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn regions_are_bounds_checked_and_alias() {
+        let mem: Arc<dyn RingMemory> = Arc::new(PlainMemory::new(4096).unwrap());
+        let r = Region::whole(mem.clone());
+        assert!(
+            Region::new(mem.clone(), 8, 16).is_none(),
+            "unaligned accepted"
+        );
+        assert!(
+            Region::new(mem.clone(), 4096, 1).is_none(),
+            "past the end accepted"
+        );
+        assert!(Region::new(mem.clone(), usize::MAX - 15, 32).is_none());
+        let sub = r.sub(256, 512).unwrap();
+        assert_eq!(sub.gpu_addr(), r.gpu_addr() + 256);
+        assert!(sub.sub(512, 1).is_none());
+        let data: Vec<u8> = (0..100u8).collect();
+        sub.write(10, &data);
+        let mut back = [0u8; 100];
+        r.read(266, &mut back);
+        assert_eq!(&back[..], &data[..]);
+        sub.store_u32(64, 0xdead_beef);
+        assert_eq!(r.load_u32(320), 0xdead_beef);
+        sub.store_u64(72, 7 << 40);
+        assert_eq!(r.load_u64(328), 7 << 40);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside")]
+    fn out_of_window_access_panics_instead_of_corrupting() {
+        let mem: Arc<dyn RingMemory> = Arc::new(PlainMemory::new(4096).unwrap());
+        let r = Region::whole(mem).sub(0, 64).unwrap();
+        r.write(60, &[0u8; 8]);
+    }
+}

@@ -1,0 +1,424 @@
+//! Message queues on a real GPU: persistent workers running CUDA handlers. Skips without a
+//! GPU (fails under GDR_REQUIRE_GPU=1). The tests take a process-wide lock: a persistent
+//! kernel of one test must not run while another test frees memory (that would wait on it).
+
+use gdr::cuda::Context;
+use gdr::mq::{ExitReason, GpuConfig, GpuWorkers, Handler, MqError, Placement, QueueConfig};
+use gdr::testing::{gpu_context, skip_or_fail};
+use rand::{Rng, RngCore, SeedableRng};
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+static GPU: Mutex<()> = Mutex::new(());
+
+fn gpu(name: &str) -> Option<(Context, MutexGuard<'static, ()>)> {
+    let guard = GPU.lock().unwrap_or_else(|p| p.into_inner());
+    Some((gpu_context(name)?, guard))
+}
+
+/// Reverses the request and xors every byte with its length: a response proves the GPU saw
+/// exactly this request.
+const TRANSFORM: &str = r#"
+__device__ unsigned int handle(const unsigned char *req, unsigned int len,
+                               unsigned char *resp, unsigned int cap) {
+    if (len > cap) return cap + 1;
+    const unsigned char k = (unsigned char)len;
+    for (unsigned int i = 0; i < len; i++) resp[i] = req[len - 1 - i] ^ k;
+    return len;
+}
+"#;
+
+/// Echo after busy-waiting the number of microseconds in the first 4 request bytes; a first
+/// byte of 0xEE answers more than the capacity.
+const SLOW: &str = r#"
+__device__ unsigned int handle(const unsigned char *req, unsigned int len,
+                               unsigned char *resp, unsigned int cap) {
+    if (len >= 1 && req[0] == 0xEE) return cap + 1;
+    const unsigned int us = len >= 4 ? *(const unsigned int *)req : 0u;
+    const unsigned long long t0 = gdr_globaltimer_ns();
+    while (gdr_globaltimer_ns() - t0 < us * 1000ull) { }
+    for (unsigned int i = 0; i < len; i++) resp[i] = req[i];
+    return len;
+}
+"#;
+
+fn transform(req: &[u8]) -> Vec<u8> {
+    let k = req.len() as u8;
+    req.iter().rev().map(|b| b ^ k).collect()
+}
+
+fn launch(ctx: &Context, name: &str, h: &Handler, cfg: &GpuConfig) -> Option<GpuWorkers> {
+    match GpuWorkers::launch(ctx, h, cfg) {
+        Ok(w) => Some(w),
+        // No BAR mapping (no Vulkan) is a missing capability, not a queue bug.
+        Err(MqError::Bar(e)) => skip_or_fail(name, &e.to_string()),
+        Err(e) => panic!("{name}: launch failed: {e}"),
+    }
+}
+
+fn config(placement: Placement, slots: u32, max_msg: u32) -> GpuConfig {
+    GpuConfig {
+        queue: QueueConfig {
+            slots,
+            max_msg,
+            placement,
+            wait_timeout: Duration::from_secs(10),
+            first_index: 0,
+        },
+        idle_timeout: Duration::from_secs(20),
+        ..Default::default()
+    }
+}
+
+/// Pipelines `count` messages of random sizes through queue `qi`, checking each response.
+fn pump(w: &mut GpuWorkers, qi: usize, count: u64, max: usize, seed: u64) {
+    let q = w.queue(qi);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut pending: VecDeque<Vec<u8>> = VecDeque::new();
+    let (mut sent, mut got) = (0u64, 0u64);
+    let mut buf = vec![0u8; max];
+    while got < count {
+        let room = (q.credits() as u64).min(count - sent).min(64);
+        if room > 0 {
+            let msgs: Vec<Vec<u8>> = (0..room)
+                .map(|_| {
+                    let mut m = vec![0u8; rng.gen_range(0..=max)];
+                    rng.fill_bytes(&mut m);
+                    m
+                })
+                .collect();
+            assert_eq!(q.try_send_batch(&msgs).unwrap() as u64, room);
+            sent += room;
+            pending.extend(msgs);
+        }
+        let check = |n: usize, buf: &[u8], pending: &mut VecDeque<Vec<u8>>, got: &mut u64| {
+            let want = transform(&pending.pop_front().expect("response without request"));
+            assert!(
+                buf[..n] == want[..],
+                "queue {qi} message {got}: wrong bytes"
+            );
+            *got += 1;
+        };
+        if room == 0 {
+            // Ring full (or everything sent): wait for the oldest response.
+            let n = q
+                .recv(&mut buf)
+                .unwrap_or_else(|e| panic!("queue {qi} message {got}: {e}"));
+            check(n, &buf, &mut pending, &mut got);
+        }
+        while let Some(n) = q
+            .try_recv(&mut buf)
+            .unwrap_or_else(|e| panic!("queue {qi} message {got}: {e}"))
+        {
+            check(n, &buf, &mut pending, &mut got);
+        }
+    }
+    assert_eq!(q.in_flight(), 0);
+    assert_eq!(q.stats().received, count);
+}
+
+#[test]
+fn a_million_messages_wrap_in_order() {
+    let name = "a_million_messages_wrap_in_order";
+    let Some((ctx, _g)) = gpu(name) else { return };
+    let h = Handler::new("transform", TRANSFORM);
+    let mut cfg = config(Placement::LYNX, 256, 128);
+    // Cross the u32 index wrap early on, as well as thousands of ring wraps.
+    cfg.queue.first_index = u32::MAX - 1000;
+    let Some(mut w) = launch(&ctx, name, &h, &cfg) else {
+        return;
+    };
+    let t = Instant::now();
+    pump(&mut w, 0, 1_000_000, 128, 1);
+    let s = w.queue(0).stats();
+    println!("{name}: {:?} {:?}", t.elapsed(), s);
+    assert!(s.doorbells < s.sent, "no batching");
+    let out = w.stop(Duration::from_secs(5)).unwrap();
+    assert_eq!(out[0].reason, ExitReason::Stopped);
+    assert_eq!(out[0].stats.worker_messages, 1_000_000);
+    assert_eq!(w.queue(0).worker_consumed(), 1_000_000);
+}
+
+#[test]
+fn every_placement_carries_sizes_zero_to_capacity() {
+    let name = "every_placement_carries_sizes_zero_to_capacity";
+    let Some((ctx, _g)) = gpu(name) else { return };
+    let h = Handler::new("transform", TRANSFORM);
+    let max = 300usize;
+    for p in Placement::ALL {
+        let Some(mut w) = launch(&ctx, name, &h, &config(p, 64, max as u32)) else {
+            return;
+        };
+        let q = w.queue(0);
+        let mut buf = vec![0xa5u8; max];
+        for len in [
+            0usize, 1, 15, 16, 17, 100, 111, 112, 113, 127, 128, 129, 299, 300,
+        ] {
+            let mut m = vec![0u8; len];
+            rand::thread_rng().fill_bytes(&mut m);
+            let n = q
+                .call(&m, &mut buf)
+                .unwrap_or_else(|e| panic!("{} len {len}: {e}", p.name()));
+            assert!(buf[..n] == transform(&m)[..], "{} len {len}", p.name());
+        }
+        match q.send(&vec![1u8; max + 1]) {
+            Err(MqError::Oversize { len, max: m }) => assert_eq!((len, m), (max + 1, max)),
+            r => panic!("{}: oversize not rejected: {r:?}", p.name()),
+        }
+        pump(&mut w, 0, 20_000, max, 2);
+        w.stop(Duration::from_secs(5)).unwrap();
+    }
+}
+
+#[test]
+fn many_queues_and_workers_at_once() {
+    let name = "many_queues_and_workers_at_once";
+    let Some((ctx, _g)) = gpu(name) else { return };
+    let h = Handler::new("transform", TRANSFORM);
+    for p in [Placement::LYNX, Placement::HOST] {
+        let mut cfg = config(p, 128, 96);
+        cfg.queues = 8;
+        cfg.blocks_per_queue = 2;
+        cfg.warps_per_block = 2;
+        let Some(mut w) = launch(&ctx, name, &h, &cfg) else {
+            return;
+        };
+        let queues = w.queues_mut();
+        std::thread::scope(|s| {
+            for (i, q) in queues.iter_mut().enumerate() {
+                let ctx = ctx.clone();
+                s.spawn(move || {
+                    ctx.bind().unwrap();
+                    let mut rng = rand::rngs::StdRng::seed_from_u64(i as u64);
+                    let mut pending = VecDeque::new();
+                    let mut buf = vec![0u8; 96];
+                    let (mut sent, mut got) = (0, 0);
+                    while got < 50_000 {
+                        while sent < 50_000 && q.credits() > 0 {
+                            let mut m = vec![0u8; rng.gen_range(0..=96)];
+                            rng.fill_bytes(&mut m);
+                            assert!(q.try_send(&m).unwrap());
+                            pending.push_back(m);
+                            sent += 1;
+                        }
+                        let n = q.recv(&mut buf).unwrap();
+                        let want = transform(&pending.pop_front().unwrap());
+                        assert!(buf[..n] == want[..], "queue {i} message {got}");
+                        got += 1;
+                    }
+                });
+            }
+        });
+        let out = w.stop(Duration::from_secs(5)).unwrap();
+        for (i, o) in out.iter().enumerate() {
+            assert_eq!(o.reason, ExitReason::Stopped, "queue {i}");
+            assert_eq!(o.stats.worker_messages, 50_000, "queue {i}");
+        }
+    }
+}
+
+fn slow_msg(us: u32, tag: u8) -> Vec<u8> {
+    let mut m = us.to_ne_bytes().to_vec();
+    m.push(tag);
+    m
+}
+
+#[test]
+fn slow_handler_exerts_back_pressure() {
+    let name = "slow_handler_exerts_back_pressure";
+    let Some((ctx, _g)) = gpu(name) else { return };
+    let h = Handler::new("slow", SLOW);
+    let Some(mut w) = launch(&ctx, name, &h, &config(Placement::LYNX, 16, 32)) else {
+        return;
+    };
+    let q = w.queue(0);
+    let t = Instant::now();
+    for i in 0..16u8 {
+        assert!(q.try_send(&slow_msg(2_000, i)).unwrap(), "slot {i}");
+    }
+    assert!(
+        !q.try_send(&slow_msg(0, 99)).unwrap(),
+        "a full ring took more"
+    );
+    assert!(matches!(
+        q.send(&slow_msg(0, 99)),
+        Err(MqError::Full { .. })
+    ));
+    let mut buf = [0u8; 32];
+    let mut tags = vec![];
+    for i in 16..48u8 {
+        let n = q.recv(&mut buf).unwrap();
+        assert_eq!(n, 5);
+        tags.push(buf[4]);
+        assert!(
+            q.try_send(&slow_msg(2_000, i)).unwrap(),
+            "a credit came back"
+        );
+    }
+    while q.in_flight() > 0 {
+        q.recv(&mut buf).unwrap();
+        tags.push(buf[4]);
+    }
+    assert_eq!(tags, (0..48).collect::<Vec<u8>>());
+    // 48 messages of 2 ms on one warp (up to 16 at a time in parallel lanes): at least 6 ms.
+    assert!(t.elapsed() >= Duration::from_millis(6), "{:?}", t.elapsed());
+    assert!(q.stats().full >= 2);
+    // A handler answering more than the capacity is an error for that message only.
+    q.send(&[0xEE, 0, 0, 0]).unwrap();
+    q.send(&slow_msg(0, 7)).unwrap();
+    assert!(matches!(
+        q.recv(&mut buf),
+        Err(MqError::ResponseTooLong {
+            len: 33,
+            max: 32,
+            ..
+        })
+    ));
+    assert_eq!(q.recv(&mut buf).unwrap(), 5);
+    assert_eq!(buf[4], 7);
+}
+
+#[test]
+fn stop_mid_stream() {
+    let name = "stop_mid_stream";
+    let Some((ctx, _g)) = gpu(name) else { return };
+    let h = Handler::new("slow", SLOW);
+    for p in [Placement::LYNX, Placement::HOST] {
+        let Some(mut w) = launch(&ctx, name, &h, &config(p, 256, 32)) else {
+            return;
+        };
+        let q = w.queue(0);
+        // 200 messages of 1 ms each, taken 32 at a time: ~7 ms of work.
+        for i in 0..200u32 {
+            q.send(&slow_msg(1_000, i as u8)).unwrap();
+        }
+        let mut buf = [0u8; 32];
+        q.recv(&mut buf).unwrap();
+        q.request_stop();
+        let mut received = 1u64;
+        let err = loop {
+            match q.recv(&mut buf) {
+                Ok(_) => {
+                    assert_eq!(buf[4], received as u8);
+                    received += 1;
+                }
+                Err(e) => break e,
+            }
+        };
+        match err {
+            MqError::WorkerExited {
+                reason: ExitReason::Stopped,
+                in_flight,
+                ..
+            } => {
+                assert_eq!(in_flight.sent, 200);
+                assert_eq!(in_flight.received, received);
+                assert_eq!(in_flight.answered, received);
+                assert!(received < 200, "{}: stop did not stop anything", p.name());
+            }
+            e => panic!("{}: expected a stopped worker, got {e}", p.name()),
+        }
+        let out = w.stop(Duration::from_secs(5)).unwrap();
+        assert_eq!(out[0].reason, ExitReason::Stopped);
+    }
+}
+
+#[test]
+fn idle_watchdog_ends_workers() {
+    let name = "idle_watchdog_ends_workers";
+    let Some((ctx, _g)) = gpu(name) else { return };
+    let mut cfg = config(Placement::LYNX, 16, 32);
+    cfg.idle_timeout = Duration::from_millis(100);
+    let Some(mut w) = launch(&ctx, name, &Handler::echo(), &cfg) else {
+        return;
+    };
+    let mut buf = [0u8; 32];
+    assert_eq!(w.queue(0).call(b"hello", &mut buf).unwrap(), 5);
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(!w.running().unwrap(), "the kernel outlived its watchdog");
+    let q = w.queue(0);
+    q.send(b"late").unwrap();
+    match q.recv(&mut buf) {
+        Err(MqError::WorkerExited {
+            reason: ExitReason::IdleTimeout,
+            ..
+        }) => {}
+        r => panic!("expected the idle watchdog, got {r:?}"),
+    }
+}
+
+#[test]
+fn bad_configurations_are_errors() {
+    let name = "bad_configurations_are_errors";
+    let Some((ctx, _g)) = gpu(name) else { return };
+    let mut cfg = config(Placement::HOST, 16, 32);
+    cfg.queues = 100_000;
+    assert!(matches!(
+        GpuWorkers::launch(&ctx, &Handler::echo(), &cfg),
+        Err(MqError::Config(_))
+    ));
+    let cfg = config(Placement::HOST, 12, 32);
+    assert!(matches!(
+        GpuWorkers::launch(&ctx, &Handler::echo(), &cfg),
+        Err(MqError::Config(_))
+    ));
+    let err = GpuWorkers::launch(
+        &ctx,
+        &Handler::new("broken", "this is not cuda"),
+        &config(Placement::HOST, 16, 32),
+    );
+    match err {
+        Err(MqError::Cuda(e)) => assert!(e.to_string().contains("broken"), "{e}"),
+        Err(e) => panic!("wrong error {e}"),
+        Ok(_) => panic!("a broken handler compiled"),
+    }
+}
+
+#[test]
+fn host_centric_baseline_runs_the_same_handler() {
+    let name = "host_centric_baseline_runs_the_same_handler";
+    let Some((ctx, _g)) = gpu(name) else { return };
+    let mut h =
+        gdr::mq::HostCentric::new(&ctx, &Handler::new("transform", TRANSFORM), 256).unwrap();
+    let mut buf = vec![0u8; 256];
+    for len in [0usize, 1, 64, 255, 256] {
+        let mut m = vec![0u8; len];
+        rand::thread_rng().fill_bytes(&mut m);
+        let n = h.round_trip(&m, &mut buf).unwrap();
+        assert!(buf[..n] == transform(&m)[..], "len {len}");
+        buf.fill(0);
+        let n = h.round_trip_graph(&m, &mut buf).unwrap();
+        assert!(buf[..n] == transform(&m)[..], "graph len {len}");
+    }
+    assert!(matches!(
+        h.round_trip(&[0u8; 257], &mut buf),
+        Err(MqError::Oversize { .. })
+    ));
+}
+
+#[test]
+fn quick_bench_meets_its_own_sanity() {
+    let name = "quick_bench_meets_its_own_sanity";
+    let Some((ctx, _g)) = gpu(name) else { return };
+    let mut bc = gdr::mq::bench::BenchConfig::quick();
+    bc.latency_iters = 500;
+    bc.sizes = vec![64];
+    bc.queues = vec![1];
+    bc.duration = Duration::from_millis(100);
+    let r = match gdr::mq::bench::run(&ctx, &bc) {
+        Ok(r) => r,
+        Err(MqError::Bar(e)) => {
+            skip_or_fail::<()>(name, &e.to_string());
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    println!("{}", serde_json::to_string_pretty(&r).unwrap());
+    assert_eq!(r.latency.len(), Placement::ALL.len() + 2);
+    assert!(r
+        .latency
+        .iter()
+        .all(|l| l.p50_us > 0.0 && l.p50_us <= l.p99_us));
+    assert!(r.throughput.iter().all(|t| t.messages > 0));
+}
