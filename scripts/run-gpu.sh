@@ -31,6 +31,7 @@ if [ "${2:-}" != "--tests-only" ]; then
   bench copylat.json "$g" copylat --max-size 256M --json --plot "$out/copylat.svg"
   bench copybw.json "$g" copybw --json --plot "$out/copybw.svg"
   bench pplat.json "$g" pplat --json
+  bench mq.json "$g" mq bench --json
   [ -x "$here/bench-extra.sh" ] && bench extra.txt "$here/bench-extra.sh" "$out"
 fi
 echo "$pass passed, $fail failed"
