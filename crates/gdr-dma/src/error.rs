@@ -46,9 +46,20 @@ pub enum DmaError {
     #[error("IOMMU group {group} is not viable: bind every device in it to vfio-pci ({members})")]
     GroupNotViable { group: u32, members: String },
 
-    /// The kernel's VFIO does not offer what we need (API version, type1 IOMMU).
-    #[error("VFIO lacks {0}")]
+    /// The kernel or the hardware does not offer what we need (the text names it).
+    #[error("unsupported: need {0}")]
     Unsupported(String),
+
+    /// The device's IDs match no engine.
+    #[error(
+        "{addr} ({vendor:04x}:{device:04x}) is not a known DMA device (XDMA 10de:0001, edu \
+         1234:11e8); pass --engine xdma|edu to force one"
+    )]
+    UnknownDevice {
+        addr: String,
+        vendor: u16,
+        device: u16,
+    },
 
     /// A region (BAR, config space) is absent, too small or cannot be mapped.
     #[error("region {index} of {addr}: {why}")]

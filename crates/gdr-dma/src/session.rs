@@ -73,10 +73,11 @@ impl Session {
         let info = opts.sysfs.device(addr)?;
         let kind = match opts.engine {
             EngineKind::Auto => EngineKind::for_ids(info.vendor, info.device).ok_or_else(|| {
-                DmaError::Unsupported(format!(
-                    "a known DMA engine on {addr} ({:04x}:{:04x}); pass --engine xdma|edu",
-                    info.vendor, info.device
-                ))
+                DmaError::UnknownDevice {
+                    addr: addr.to_string(),
+                    vendor: info.vendor,
+                    device: info.device,
+                }
             })?,
             k => k,
         };
