@@ -222,6 +222,15 @@ impl<R: RegisterIo> XdmaEngine<R> {
         let mut interrupts = 0;
         let mut nap = Duration::from_micros(1);
         let status = loop {
+            // With interrupts, wait for one before looking: the engine was told to interrupt on
+            // stop and on every error, so each list ends with exactly one, and none is left
+            // behind to wake the next wait early. A stale one only costs a second look.
+            if let Some(irq) = self.irq.as_mut() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if !left.is_zero() && irq.wait(left)? {
+                    interrupts += 1;
+                }
+            }
             let st = self.regs.read32(self.reg(target, CH_STATUS));
             if st & ST_BUSY == 0 || st & ST_ERRORS != 0 {
                 break st;
@@ -238,16 +247,9 @@ impl<R: RegisterIo> XdmaEngine<R> {
                     after: timeout,
                 });
             }
-            match self.irq.as_mut() {
-                Some(irq) => {
-                    if irq.wait(left)? {
-                        interrupts += 1;
-                    }
-                }
-                None => {
-                    std::thread::sleep(nap.min(left));
-                    nap = (nap * 2).min(Duration::from_micros(500));
-                }
+            if self.irq.is_none() {
+                std::thread::sleep(nap.min(left));
+                nap = (nap * 2).min(Duration::from_micros(500));
             }
         };
         let elapsed = t0.elapsed();
