@@ -38,12 +38,17 @@ need_tool qemu-system-x86_64 qemu-system-x86
 need_tool cpio cpio
 
 # Kernel and busybox are unpacked into the cache, not installed on this machine.
-fetch_deb() { # fetch_deb PACKAGE -> prints the unpack folder
+fetch_deb() { # fetch_deb PACKAGE [PATTERN...] -> prints the unpack folder (only PATTERNs if given)
     local pkg=$1 dir=$CACHE/$1
+    shift
     if [ ! -e "$dir/.done" ]; then
         rm -rf "$dir" && mkdir -p "$dir"
         (cd "$CACHE" && { apt-get download -qq "$pkg" >/dev/null 2>&1 || { apt_update_once; apt-get download -qq "$pkg" >/dev/null; }; })
-        dpkg-deb -x "$CACHE"/"${pkg}"_*.deb "$dir"
+        if [ $# -gt 0 ]; then
+            dpkg-deb --fsys-tarfile "$CACHE"/"${pkg}"_*.deb | tar -x -C "$dir" --wildcards "$@"
+        else
+            dpkg-deb -x "$CACHE"/"${pkg}"_*.deb "$dir"
+        fi
         rm -f "$CACHE"/"${pkg}"_*.deb
         touch "$dir/.done"
     fi
@@ -54,7 +59,8 @@ if [ -z "$KPKG" ]; then
     apt_update_once
     KPKG=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
 fi
-KDIR=$(fetch_deb "$KPKG")
+KDIR=$(fetch_deb "$KPKG" './boot/vmlinuz-*' './lib/modules/*/modules.order' \
+    './lib/modules/*/kernel/drivers/vfio/*' './lib/modules/*/kernel/virt/*')
 BBDIR=$(fetch_deb busybox-static)
 KVER=${KPKG#linux-image-}
 VMLINUZ=$KDIR/boot/vmlinuz-$KVER
