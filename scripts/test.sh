@@ -4,3 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace
+bash scripts/qemu-dma-test.sh

@@ -1,8 +1,366 @@
+//! `gdr dma`: the picoevb test programs over user-space DMA engines (XDMA boards, QEMU's edu).
+//!
+//! - `copy`: rdma-malloc's check: a 4 MiB surface of `(y<<16)|x` words copied through the
+//!   device into a destination poisoned with its inverse, verified word by word; `--peer` copies
+//!   into another device's BAR and back out instead (peer memory, as a GPU's BAR1).
+//! - `h2c`, `c2h`: rdma-malloc-{h2c,c2h}-perf: one timed transfer of min(device RAM, 100 MiB),
+//!   printed as `Bytes:N usecs:N MB/s:X`, then a table over sizes.
+//! - `leds N`: set-leds (XDMA boards). `info`: what was found and what is missing.
+
 use super::CmdResult;
+use gdr_dma::pattern::{check_surface, poison, surface, SURFACE_BYTES};
+use gdr_dma::pci::{bind_hint, PciInfo, Sysfs};
+use gdr_dma::{
+    Copier, DmaError, DmaMemory, Endpoint, EngineKind, OpenOptions, PciAddress, Session,
+};
+use std::process::ExitCode;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    #[command(subcommand)]
+    action: Action,
+    /// PCI address of the DMA device (DDDD:BB:DD.F); default: the first XDMA or edu device
+    #[arg(long, global = true)]
+    device: Option<String>,
+    /// Engine driving the device (auto: by PCI vendor:device)
+    #[arg(long, global = true, value_enum, default_value = "auto")]
+    engine: Engine,
+    /// Poll the device for completion instead of waiting for its interrupt
+    #[arg(long, global = true)]
+    poll: bool,
+    /// Device RAM size in bytes, for XDMA bitstreams other than PicoEVB/HTG-K800
+    #[arg(long, global = true)]
+    ram_size: Option<u64>,
+}
 
-pub fn run(_args: Args) -> CmdResult {
-    Err("not implemented yet".into())
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Engine {
+    Auto,
+    Xdma,
+    Edu,
+}
+
+#[derive(clap::Subcommand)]
+enum Action {
+    /// Show the device, its engine, limits and IOMMU window, or what is missing
+    Info,
+    /// Copy the 4 MiB test surface through the device and verify every word
+    Copy {
+        /// Bytes to copy (a multiple of 4; default the 4 MiB surface)
+        #[arg(long, default_value_t = SURFACE_BYTES as u64)]
+        size: u64,
+        /// Go through this device's BAR (bound to vfio-pci) as peer memory: host -> peer -> host
+        #[arg(long)]
+        peer: Option<String>,
+        /// BAR of the peer device (default: its largest mappable BAR)
+        #[arg(long)]
+        peer_bar: Option<u32>,
+        /// Byte offset into the peer BAR
+        #[arg(long, default_value_t = 0)]
+        peer_offset: u64,
+    },
+    /// Time host -> device transfers
+    H2c {
+        /// Sizes for the table (default: powers of 4 from 4 KiB up to the device RAM)
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<u64>,
+    },
+    /// Time device -> host transfers
+    C2h {
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<u64>,
+    },
+    /// Light LEDs: bit 0..2 of N set = LED on (XDMA boards; writes the GPIO inverted)
+    Leds { value: u32 },
+}
+
+fn known(d: &PciInfo) -> bool {
+    EngineKind::for_ids(d.vendor, d.device).is_some()
+}
+
+/// One line saying what this machine lacks for VFIO.
+fn vfio_status(sysfs_root: &str) -> String {
+    let mut v = Vec::new();
+    if !std::path::Path::new("/dev/vfio/vfio").exists() {
+        v.push("VFIO is not loaded (/dev/vfio/vfio missing: `modprobe vfio-pci`)".to_string());
+    }
+    let groups = std::fs::read_dir(format!("{sysfs_root}/kernel/iommu_groups"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    if groups == 0 {
+        v.push(
+            "the IOMMU is off (no IOMMU groups: enable VT-d/AMD-Vi and boot with intel_iommu=on or amd_iommu=on)"
+                .to_string(),
+        );
+    }
+    if v.is_empty() {
+        "VFIO and the IOMMU are available".into()
+    } else {
+        v.join("; ")
+    }
+}
+
+fn pick_device(args: &Args, sysfs: &Sysfs) -> Result<PciAddress, String> {
+    if let Some(d) = &args.device {
+        return PciAddress::parse(d).map_err(|e| e.to_string());
+    }
+    sysfs
+        .devices()
+        .into_iter()
+        .find(known)
+        .map(|d| d.addr)
+        .ok_or_else(|| {
+            format!(
+            "no DMA device found: no XDMA (10de:0001) or edu (1234:11e8) device on this machine \
+             (pass --device DDDD:BB:DD.F); {}",
+            vfio_status("/sys")
+        )
+        })
+}
+
+/// Turns open errors into one line that says what to do.
+fn explain(e: DmaError, addr: &PciAddress) -> String {
+    match e {
+        DmaError::NotBound { .. } | DmaError::NoIommu { .. } | DmaError::GroupNotViable { .. } => {
+            e.to_string()
+        }
+        DmaError::NoVfio => format!(
+            "{e}; then bind {addr}: {}",
+            bind_hint(addr, None).replace("modprobe vfio-pci; ", "")
+        ),
+        DmaError::Sys { .. } => format!("{e} (are you root, and is {addr} bound to vfio-pci?)"),
+        _ => e.to_string(),
+    }
+}
+
+fn open(args: &Args) -> Result<Session, String> {
+    let sysfs = Sysfs::default();
+    let addr = pick_device(args, &sysfs)?;
+    let opts = OpenOptions {
+        engine: match args.engine {
+            Engine::Auto => EngineKind::Auto,
+            Engine::Xdma => EngineKind::Xdma,
+            Engine::Edu => EngineKind::Edu,
+        },
+        interrupts: !args.poll,
+        device_memory: args.ram_size,
+        ..OpenOptions::default()
+    };
+    Session::open(&addr, &opts).map_err(|e| explain(e, &addr))
+}
+
+pub fn run(args: Args) -> CmdResult {
+    match &args.action {
+        Action::Info => info(&args),
+        Action::Copy {
+            size,
+            peer,
+            peer_bar,
+            peer_offset,
+        } => copy(&args, *size, peer.as_deref(), *peer_bar, *peer_offset),
+        Action::H2c { sizes } => timing(&args, true, sizes),
+        Action::C2h { sizes } => timing(&args, false, sizes),
+        Action::Leds { value } => leds(&args, *value),
+    }
+}
+
+fn info(args: &Args) -> CmdResult {
+    let s = open(args)?;
+    let i = s.info();
+    let l = s.engine.limits();
+    println!(
+        "device:        {} ({:04x}:{:04x}, subsystem {:04x}:{:04x}, class {:06x})",
+        i.addr, i.vendor, i.device, i.subsystem_vendor, i.subsystem_device, i.class
+    );
+    println!("engine:        {}", s.engine.name());
+    println!(
+        "IOMMU group:   {}",
+        i.iommu_group.map(|g| g.to_string()).unwrap_or_default()
+    );
+    let bars: Vec<String> = s
+        .device
+        .bar_sizes()
+        .iter()
+        .enumerate()
+        .filter(|(_, &n)| n > 0)
+        .map(|(k, n)| format!("BAR{k} {n:#x}"))
+        .collect();
+    println!("BARs:          {}", bars.join(", "));
+    println!("device memory: {} bytes", l.device_memory);
+    println!(
+        "descriptors:   up to {} per submission, {} bytes each, alignment {}",
+        l.max_segments, l.max_segment, l.align
+    );
+    println!(
+        "completion:    {}",
+        if args.poll {
+            "polling"
+        } else {
+            "interrupt (eventfd)"
+        }
+    );
+    let ranges: Vec<String> = s
+        .iova_ranges()
+        .iter()
+        .map(|(a, b)| format!("{a:#x}-{b:#x}"))
+        .collect();
+    println!(
+        "IOVA window:   below {:#x}; usable ranges {}",
+        s.space.limit(),
+        ranges.join(", ")
+    );
+    if let Some(leds) = &s.leds {
+        println!("LEDs lit:      {:#x}", leds.get());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn copy(
+    args: &Args,
+    size: u64,
+    peer: Option<&str>,
+    peer_bar: Option<u32>,
+    peer_offset: u64,
+) -> CmdResult {
+    if size == 0 || !size.is_multiple_of(4) {
+        return Err(format!("--size {size}: must be a positive multiple of 4").into());
+    }
+    let mut s = open(args)?;
+    let words = (size / 4) as usize;
+    let src = s.space.alloc_buffer(size as usize, "copy-src")?;
+    let dst = s.space.alloc_buffer(size as usize, "copy-dst")?;
+    src.write_words(0, &surface(words))?;
+    dst.write_words(0, &poison(words))?;
+    let mut stats = gdr_dma::TransferStats::default();
+    let how = match peer {
+        None => {
+            stats.add(&Copier::new(s.engine.as_mut(), &s.space).copy(
+                &Endpoint::iova(src.range()),
+                &Endpoint::iova(dst.range()),
+                size,
+            )?);
+            "host -> device -> host".to_string()
+        }
+        Some(p) => {
+            let paddr = PciAddress::parse(p)?;
+            let pd = s.open_peer(&paddr).map_err(|e| explain(e, &paddr))?;
+            let index = match peer_bar {
+                Some(b) => b,
+                None => {
+                    let sizes = pd.bar_sizes();
+                    let best = (0..6u32)
+                        .filter(|&k| pd.region(k).is_ok_and(|r| r.mappable()))
+                        .max_by_key(|&k| sizes[k as usize]);
+                    best.ok_or_else(|| format!("{paddr} has no mappable BAR"))?
+                }
+            };
+            let bar = pd.map_bar(index)?;
+            if peer_offset
+                .checked_add(size)
+                .is_none_or(|e| e > bar.dma_len() as u64)
+            {
+                return Err(format!(
+                    "{paddr} BAR{index} has {:#x} bytes, too small for {size:#x} at offset {peer_offset:#x}",
+                    bar.dma_len()
+                )
+                .into());
+            }
+            let pm = s.space.map(&bar, "peer BAR")?;
+            let window = pm.range().slice(peer_offset, size)?;
+            let mut c = Copier::new(s.engine.as_mut(), &s.space);
+            stats.add(&c.copy(&Endpoint::iova(src.range()), &Endpoint::iova(window), size)?);
+            stats.add(&c.copy(&Endpoint::iova(window), &Endpoint::iova(dst.range()), size)?);
+            format!("host -> device -> {paddr} BAR{index} -> device -> host")
+        }
+    };
+    let mut got = vec![0u32; words];
+    dst.read_words(0, &mut got)?;
+    let (first, bad) = check_surface(&got, 4);
+    if bad > 0 {
+        let list: Vec<String> = first
+            .iter()
+            .map(|(i, w, g)| format!("[{i}] want {w:#010x} got {g:#010x}"))
+            .collect();
+        return Err(format!(
+            "{bad} of {words} words wrong after {how}: {}",
+            list.join(", ")
+        )
+        .into());
+    }
+    println!(
+        "verified {size} bytes ({how}) with {}: {} submissions, {} descriptors, {} interrupts, {:.0} us of DMA",
+        s.engine.name(),
+        stats.submissions,
+        stats.descriptors,
+        stats.interrupts,
+        stats.elapsed.as_secs_f64() * 1e6
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn timing(args: &Args, h2c: bool, sizes: &[u64]) -> CmdResult {
+    let mut s = open(args)?;
+    let l = s.engine.limits();
+    let full = l.device_memory.min(100 << 20);
+    let buf = s.space.alloc_buffer(full as usize, "perf")?;
+    buf.write_words(0, &surface((full / 4) as usize))?;
+    let mut run = |len: u64| -> Result<gdr_dma::TransferStats, DmaError> {
+        let host = Endpoint::iova(buf.range().slice(0, len)?);
+        let mut c = Copier::new(s.engine.as_mut(), &s.space);
+        if h2c {
+            c.copy(&host, &Endpoint::Device(0), len)
+        } else {
+            c.copy(&Endpoint::Device(0), &host, len)
+        }
+    };
+    let mbps = |bytes: u64, us: f64| if us > 0.0 { bytes as f64 / us } else { 0.0 };
+    let st = run(full)?;
+    let us = st.elapsed.as_secs_f64() * 1e6;
+    println!(
+        "Bytes:{} usecs:{:.0} MB/s:{:.3}",
+        st.bytes,
+        us,
+        mbps(st.bytes, us)
+    );
+    let sizes: Vec<u64> = if sizes.is_empty() {
+        std::iter::successors(Some(4096u64), |&n| Some(n * 4))
+            .take_while(|&n| n <= full)
+            .collect()
+    } else {
+        sizes.to_vec()
+    };
+    println!(
+        "{:>12} {:>6} {:>12} {:>10}",
+        "bytes", "descs", "usecs", "MB/s"
+    );
+    for &n in &sizes {
+        if n == 0 || n > full || n % l.align != 0 {
+            return Err(
+                format!("size {n}: must be 1..={full} and a multiple of {}", l.align).into(),
+            );
+        }
+        let reps = 3;
+        let mut best = f64::MAX;
+        let mut descs = 0;
+        for _ in 0..reps {
+            let st = run(n)?;
+            best = best.min(st.elapsed.as_secs_f64() * 1e6);
+            descs = st.descriptors;
+        }
+        println!("{n:>12} {descs:>6} {best:>12.1} {:>10.3}", mbps(n, best));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn leds(args: &Args, value: u32) -> CmdResult {
+    let s = open(args)?;
+    let leds = s.leds.as_ref().ok_or_else(|| {
+        format!(
+            "{} has no LEDs: `leds` needs an XDMA (picoevb) board",
+            s.engine.name()
+        )
+    })?;
+    leds.set(value)?;
+    println!("LEDs lit: {:#x} (GPIO <- {:#x})", leds.get(), !value & 7);
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,131 @@
+//! The one error type of the crate. Every failure a caller can act on has its own variant, so a
+//! test (or the CLI) can tell "the device is not bound to vfio-pci" from "the engine timed out"
+//! without parsing text.
+
+use std::time::Duration;
+
+/// Everything that can go wrong between opening a device and verifying a copy.
+#[derive(Debug, thiserror::Error)]
+pub enum DmaError {
+    /// A system call failed; `op` names what was being attempted.
+    #[error("{op}: {source}")]
+    Sys {
+        op: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The PCI address does not parse (`DDDD:BB:DD.F` or `BB:DD.F`).
+    #[error("bad PCI address `{0}` (expected DDDD:BB:DD.F, e.g. 0000:01:00.0)")]
+    BadAddress(String),
+
+    /// No PCI device with that address exists.
+    #[error("no PCI device {0} (see `lspci -D`)")]
+    DeviceNotFound(String),
+
+    /// The VFIO container device node is missing: the modules are not loaded.
+    #[error("VFIO is not available: /dev/vfio/vfio is missing; load it with `modprobe vfio-pci`")]
+    NoVfio,
+
+    /// The device has no IOMMU group: the IOMMU is off or absent.
+    #[error(
+        "{addr} has no IOMMU group: the IOMMU is off. Enable VT-d/AMD-Vi in the firmware and boot \
+         with `intel_iommu=on iommu=pt` (Intel) or `amd_iommu=on` (AMD)"
+    )]
+    NoIommu { addr: String },
+
+    /// The device is bound to another driver (or none); the message says how to bind it.
+    #[error("{addr} is {current}, not vfio-pci; bind it with: {hint}")]
+    NotBound {
+        addr: String,
+        current: String,
+        hint: String,
+    },
+
+    /// Some device of the IOMMU group is not bound to vfio-pci, so the group cannot be used.
+    #[error("IOMMU group {group} is not viable: bind every device in it to vfio-pci ({members})")]
+    GroupNotViable { group: u32, members: String },
+
+    /// The kernel or the hardware does not offer what we need (the text names it).
+    #[error("unsupported: need {0}")]
+    Unsupported(String),
+
+    /// The device's IDs match no engine.
+    #[error(
+        "{addr} ({vendor:04x}:{device:04x}) is not a known DMA device (XDMA 10de:0001, edu \
+         1234:11e8); pass --engine xdma|edu to force one"
+    )]
+    UnknownDevice {
+        addr: String,
+        vendor: u16,
+        device: u16,
+    },
+
+    /// A region (BAR, config space) is absent, too small or cannot be mapped.
+    #[error("region {index} of {addr}: {why}")]
+    Region {
+        addr: String,
+        index: u32,
+        why: String,
+    },
+
+    /// An address or length does not meet the alignment the hardware or the IOMMU needs.
+    #[error("{what} {value:#x} is not aligned to {align:#x}")]
+    Misaligned {
+        what: &'static str,
+        value: u64,
+        align: u64,
+    },
+
+    /// A transfer names device memory or a descriptor length beyond what the engine has.
+    #[error("{what}: {len:#x} bytes exceed the limit of {limit:#x}")]
+    Oversize {
+        what: &'static str,
+        len: u64,
+        limit: u64,
+    },
+
+    /// A transfer names an IOVA range that is not (entirely) mapped in the IOMMU.
+    #[error("IOVA range {iova:#x}+{len:#x} is not mapped for DMA")]
+    Unmapped { iova: u64, len: u64 },
+
+    /// The IOVA window has no free range of that size left.
+    #[error("IOVA window exhausted: no free {len:#x}-byte range below {limit:#x}")]
+    IovaExhausted { len: u64, limit: u64 },
+
+    /// A wait ran out of time; the engine was stopped before returning.
+    #[error("{what} did not finish within {after:?}")]
+    Timeout { what: String, after: Duration },
+
+    /// The engine stopped with an error status (decoded into words by the engine).
+    #[error("{engine} reported an error: {detail} (status {status:#x})")]
+    Engine {
+        engine: &'static str,
+        status: u32,
+        detail: String,
+    },
+
+    /// A request that makes no sense (zero length, device-to-device without a bounce, ...).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+}
+
+impl DmaError {
+    /// Wraps the current `errno` with the name of the operation that failed.
+    pub(crate) fn last_os(op: impl Into<String>) -> Self {
+        DmaError::Sys {
+            op: op.into(),
+            source: std::io::Error::last_os_error(),
+        }
+    }
+
+    pub(crate) fn io(op: impl Into<String>, source: std::io::Error) -> Self {
+        DmaError::Sys {
+            op: op.into(),
+            source,
+        }
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = DmaError> = std::result::Result<T, E>;

@@ -1,0 +1,371 @@
+//! The device's view of memory: an IOMMU address space. [`IommuSpace`] hands out IOVAs, maps
+//! CPU memory at them through an [`IommuBackend`] (VFIO's type1 container, or [`crate::sim`] in
+//! tests), and keeps the table of what is mapped so that a transfer naming an unmapped IOVA is
+//! refused before any device sees it.
+//!
+//! Lifetimes carry the safety argument: a [`Mapping`] borrows the memory it maps and unmaps it
+//! on drop, so the device can never be pointed at memory that has been freed.
+
+use crate::error::{DmaError, Result};
+use crate::iova::{IovaAllocator, IovaRange};
+use crate::memory::{DmaMemory, HostBuffer};
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// What actually programs the IOMMU.
+pub trait IommuBackend: Send + Sync {
+    /// The smallest mapping granule; addresses and lengths must be multiples of it.
+    fn page_size(&self) -> u64;
+    /// Makes CPU addresses `vaddr..vaddr+len` visible to devices at `iova`, readable and
+    /// writable. The caller ([`IommuSpace`]) guarantees the CPU range stays mapped until
+    /// [`IommuBackend::unmap`] is called for it.
+    fn map(&self, vaddr: usize, iova: u64, len: u64) -> Result<()>;
+    /// Removes a mapping made by `map` with the same `iova` and `len`.
+    fn unmap(&self, iova: u64, len: u64) -> Result<()>;
+}
+
+struct Entry {
+    len: u64,
+    label: String,
+}
+
+struct State {
+    alloc: IovaAllocator,
+    maps: BTreeMap<u64, Entry>,
+}
+
+struct Inner {
+    backend: Arc<dyn IommuBackend>,
+    state: Mutex<State>,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves the table consistent (every update is a single
+        // insert/remove), so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// An IOMMU address space shared by one or more devices (one VFIO container).
+#[derive(Clone)]
+pub struct IommuSpace {
+    inner: Arc<Inner>,
+}
+
+impl IommuSpace {
+    /// A space whose IOVAs are allocated from `[base, limit)`.
+    pub fn new(backend: Arc<dyn IommuBackend>, base: u64, limit: u64) -> Result<Self> {
+        let page = backend.page_size();
+        if !page.is_power_of_two() || !base.is_multiple_of(page) {
+            return Err(DmaError::Misaligned {
+                what: "IOVA window base",
+                value: base,
+                align: page,
+            });
+        }
+        Ok(IommuSpace {
+            inner: Arc::new(Inner {
+                backend,
+                state: Mutex::new(State {
+                    alloc: IovaAllocator::new(base, limit)?,
+                    maps: BTreeMap::new(),
+                }),
+            }),
+        })
+    }
+
+    pub fn page_size(&self) -> u64 {
+        self.inner.backend.page_size()
+    }
+
+    /// The backend, for callers that need to go around the checks (tests of the kernel's own
+    /// refusals).
+    pub fn backend(&self) -> &Arc<dyn IommuBackend> {
+        &self.inner.backend
+    }
+
+    /// One past the highest IOVA this space hands out.
+    pub fn limit(&self) -> u64 {
+        self.inner.lock().alloc.limit()
+    }
+
+    /// Maps all of `mem`.
+    pub fn map<'m, M: DmaMemory + ?Sized>(&self, mem: &'m M, label: &str) -> Result<Mapping<'m>> {
+        self.map_part(mem, 0, mem.dma_len(), label)
+    }
+
+    /// Maps `len` bytes of `mem` starting at byte `offset`; both must be page multiples.
+    pub fn map_part<'m, M: DmaMemory + ?Sized>(
+        &self,
+        mem: &'m M,
+        offset: usize,
+        len: usize,
+        label: &str,
+    ) -> Result<Mapping<'m>> {
+        if offset.checked_add(len).is_none_or(|e| e > mem.dma_len()) {
+            return Err(DmaError::Oversize {
+                what: "mapping past the end of the memory",
+                len: (offset as u64).saturating_add(len as u64),
+                limit: mem.dma_len() as u64,
+            });
+        }
+        // SAFETY: offset+len <= dma_len, so the pointer stays inside the region.
+        let ptr = unsafe { mem.dma_ptr().as_ptr().add(offset) };
+        let core = self.map_raw(ptr as usize, len as u64, label)?;
+        Ok(Mapping {
+            core,
+            _mem: PhantomData,
+        })
+    }
+
+    /// Allocates a zeroed host buffer of `len` bytes and maps it; the result owns both.
+    pub fn alloc_buffer(&self, len: usize, label: &str) -> Result<DmaBuffer> {
+        let buf = HostBuffer::new(len)?;
+        let core = self.map_raw(buf.dma_ptr().as_ptr() as usize, buf.dma_len() as u64, label)?;
+        Ok(DmaBuffer {
+            core,
+            buf: Some(buf),
+        })
+    }
+
+    fn map_raw(&self, vaddr: usize, len: u64, label: &str) -> Result<MapCore> {
+        let page = self.page_size();
+        if !(vaddr as u64).is_multiple_of(page) {
+            return Err(DmaError::Misaligned {
+                what: "CPU address of an IOMMU mapping",
+                value: vaddr as u64,
+                align: page,
+            });
+        }
+        if len == 0 || !len.is_multiple_of(page) {
+            return Err(DmaError::Misaligned {
+                what: "length of an IOMMU mapping",
+                value: len,
+                align: page,
+            });
+        }
+        let mut st = self.inner.lock();
+        // Large mappings get large alignment so the IOMMU can use big pages.
+        let align = if len >= 2 << 20 { 2 << 20 } else { page };
+        let iova = st.alloc.alloc(len, align)?;
+        if let Err(e) = self.inner.backend.map(vaddr, iova, len) {
+            st.alloc.free(iova);
+            return Err(e);
+        }
+        st.maps.insert(
+            iova,
+            Entry {
+                len,
+                label: label.to_string(),
+            },
+        );
+        Ok(MapCore {
+            inner: self.inner.clone(),
+            iova,
+            len,
+            vaddr,
+            live: true,
+        })
+    }
+
+    /// Succeeds when all of `r` lies inside one live mapping.
+    pub fn check(&self, r: IovaRange) -> Result<()> {
+        let st = self.inner.lock();
+        let hit = st
+            .maps
+            .range(..=r.iova)
+            .next_back()
+            .is_some_and(|(&iova, e)| IovaRange::new(iova, e.len).contains(&r));
+        if hit && r.len > 0 {
+            Ok(())
+        } else {
+            Err(DmaError::Unmapped {
+                iova: r.iova,
+                len: r.len,
+            })
+        }
+    }
+
+    /// The live mappings, lowest IOVA first, with their labels.
+    pub fn mappings(&self) -> Vec<(IovaRange, String)> {
+        self.inner
+            .lock()
+            .maps
+            .iter()
+            .map(|(&iova, e)| (IovaRange::new(iova, e.len), e.label.clone()))
+            .collect()
+    }
+}
+
+/// The part of a mapping that undoes it.
+struct MapCore {
+    inner: Arc<Inner>,
+    iova: u64,
+    len: u64,
+    vaddr: usize,
+    live: bool,
+}
+
+impl MapCore {
+    /// Unmaps; returns false if the IOMMU refused, in which case the IOVA stays reserved and the
+    /// caller must keep the memory alive (a device may still reach it).
+    fn release(&mut self) -> bool {
+        if !self.live {
+            return true;
+        }
+        self.live = false;
+        let mut st = self.inner.lock();
+        st.maps.remove(&self.iova);
+        if self.inner.backend.unmap(self.iova, self.len).is_ok() {
+            st.alloc.free(self.iova);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+impl Drop for MapCore {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Borrowed memory mapped for DMA; unmapped on drop.
+pub struct Mapping<'m> {
+    core: MapCore,
+    _mem: PhantomData<&'m ()>,
+}
+
+impl Mapping<'_> {
+    pub fn range(&self) -> IovaRange {
+        IovaRange::new(self.core.iova, self.core.len)
+    }
+    pub fn iova(&self) -> u64 {
+        self.core.iova
+    }
+    pub fn len(&self) -> u64 {
+        self.core.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.core.len == 0
+    }
+}
+
+/// A host buffer that owns its DMA mapping. Dropping it unmaps first, then frees the memory
+/// (or leaks it, should the IOMMU refuse to unmap, so that no device can reach freed memory).
+pub struct DmaBuffer {
+    core: MapCore,
+    buf: Option<HostBuffer>,
+}
+
+impl DmaBuffer {
+    pub fn range(&self) -> IovaRange {
+        IovaRange::new(self.core.iova, self.core.len)
+    }
+    pub fn iova(&self) -> u64 {
+        self.core.iova
+    }
+    /// Mapped length (whole pages).
+    pub fn len(&self) -> u64 {
+        self.core.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.core.len == 0
+    }
+}
+
+impl Drop for DmaBuffer {
+    fn drop(&mut self) {
+        if !self.core.release() {
+            std::mem::forget(self.buf.take());
+        }
+    }
+}
+
+// SAFETY: the host buffer lives as long as the DmaBuffer (it is only taken out in drop).
+unsafe impl DmaMemory for DmaBuffer {
+    fn dma_ptr(&self) -> NonNull<u8> {
+        // The buffer is only None during drop, after which nobody can call this.
+        NonNull::new(self.core.vaddr as *mut u8).unwrap_or(NonNull::dangling())
+    }
+    fn dma_len(&self) -> usize {
+        self.core.len as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::SimIommu;
+
+    #[test]
+    fn map_check_and_unmap_on_drop() {
+        let sim = Arc::new(SimIommu::new(4096));
+        let space = IommuSpace::new(sim.clone(), 0x10_0000, 0x1000_0000).unwrap();
+        let host = HostBuffer::new(3 * 4096).unwrap();
+        {
+            let m = space.map(&host, "host").unwrap();
+            assert_eq!(m.len(), 3 * 4096);
+            space.check(IovaRange::new(m.iova() + 4096, 8192)).unwrap();
+            assert!(matches!(
+                space.check(IovaRange::new(m.iova() + 4096, 8193)),
+                Err(DmaError::Unmapped { .. })
+            ));
+            assert!(space.check(IovaRange::new(m.iova() - 1, 2)).is_err());
+            assert!(space.check(IovaRange::new(m.iova(), 0)).is_err());
+            // The simulated IOMMU reaches the CPU memory behind the IOVA.
+            sim.write(m.iova() + 10, &[7, 8, 9]).unwrap();
+            let mut b = [0u8; 3];
+            host.read_at(10, &mut b).unwrap();
+            assert_eq!(b, [7, 8, 9]);
+            assert_eq!(space.mappings().len(), 1);
+        }
+        assert!(space.mappings().is_empty());
+        assert_eq!(sim.mapped_ranges(), vec![]);
+    }
+
+    #[test]
+    fn refuses_misaligned_and_oversize_mappings() {
+        let sim = Arc::new(SimIommu::new(4096));
+        let space = IommuSpace::new(sim.clone(), 0x1000, 0x10_0000).unwrap();
+        let host = HostBuffer::new(4 * 4096).unwrap();
+        assert!(matches!(
+            space.map_part(&host, 1, 4096, "x"),
+            Err(DmaError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            space.map_part(&host, 0, 100, "x"),
+            Err(DmaError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            space.map_part(&host, 4096, 4 * 4096, "x"),
+            Err(DmaError::Oversize { .. })
+        ));
+        assert!(matches!(
+            space.alloc_buffer(2 << 20, "big"),
+            Err(DmaError::IovaExhausted { .. })
+        ));
+        assert!(sim.mapped_ranges().is_empty());
+        assert!(IommuSpace::new(sim, 0x10, 0x10_0000).is_err());
+    }
+
+    #[test]
+    fn dma_buffer_owns_its_mapping() {
+        let sim = Arc::new(SimIommu::new(4096));
+        let space = IommuSpace::new(sim.clone(), 0x1000, 0x100_0000).unwrap();
+        let b = space.alloc_buffer(100, "b").unwrap();
+        assert_eq!(b.len(), 4096);
+        b.write_at(0, b"hello").unwrap();
+        let mut out = [0u8; 5];
+        sim.read(b.iova(), &mut out).unwrap();
+        assert_eq!(&out, b"hello");
+        let iova = b.iova();
+        drop(b);
+        assert!(sim.read(iova, &mut out).is_err());
+        assert!(space.check(IovaRange::new(iova, 1)).is_err());
+    }
+}

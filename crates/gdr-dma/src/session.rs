@@ -1,0 +1,136 @@
+//! Opening a DMA device by PCI address: VFIO, bus mastering, the IOMMU space, the engine that
+//! matches the device's IDs, and its interrupt. What the CLI and the VM test start from.
+
+use crate::edu::{self, EduEngine};
+use crate::engine::DmaEngine;
+use crate::error::{DmaError, Result};
+use crate::iommu::IommuSpace;
+use crate::irq::Interrupt;
+use crate::pci::{PciAddress, PciInfo, Sysfs};
+use crate::vfio::{Bar, Vfio, VfioDevice};
+use crate::xdma::{self, Leds, XdmaConfig, XdmaEngine};
+
+/// Which engine drives the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineKind {
+    /// Chosen from the PCI vendor:device ID.
+    Auto,
+    Xdma,
+    Edu,
+}
+
+impl EngineKind {
+    /// The engine for a device's IDs, if known.
+    pub fn for_ids(vendor: u16, device: u16) -> Option<EngineKind> {
+        match (vendor, device) {
+            (xdma::VENDOR, xdma::DEVICE) => Some(EngineKind::Xdma),
+            (edu::VENDOR, edu::DEVICE) => Some(EngineKind::Edu),
+            _ => None,
+        }
+    }
+}
+
+/// How to open.
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    pub engine: EngineKind,
+    /// Wait for completions by interrupt (else poll the device).
+    pub interrupts: bool,
+    /// Override the device-memory size (XDMA boards with other RAM sizes).
+    pub device_memory: Option<u64>,
+    /// Lowest IOVA handed out (page 0 stays unmapped so a zero address faults).
+    pub iova_base: u64,
+    pub sysfs: Sysfs,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            engine: EngineKind::Auto,
+            interrupts: true,
+            device_memory: None,
+            iova_base: 1 << 20,
+            sysfs: Sysfs::default(),
+        }
+    }
+}
+
+/// An opened DMA device. Field order is drop order: the engine (and its descriptor mapping)
+/// goes before the device and the container.
+pub struct Session {
+    pub engine: Box<dyn DmaEngine>,
+    pub leds: Option<Leds<Bar>>,
+    pub space: IommuSpace,
+    pub kind: EngineKind,
+    pub device: VfioDevice,
+    vfio: Vfio,
+}
+
+impl Session {
+    /// Opens `addr` and builds its engine.
+    pub fn open(addr: &PciAddress, opts: &OpenOptions) -> Result<Session> {
+        let mut vfio = Vfio::with_sysfs(opts.sysfs.clone());
+        let info = opts.sysfs.device(addr)?;
+        let kind = match opts.engine {
+            EngineKind::Auto => EngineKind::for_ids(info.vendor, info.device).ok_or_else(|| {
+                DmaError::UnknownDevice {
+                    addr: addr.to_string(),
+                    vendor: info.vendor,
+                    device: info.device,
+                }
+            })?,
+            k => k,
+        };
+        let device = vfio.open_device(addr)?;
+        device.enable_bus_master()?;
+        let irq: Option<Box<dyn Interrupt>> = if opts.interrupts {
+            Some(Box::new(device.enable_irq()?))
+        } else {
+            None
+        };
+        let (engine, leds, space): (Box<dyn DmaEngine>, _, _) = match kind {
+            EngineKind::Edu => {
+                let space = vfio.iommu_space(opts.iova_base, edu::DEFAULT_IOVA_LIMIT)?;
+                let e = EduEngine::new(device.map_bar(0)?, irq)?;
+                (Box::new(e), None, space)
+            }
+            EngineKind::Xdma | EngineKind::Auto => {
+                let mut cfg = XdmaConfig::for_subsystem(info.subsystem_device)
+                    .unwrap_or_else(XdmaConfig::picoevb);
+                if let Some(m) = opts.device_memory {
+                    cfg.device_memory = m;
+                }
+                let space = vfio.iommu_space(opts.iova_base, cfg.iova_limit.min(1 << 48))?;
+                let e = XdmaEngine::new(device.map_bar(1)?, &space, cfg, irq)?;
+                let leds = Leds::new(device.map_bar(0)?)?;
+                (Box::new(e), Some(leds), space)
+            }
+        };
+        Ok(Session {
+            engine,
+            leds,
+            space,
+            kind,
+            device,
+            vfio,
+        })
+    }
+
+    /// Opens another device into the same IOMMU container, e.g. to map one of its BARs as peer
+    /// memory the engine can reach.
+    pub fn open_peer(&mut self, addr: &PciAddress) -> Result<VfioDevice> {
+        let d = self.vfio.open_device(addr)?;
+        // The peer must decode memory for the engine's accesses to land.
+        d.enable_bus_master()?;
+        Ok(d)
+    }
+
+    pub fn info(&self) -> &PciInfo {
+        self.device.info()
+    }
+
+    /// The IOVA ranges the IOMMU reported as usable.
+    pub fn iova_ranges(&self) -> &[(u64, u64)] {
+        self.vfio.iova_ranges()
+    }
+}

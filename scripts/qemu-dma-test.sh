@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# VFIO integration test of gdr-dma under QEMU (TCG): boots Debian's kernel on a q35 machine with
+# an emulated Intel IOMMU, QEMU's edu DMA device and an ivshmem-plain device whose BAR2 (backed by
+# a host file) stands in for a GPU's BAR1. Inside, both devices are bound to vfio-pci and the test
+# binary (crates/gdr-dma/examples/vm_guest.rs) plus `gdr dma` run; results come back on the serial
+# console as `GDRTEST PASS|FAIL name detail` lines. The host then checks what the guest wrote into
+# the ivshmem file. Ends with `N passed, N failed`; exits non-zero on any failure or timeout.
+#
+# Needs root for apt-get when packages are missing (CI runs as root). Env:
+#   GDR_QEMU_TIMEOUT  seconds before QEMU is killed (default 240)
+#   GDR_QEMU_APPEND   more kernel command line (gdrskip=guest runs only the CLI checks)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+WORK=$ROOT/target/qemu-dma
+CACHE=$WORK/cache
+mkdir -p "$WORK" "$CACHE"
+T0=$(date +%s)
+TIMEOUT=${GDR_QEMU_TIMEOUT:-240}
+
+log() { echo "qemu-dma-test: $*" >&2; }
+
+# --- packages -------------------------------------------------------------------------------
+apt_updated=0
+apt_update_once() {
+    if [ "$apt_updated" = 0 ]; then
+        apt-get update -qq >/dev/null
+        apt_updated=1
+    fi
+}
+need_tool() { # need_tool TOOL PACKAGE
+    command -v "$1" >/dev/null 2>&1 && return 0
+    log "installing $2"
+    apt_update_once
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null
+}
+need_tool qemu-system-x86_64 qemu-system-x86
+need_tool cpio cpio
+
+# Kernel and busybox are unpacked into the cache, not installed on this machine.
+fetch_deb() { # fetch_deb PACKAGE [PATTERN...] -> prints the unpack folder (only PATTERNs if given)
+    local pkg=$1 dir=$CACHE/$1
+    shift
+    if [ ! -e "$dir/.done" ]; then
+        rm -rf "$dir" && mkdir -p "$dir"
+        (cd "$CACHE" && { apt-get download -qq "$pkg" >/dev/null 2>&1 || { apt_update_once; apt-get download -qq "$pkg" >/dev/null; }; })
+        if [ $# -gt 0 ]; then
+            dpkg-deb --fsys-tarfile "$CACHE"/"${pkg}"_*.deb | tar -x -C "$dir" --wildcards "$@"
+        else
+            dpkg-deb -x "$CACHE"/"${pkg}"_*.deb "$dir"
+        fi
+        rm -f "$CACHE"/"${pkg}"_*.deb
+        touch "$dir/.done"
+    fi
+    echo "$dir"
+}
+KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+if [ -z "$KPKG" ]; then
+    apt_update_once
+    KPKG=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+fi
+KDIR=$(fetch_deb "$KPKG" './boot/vmlinuz-*' './lib/modules/*/modules.order' \
+    './lib/modules/*/kernel/drivers/vfio/*' './lib/modules/*/kernel/virt/*')
+BBDIR=$(fetch_deb busybox-static)
+KVER=${KPKG#linux-image-}
+VMLINUZ=$KDIR/boot/vmlinuz-$KVER
+MODDIR=$KDIR/lib/modules/$KVER
+[ -e "$VMLINUZ" ] || { log "no kernel at $VMLINUZ"; exit 1; }
+
+# --- binaries -------------------------------------------------------------------------------
+log "building gdr and the guest test binary"
+cargo build -q -p gdr-cli -p gdr-dma --bins --example vm_guest
+GDR=$ROOT/target/debug/gdr
+GUEST=$ROOT/target/debug/examples/vm_guest
+
+# --- initramfs ------------------------------------------------------------------------------
+IRD=$WORK/initramfs
+rm -rf "$IRD" && mkdir -p "$IRD"/{bin,dev,proc,sys,tmp,lib/modules}
+cp "$BBDIR/bin/busybox" "$IRD/bin/busybox"
+cp "$GDR" "$GUEST" "$IRD/bin/"
+for lib in $(ldd "$GDR" "$GUEST" | awk '/=> \//{print $3} /^\s*\/lib/{print $1}' | sort -u); do
+    mkdir -p "$IRD$(dirname "$lib")"
+    cp -L "$lib" "$IRD$lib"
+done
+# ld.so is looked up at the path in the binary's interpreter field.
+interp=$(readelf -l "$GDR" | awk -F': ' '/interpreter/{gsub(/\]/,"",$2); print $2}')
+mkdir -p "$IRD$(dirname "$interp")" && cp -L "$interp" "$IRD$interp"
+
+# vfio-pci and its dependencies, in load order. The package ships no modules.dep (depmod runs
+# at install), so dependencies come from each module's own `depends=` field.
+mods=()
+mod_path() { # mod_path NAME -> path relative to MODDIR, from modules.order
+    local n=$1
+    awk -v a="/$n.ko" -v b="/${n//_/-}.ko" -v c="/${n//-/_}.ko" \
+        'function ends(s,t){return length(s)>=length(t) && substr(s,length(s)-length(t)+1)==t}
+         {f="/"$0; sub(/\.(xz|zst|gz)$/,"",f)} ends(f,a)||ends(f,b)||ends(f,c){print; exit}' \
+        "$MODDIR/modules.order"
+}
+mod_cat() { # mod_cat FILE: the module, decompressed
+    case "$1" in
+        *.xz) xz -dc "$1" ;;
+        *.zst) zstd -qdc "$1" ;;
+        *) cat "$1" ;;
+    esac
+}
+add_mod() { # add_mod NAME
+    local rel dep x
+    rel=$(mod_path "$1")
+    [ -n "$rel" ] || { log "module $1 not found in $MODDIR"; exit 1; }
+    for x in "${mods[@]:-}"; do [ "$x" = "$rel" ] && return 0; done
+    for dep in $(mod_cat "$MODDIR/$rel" | grep -a -o 'depends=[A-Za-z0-9_,-]*' | head -n 1 | cut -d= -f2 | tr ',' ' '); do
+        add_mod "$dep"
+    done
+    mods+=("$rel")
+}
+add_mod vfio_iommu_type1
+add_mod vfio-pci
+: > "$IRD/lib/modules/order"
+for m in "${mods[@]}"; do
+    base=$(basename "$m"); base=${base%.xz}; base=${base%.zst}
+    mod_cat "$MODDIR/$m" > "$IRD/lib/modules/$base"
+    echo "$base" >> "$IRD/lib/modules/order"
+done
+cp "$ROOT/scripts/qemu/init" "$IRD/init"
+chmod +x "$IRD/init"
+(cd "$IRD" && find . | cpio -o -H newc --quiet) | gzip -1 > "$WORK/initramfs.cpio.gz"
+
+# --- the shared memory behind ivshmem ------------------------------------------------------
+SEED=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+SHM=/dev/shm/gdr-dma-ivshmem-$$
+trap 'rm -f "$SHM"' EXIT
+"$GUEST" host-fill "$SHM" "$SEED"
+
+# --- boot -----------------------------------------------------------------------------------
+CONSOLE=$WORK/console.log
+log "booting (seed $SEED, timeout ${TIMEOUT}s)"
+BOOT0=$(date +%s)
+set +e
+timeout -k 5 "$TIMEOUT" qemu-system-x86_64 \
+    -machine q35 -accel tcg -icount shift=0,sleep=off -cpu max -smp 1 -m 512 \
+    -device intel-iommu,caching-mode=on,intremap=on \
+    -device edu,addr=04.0 \
+    -object memory-backend-file,id=gdrshm,mem-path="$SHM",size=8M,share=on \
+    -device ivshmem-plain,memdev=gdrshm,addr=05.0 \
+    -kernel "$VMLINUZ" -initrd "$WORK/initramfs.cpio.gz" \
+    -append "console=ttyS0 intel_iommu=on panic=-1 loglevel=1 gdrseed=$SEED ${GDR_QEMU_APPEND:-}" \
+    -display none -serial file:"$CONSOLE" -monitor none -no-reboot </dev/null
+QRC=$?
+set -e
+BOOT1=$(date +%s)
+
+# --- results --------------------------------------------------------------------------------
+tr -d '\r' < "$CONSOLE" > "$WORK/console.txt"
+grep -E '^GDRTEST ' "$WORK/console.txt" | sed 's/^/  /' || true
+pass=$(grep -cE '^GDRTEST PASS ' "$WORK/console.txt" || true)
+fail=$(grep -cE '^GDRTEST FAIL ' "$WORK/console.txt" || true)
+if [ "$QRC" = 124 ] || [ "$QRC" = 137 ]; then
+    echo "  FAIL qemu: killed after ${TIMEOUT}s"; fail=$((fail + 1))
+fi
+if ! grep -q '^GDRTEST DONE' "$WORK/console.txt"; then
+    echo "  FAIL guest: did not finish (last console lines follow)"; fail=$((fail + 1))
+    tail -n 30 "$WORK/console.txt" | sed 's/^/    | /'
+fi
+# What the guest copied into peer memory must be in the host's file.
+if out=$("$GUEST" host-check "$SHM" "$SEED" 2>&1); then
+    echo "  PASS host-side-peer-check $out"; pass=$((pass + 1))
+else
+    echo "  FAIL host-side-peer-check $out"; fail=$((fail + 1))
+fi
+T1=$(date +%s)
+echo "qemu-dma-test: guest ran $((BOOT1 - BOOT0))s, whole test $((T1 - T0))s"
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
