@@ -422,3 +422,28 @@ fn quick_bench_meets_its_own_sanity() {
         .all(|l| l.p50_us > 0.0 && l.p50_us <= l.p99_us));
     assert!(r.throughput.iter().all(|t| t.messages > 0));
 }
+
+#[test]
+fn device_compiler_sees_the_host_layout() {
+    use gdr::cuda::{DeviceBuffer, DeviceMemory, LaunchConfig, Module, Stream};
+    let Some((ctx, _guard)) = gpu("device_compiler_sees_the_host_layout") else {
+        return;
+    };
+    let module = Module::from_source(&ctx, "gdr_mq_layout.cu", gdr::mq::DEVICE_HEADER).unwrap();
+    let f = module.function("gdr_mq_layout_check").unwrap();
+    let out = DeviceBuffer::new(&ctx, 4).unwrap();
+    gdr::cuda::memcpy_htod(&out, 0, &u32::MAX.to_le_bytes()).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut p = out.device_ptr();
+    let mut params = [&mut p as *mut u64 as *mut std::ffi::c_void];
+    // SAFETY: gdr_mq_layout_check takes one pointer to a u32, which `out` is.
+    unsafe { f.launch(&stream, LaunchConfig::linear(1, 32), &mut params) }.unwrap();
+    stream.synchronize().unwrap();
+    let mut b = [0u8; 4];
+    gdr::cuda::memcpy_dtoh(&mut b, &out, 0).unwrap();
+    assert_eq!(
+        u32::from_le_bytes(b),
+        0,
+        "fields whose device offset differs from GDR_MQ_OFFSETS"
+    );
+}

@@ -33,17 +33,12 @@ struct gdr_mq_slot_header {
     gdr_u64 tag;
 };
 static_assert(sizeof(gdr_mq_slot_header) == 16, "layout.rs SlotHeader");
-static_assert(__builtin_offsetof(gdr_mq_slot_header, seq) == 0, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_slot_header, len) == 4, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_slot_header, tag) == 8, "layout.rs");
 
 struct gdr_mq_doorbell {
     gdr_u32 prod;
     gdr_u32 stop;
 };
 static_assert(sizeof(gdr_mq_doorbell) == 8, "layout.rs Doorbell");
-static_assert(__builtin_offsetof(gdr_mq_doorbell, prod) == 0, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_doorbell, stop) == 4, "layout.rs");
 
 struct gdr_mq_status {
     gdr_u64 messages;
@@ -55,12 +50,6 @@ struct gdr_mq_status {
     gdr_u64 reserved[4];
 };
 static_assert(sizeof(gdr_mq_status) == 64, "layout.rs QueueStatus");
-static_assert(__builtin_offsetof(gdr_mq_status, messages) == 0, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_status, batches) == 8, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_status, rx_cons) == 16, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_status, state) == 20, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_status, error) == 24, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_status, error_arg) == 28, "layout.rs");
 
 struct gdr_mq_worker_state {
     gdr_u32 claim;
@@ -72,12 +61,6 @@ struct gdr_mq_worker_state {
     gdr_u64 reserved[4];
 };
 static_assert(sizeof(gdr_mq_worker_state) == 64, "layout.rs WorkerState");
-static_assert(__builtin_offsetof(gdr_mq_worker_state, claim) == 0, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_worker_state, retired) == 4, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_worker_state, live) == 8, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_worker_state, failed) == 12, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_worker_state, messages) == 16, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_worker_state, batches) == 24, "layout.rs");
 
 struct gdr_mq_queue_desc {
     gdr_u64 doorbell;
@@ -96,19 +79,53 @@ struct gdr_mq_queue_desc {
     gdr_u32 reserved;
 };
 static_assert(sizeof(gdr_mq_queue_desc) == 80, "layout.rs QueueDesc");
-static_assert(__builtin_offsetof(gdr_mq_queue_desc, doorbell) == 0, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_queue_desc, rx_slots) == 8, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_queue_desc, tx_slots) == 16, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_queue_desc, status) == 24, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_queue_desc, state) == 32, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_queue_desc, scratch) == 40, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_queue_desc, slots) == 48, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_queue_desc, stride) == 52, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_queue_desc, max_msg) == 56, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_queue_desc, first_index) == 60, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_queue_desc, flags) == 64, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_queue_desc, workers) == 68, "layout.rs");
-static_assert(__builtin_offsetof(gdr_mq_queue_desc, scratch_per_lane) == 72, "layout.rs");
+
+// Field offsets shared with layout.rs. NVRTC has no offsetof, so they cannot be static_asserts:
+// gdr_mq_layout_check (below) checks them on the device, and a Rust test checks this list
+// against the Rust structs.
+#define GDR_MQ_OFFSETS(X) \
+    X(gdr_mq_slot_header, seq, 0) \
+    X(gdr_mq_slot_header, len, 4) \
+    X(gdr_mq_slot_header, tag, 8) \
+    X(gdr_mq_doorbell, prod, 0) \
+    X(gdr_mq_doorbell, stop, 4) \
+    X(gdr_mq_status, messages, 0) \
+    X(gdr_mq_status, batches, 8) \
+    X(gdr_mq_status, rx_cons, 16) \
+    X(gdr_mq_status, state, 20) \
+    X(gdr_mq_status, error, 24) \
+    X(gdr_mq_status, error_arg, 28) \
+    X(gdr_mq_worker_state, claim, 0) \
+    X(gdr_mq_worker_state, retired, 4) \
+    X(gdr_mq_worker_state, live, 8) \
+    X(gdr_mq_worker_state, failed, 12) \
+    X(gdr_mq_worker_state, messages, 16) \
+    X(gdr_mq_worker_state, batches, 24) \
+    X(gdr_mq_queue_desc, doorbell, 0) \
+    X(gdr_mq_queue_desc, rx_slots, 8) \
+    X(gdr_mq_queue_desc, tx_slots, 16) \
+    X(gdr_mq_queue_desc, status, 24) \
+    X(gdr_mq_queue_desc, state, 32) \
+    X(gdr_mq_queue_desc, scratch, 40) \
+    X(gdr_mq_queue_desc, slots, 48) \
+    X(gdr_mq_queue_desc, stride, 52) \
+    X(gdr_mq_queue_desc, max_msg, 56) \
+    X(gdr_mq_queue_desc, first_index, 60) \
+    X(gdr_mq_queue_desc, flags, 64) \
+    X(gdr_mq_queue_desc, workers, 68) \
+    X(gdr_mq_queue_desc, scratch_per_lane, 72)
+
+// Counts the fields whose offset on the device differs from GDR_MQ_OFFSETS; 0 means the layout
+// the device compiler sees is the one the host writes.
+extern "C" __global__ void gdr_mq_layout_check(unsigned int *mismatches) {
+    unsigned int bad = 0;
+    __shared__ unsigned long long base[32];
+#define GDR_MQ_CHECK_OFFSET(T, f, off) \
+    if ((unsigned long long)((const char *)&((const T *)base)->f - (const char *)base) != (off)) ++bad;
+    GDR_MQ_OFFSETS(GDR_MQ_CHECK_OFFSET)
+#undef GDR_MQ_CHECK_OFFSET
+    if (threadIdx.x == 0 && blockIdx.x == 0) *mismatches = bad;
+}
 
 // ---- memory access primitives -------------------------------------------------------------
 

@@ -206,19 +206,21 @@ mod tests {
     use super::*;
     use std::mem::{offset_of, size_of};
 
-    /// `(struct, field or "sizeof", value)` from the header's static_asserts.
+    /// `(struct, field or "sizeof", value)` from the header's sizeof static_asserts and its
+    /// GDR_MQ_OFFSETS list.
     fn header_facts() -> Vec<(String, String, usize)> {
         let src = super::super::DEVICE_HEADER;
         let mut out = Vec::new();
         for line in src.lines() {
             let l = line.trim();
-            if let Some(rest) = l.strip_prefix("static_assert(__builtin_offsetof(") {
-                // gdr_mq_x, field) == N, "...");
-                let (ty, rest) = rest.split_once(',').unwrap();
-                let (field, rest) = rest.split_once(')').unwrap();
-                let n = rest.trim().trim_start_matches("==").trim();
-                let n: usize = n.split(',').next().unwrap().trim().parse().unwrap();
-                out.push((ty.trim().into(), field.trim().into(), n));
+            if let Some(rest) = l.strip_prefix("X(gdr_mq_") {
+                // x, field, N) \\
+                let rest = rest.trim_end_matches('\\').trim().trim_end_matches(')');
+                let mut parts = rest.split(',').map(str::trim);
+                let ty = format!("gdr_mq_{}", parts.next().unwrap());
+                let field = parts.next().unwrap().to_string();
+                let n: usize = parts.next().unwrap().parse().unwrap();
+                out.push((ty, field, n));
             } else if let Some(rest) = l.strip_prefix("static_assert(sizeof(") {
                 let (ty, rest) = rest.split_once(')').unwrap();
                 let n = rest.trim().trim_start_matches("==").trim();
