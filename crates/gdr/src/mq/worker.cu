@@ -15,7 +15,7 @@ extern "C" __global__ void gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32
     if (q >= nqueues) return;
     const gdr_u32 warps_per_block = blockDim.x / 32u;
     const gdr_u32 warp = (blockIdx.x % blocks_per_queue) * warps_per_block + threadIdx.x / 32u;
-    gdr_mq_worker w;
+    struct gdr_mq_worker w;  // "struct": the kernel below has the same name
     gdr_mq_worker_init(w, descs[q], warp);
     gdr_u32 err = 0, arg = 0, reason;
     for (;;) {

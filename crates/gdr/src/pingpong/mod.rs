@@ -19,7 +19,8 @@ use crate::stats::Summary;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
-const SOURCE: &str = include_str!("pingpong.cu");
+/// The CUDA C of the ping-pong and host-centric kernels.
+pub const SOURCE: &str = include_str!("pingpong.cu");
 const STOP: u32 = u32::MAX;
 
 #[derive(Debug, thiserror::Error)]
