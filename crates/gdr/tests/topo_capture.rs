@@ -166,6 +166,44 @@ fn capture_of_this_machine_reads_back_identically() {
     std::fs::remove_dir_all(&dest).unwrap();
 }
 
+/// A live sysfs can have empty directories (class/infiniband with the RDMA core loaded but no
+/// HCA, as on the H100 VM; an empty kernel/iommu_groups). Their capture holds a `.keep` each,
+/// which must read back as nothing: no device, no warning.
+#[test]
+fn empty_directories_capture_and_read_back_without_warnings() {
+    let src = scratch("empty-src");
+    capture(&fixtures_dir().join("workstation"), &src).unwrap();
+    // Make it look live: no marker files, and empty class directories.
+    for rel in files_under(&src) {
+        if rel.ends_with(KEEP_FILE) || rel == Path::new(CAPTURE_NOTE) {
+            std::fs::remove_file(src.join(rel)).unwrap();
+        }
+    }
+    for class in ["infiniband", "nvme"] {
+        std::fs::remove_dir_all(src.join("class").join(class)).unwrap();
+        std::fs::create_dir(src.join("class").join(class)).unwrap();
+    }
+    let live = Topology::read(&src).unwrap();
+    assert!(live.warnings().is_empty(), "{:?}", live.warnings());
+    assert!(live.find("mlx5_0").is_err());
+    assert!(
+        live.devices().iter().all(|d| d.names.len() <= 1),
+        "names from empty classes"
+    );
+
+    let dest = scratch("empty-dst");
+    let s = capture(&src, &dest).unwrap();
+    for class in ["infiniband", "nvme"] {
+        assert!(dest.join("class").join(class).join(KEEP_FILE).is_file());
+    }
+    let back = Topology::read(&dest).unwrap();
+    assert!(back.warnings().is_empty(), "{:?}", back.warnings());
+    assert_eq!(answer(&back), answer(&s.topology));
+    assert_eq!(answer(&back), answer(&live));
+    std::fs::remove_dir_all(&src).unwrap();
+    std::fs::remove_dir_all(&dest).unwrap();
+}
+
 #[test]
 fn the_captured_dev_vm_still_reads() {
     // Captured on the development VM (no GPU, virtio devices on one host bridge, IOMMU off).

@@ -107,6 +107,9 @@ fn switch_with(
 fn build_two_socket(root: &Path) -> io::Result<()> {
     let mut t = TreeBuilder::create(root)?;
     let cpus = ["0-31,64-95", "32-63,96-127"];
+    for (node, list) in cpus.iter().enumerate() {
+        t.numa_node(node as u32, list)?;
+    }
     let group = std::cell::Cell::new(10);
     let next_group = || {
         group.set(group.get() + 1);
@@ -272,6 +275,8 @@ fn build_two_socket(root: &Path) -> io::Result<()> {
 fn build_workstation(root: &Path) -> io::Result<()> {
     let mut t = TreeBuilder::create(root)?;
     let cpus = "0-23";
+    // numa_node is -1 on every device (no SRAT), yet the kernel has node 0 with all CPUs.
+    t.numa_node(0, cpus)?;
     let hb = t.host_bridge("pci0000:00")?;
     t.add(
         &hb,
@@ -559,10 +564,10 @@ fn committed_fixtures_match_their_builders() {
 // nvidia-smi comparison
 
 /// `nvidia-smi topo -m` output: the matrix cells by (row label, column label), the CPU and NUMA
-/// affinity per GPU row, and the NIC legend (NIC0 → mlx5_0).
+/// affinity, NUMA affinity and GPU NUMA ID per GPU row, and the NIC legend (NIC0 → mlx5_0).
 struct SmiMatrix {
     cells: Vec<(String, String, String)>,
-    affinity: HashMap<String, (String, String)>,
+    affinity: HashMap<String, (String, String, String)>,
     nic_names: HashMap<String, String>,
 }
 
@@ -622,7 +627,15 @@ fn parse_nvidia_smi(text: &str) -> SmiMatrix {
             let rest = &fields[1 + labels.len()..];
             let cpu = rest.first().copied().unwrap_or("").to_string();
             let numa = rest.get(1).copied().unwrap_or("").to_string();
-            m.affinity.insert(row.to_string(), (cpu, numa));
+            // nvidia-smi puts two tabs before GPU NUMA ID.
+            let gpu_numa = rest
+                .iter()
+                .skip(2)
+                .find(|f| !f.is_empty())
+                .copied()
+                .unwrap_or("")
+                .to_string();
+            m.affinity.insert(row.to_string(), (cpu, numa, gpu_numa));
         }
     }
     m
@@ -672,14 +685,26 @@ fn every_fixture_matches_its_nvidia_smi_matrix() {
                 wrong.push(format!("{r}-{c}: nvidia-smi {want}, gdr {got}"));
             }
         }
-        for (label, (cpu, numa)) in &smi.affinity {
+        for (label, (cpu, numa, gpu_numa)) in &smi.affinity {
             let d = topo.device(smi_label_to_bdf(&topo, &smi, label)).unwrap();
             let got_cpu = d.cpulist.clone().unwrap_or_else(|| "N/A".into());
-            let got_numa = d.numa.map_or("N/A".into(), |n| n.to_string());
-            if &got_cpu != cpu || &got_numa != numa {
+            let got_numa = d.numa_affinity_text();
+            let got_gpu_numa = d.gpu_numa_id.map_or("N/A".into(), |n| n.to_string());
+            if (&got_cpu, &got_numa, &got_gpu_numa) != (cpu, numa, gpu_numa) {
                 wrong.push(format!(
-                    "{label} affinity: nvidia-smi {cpu}/{numa}, gdr {got_cpu}/{got_numa}"
+                    "{label} affinity: nvidia-smi {cpu}/{numa}/{gpu_numa}, \
+                     gdr {got_cpu}/{got_numa}/{got_gpu_numa}"
                 ));
+            }
+            // The printed matrix carries the same three columns at the end of the GPU's row.
+            let text = gdr::topo::render::matrix(&topo, &topo.gpu_view());
+            let row: Vec<&str> = text
+                .lines()
+                .find(|l| l.split(' ').next() == Some(label.as_str()))
+                .map(|l| l.split_whitespace().collect())
+                .unwrap_or_default();
+            if row.len() < 3 || row[row.len() - 3..] != [cpu.as_str(), numa, gpu_numa] {
+                wrong.push(format!("{label} row printed as {row:?}"));
             }
         }
         assert!(wrong.is_empty(), "{name}:\n{}", wrong.join("\n"));
@@ -829,6 +854,92 @@ fn nvlink_counts_override_the_pcie_class() {
     assert!(topo
         .set_nvlinks(&[(g0, "0000:ee:00.0".parse().unwrap(), 2)])
         .is_err());
+}
+
+/// Captured on the first GPU machine: one H100 80GB HBM3 in a Firecracker VM (driver
+/// 580.159.04), all functions on one host bridge, virtio devices, no IOMMU groups, numa_node -1
+/// everywhere, BAR0 given a 64-bit slot pair by the hypervisor.
+#[test]
+fn h100_firecracker_vm() {
+    let mut topo = fixture("h100");
+    // The capture holds `.keep` files in its empty directories (class/infiniband among them):
+    // they must not show up as warnings.
+    assert!(topo.warnings().is_empty(), "{:?}", topo.warnings());
+    assert!(!topo.iommu_groups_present());
+    let gpus: Vec<String> = topo.gpus().iter().map(|d| d.bdf.to_string()).collect();
+    assert_eq!(gpus, ["0000:00:06.0"]);
+    let gpu = topo.find("gpu0").unwrap().clone();
+    assert_eq!((gpu.vendor, gpu.device), (Some(0x10de), Some(0x2330)));
+    assert_eq!(gpu.driver.as_deref(), Some("nvidia"));
+    assert_eq!(
+        (gpu.link.current_speed_gts, gpu.link.current_width),
+        (Some(32.0), Some(16))
+    );
+    // numa_node is -1; nvidia-smi still prints NUMA affinity 0 (derived from the CPUs).
+    assert_eq!(gpu.numa, None);
+    assert_eq!(gpu.cpulist.as_deref(), Some("0-15"));
+    assert_eq!(gpu.numa_affinity, [0]);
+    assert_eq!(gpu.gpu_numa_id, None);
+    // BAR1 sits in slot 2 here; the 128 GiB window, not "unknown".
+    assert_eq!(gpu.bar1_size(), Some(128 * GIB));
+    let eth = topo.find("eth0").unwrap().clone();
+    assert_eq!(
+        (eth.class, eth.bdf.to_string().as_str()),
+        (DeviceClass::Nic, "0000:00:03.0")
+    );
+    assert_eq!(topo.find("NET0").unwrap().bdf, eth.bdf);
+
+    let (c, v, r) = verdict(&topo, "gpu0", "eth0");
+    assert_eq!((c.as_str(), v), ("PHB", Verdict::WorksSlower));
+    assert_eq!(
+        r,
+        ["the path goes up through host bridge pci0000:00 (the CPU root complex)"]
+    );
+    let p = topo.path(gpu.bdf, eth.bdf).unwrap();
+    let notes: Vec<String> = p.reasons.iter().map(|r| r.what.clone()).collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n == "gpu0 [0000:00:06.0] BAR1 is 128 GiB"),
+        "{notes:?}"
+    );
+    assert!(!notes.iter().any(|n| n.contains("unknown")), "{notes:?}");
+    assert!(
+        notes.iter().any(|n| n.contains("no IOMMU groups")),
+        "{notes:?}"
+    );
+    // Every pair is PHB: one root complex, no bridges.
+    for p in topo.pairs(&topo.endpoints()) {
+        assert_eq!((p.class, p.verdict), (PathClass::Phb, Verdict::WorksSlower));
+    }
+
+    let text = gdr::topo::render::matrix(&topo, &topo.gpu_view());
+    let gpu_row: Vec<&str> = text
+        .lines()
+        .find(|l| l.starts_with("GPU0 "))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(gpu_row, ["GPU0", "X", "PHB", "0-15", "0", "N/A"]);
+    assert!(text.contains("BAR1 128 GiB"), "{text}");
+    // A GPU NUMA ID from NVML (Grace machines) lands in the last column.
+    topo.set_gpu_numa_id(gpu.bdf, Some(4)).unwrap();
+    let text = gdr::topo::render::matrix(&topo, &topo.gpu_view());
+    let gpu_row: Vec<&str> = text
+        .lines()
+        .find(|l| l.starts_with("GPU0 "))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(gpu_row[3..], ["0-15", "0", "4"], "{text}");
+    assert!(matches!(
+        topo.set_gpu_numa_id(eth.bdf, Some(1)),
+        Err(gdr::topo::TopoError::NotAGpu(_))
+    ));
+    assert!(matches!(
+        topo.set_gpu_numa_id("0000:ee:00.0".parse().unwrap(), Some(1)),
+        Err(gdr::topo::TopoError::NoSuchBdf(_))
+    ));
 }
 
 #[test]

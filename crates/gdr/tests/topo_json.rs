@@ -25,6 +25,15 @@ fn check_device(d: &Value) {
     bdf.parse::<Bdf>().expect("bdf parses");
     assert!(CLASSES.contains(&d["class"].as_str().unwrap()), "{d}");
     assert!(d["numa"].is_null() || d["numa"].is_u64(), "{d}");
+    let affinity = d["numa_affinity"].as_array().expect("numa_affinity array");
+    assert!(affinity.iter().all(Value::is_u64), "{d}");
+    if let Some(n) = d["numa"].as_u64() {
+        assert_eq!(affinity, &[Value::from(n)], "{d}");
+    }
+    assert!(
+        d["gpu_numa_id"].is_null() || d["gpu_numa_id"].is_u64(),
+        "{d}"
+    );
     let link = d["link"].as_object().expect("link object");
     for k in [
         "current_speed_gts",

@@ -226,11 +226,21 @@ pub struct Device {
     #[serde(serialize_with = "hex24")]
     pub class_code: Option<u32>,
     pub port_type: PortType,
-    /// True when the port type was guessed from the tree because config space was unreadable.
+    /// True when the port type was guessed from the tree: config space was unreadable, or it
+    /// has no PCI Express capability (conventional PCI, such as virtio devices in a VM).
     pub port_type_inferred: bool,
+    /// `numa_node` as sysfs gives it; `None` for -1 (no NUMA information, as in most VMs).
     pub numa: Option<u32>,
+    /// The NUMA nodes close to the device, as `nvidia-smi topo -m` prints them under "NUMA
+    /// Affinity": `numa` when set, otherwise the nodes whose CPUs (`node*/cpulist`) intersect
+    /// `cpulist`, or node 0 when the machine has no node directories. Empty when unknown.
+    pub numa_affinity: Vec<u32>,
     /// `local_cpulist`: the CPUs close to the device.
     pub cpulist: Option<String>,
+    /// The NUMA node that holds the GPU's own memory on machines where the CPU maps it as a
+    /// NUMA node (Grace Hopper and later; nvidia-smi's "GPU NUMA ID"). sysfs does not show it,
+    /// so it is `None` unless set from NVML with [`super::Topology::set_gpu_numa_id`].
+    pub gpu_numa_id: Option<u32>,
     pub link: LinkState,
     pub iommu_group: Option<IommuGroup>,
     pub bars: Vec<Bar>,
@@ -262,8 +272,26 @@ impl Device {
     }
 
     /// BAR1 size in bytes: the window through which peers reach an NVIDIA GPU's memory.
+    ///
+    /// NVIDIA numbers its BARs by region (BAR0 registers, BAR1 memory window, BAR3), while
+    /// sysfs numbers PCI slots. On bare metal BAR0 is usually 32-bit, so BAR1 sits in slot 1;
+    /// a hypervisor may give BAR0 a 64-bit slot pair (0-1), which moves BAR1 to slot 2.
     pub fn bar1_size(&self) -> Option<u64> {
-        self.bars.iter().find(|b| b.index == 1).map(|b| b.size)
+        let bar0 = self.bars.iter().find(|b| b.index == 0 && !b.io)?;
+        let slot = if bar0.mem64 { 2 } else { 1 };
+        self.bars
+            .iter()
+            .find(|b| b.index == slot && !b.io)
+            .map(|b| b.size)
+    }
+
+    /// [`Device::numa_affinity`] the way nvidia-smi prints it: `0`, `0-1`, or `N/A`.
+    pub fn numa_affinity_text(&self) -> String {
+        if self.numa_affinity.is_empty() {
+            "N/A".into()
+        } else {
+            super::cpulist::format_ids(&self.numa_affinity)
+        }
     }
 }
 
@@ -348,6 +376,63 @@ mod tests {
             DeviceClass::Other
         );
         assert_eq!(classify(None, None, false, false), DeviceClass::Other);
+    }
+
+    fn bar(index: u8, size: u64, mem64: bool) -> Bar {
+        Bar {
+            index,
+            start: 0x1000_0000_0000 + (u64::from(index) << 40),
+            size,
+            io: false,
+            mem64,
+            prefetchable: mem64,
+        }
+    }
+
+    #[test]
+    fn bar1_follows_a_32_or_64_bit_bar0() {
+        let mut d = Device {
+            bdf: "0000:00:06.0".parse().unwrap(),
+            label: "GPU0".into(),
+            names: vec!["gpu0".into()],
+            class: DeviceClass::Gpu,
+            vendor: Some(VENDOR_NVIDIA),
+            device: Some(0x2330),
+            class_code: Some(0x030200),
+            port_type: PortType::Endpoint,
+            port_type_inferred: false,
+            numa: None,
+            numa_affinity: Vec::new(),
+            cpulist: None,
+            gpu_numa_id: None,
+            link: LinkState::default(),
+            iommu_group: None,
+            bars: Vec::new(),
+            acs: crate::topo::AcsState::Absent,
+            driver: None,
+            parent: None,
+            host_bridge: "pci0000:00".into(),
+            sysfs_path: String::new(),
+        };
+        assert_eq!(d.bar1_size(), None);
+        let window = (1u64 << 30) << (rand::random::<u8>() % 8);
+        // Bare metal: 32-bit BAR0 in slot 0, BAR1 in slots 1-2, BAR3 in slots 3-4.
+        d.bars = vec![
+            bar(0, 16 << 20, false),
+            bar(1, window, true),
+            bar(3, 32 << 20, true),
+        ];
+        assert_eq!(d.bar1_size(), Some(window));
+        // Firecracker: 64-bit BAR0 in slots 0-1, BAR1 in 2-3, BAR3 in 4-5.
+        d.bars = vec![
+            bar(0, 16 << 20, true),
+            bar(2, window, true),
+            bar(4, 32 << 20, true),
+        ];
+        assert_eq!(d.bar1_size(), Some(window));
+        // No BAR0 (unassigned): which slot is BAR1 cannot be told.
+        d.bars.remove(0);
+        assert_eq!(d.bar1_size(), None);
     }
 
     #[test]

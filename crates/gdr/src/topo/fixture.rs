@@ -280,6 +280,15 @@ impl TreeBuilder {
         Ok(dir)
     }
 
+    /// A NUMA node with its CPUs, `devices/system/node/node<id>/cpulist` (a kernel with NUMA
+    /// support has at least node 0; a tree without any is read as one node 0).
+    pub fn numa_node(&mut self, id: u32, cpus: &str) -> io::Result<()> {
+        self.write(
+            &PathBuf::from(format!("devices/system/node/node{id}/cpulist")),
+            format!("{cpus}\n"),
+        )
+    }
+
     /// Sets the type of an IOMMU group (`identity`, `DMA-FQ`, `unmanaged`, ...).
     pub fn iommu_group_type(&mut self, group: u32, kind: &str) -> io::Result<()> {
         self.groups.insert(group);

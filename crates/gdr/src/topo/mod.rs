@@ -22,6 +22,7 @@
 mod bdf;
 pub mod capture;
 pub mod config;
+mod cpulist;
 mod device;
 pub mod fixture;
 mod path;
@@ -93,6 +94,8 @@ pub enum TopoError {
     UnknownDevice { query: String, known: String },
     #[error("device {0} is not in this topology")]
     NoSuchBdf(Bdf),
+    #[error("GPU NUMA ID for {0}: not an NVIDIA GPU")]
+    NotAGpu(Bdf),
     #[error("NVLink entry {a} <-> {b}: {why}")]
     BadNvlink { a: Bdf, b: Bdf, why: &'static str },
     #[error("capture into {}: the directory exists and is not empty", .0.display())]
@@ -289,6 +292,19 @@ impl Topology {
                 self.nvlinks.insert(key, n);
             }
         }
+        Ok(())
+    }
+
+    /// Sets (or clears) the NUMA node of a GPU's own memory, which NVML reports
+    /// (`nvmlDeviceGetNumaNodeId`) on machines that map GPU memory as a NUMA node and sysfs does
+    /// not show. The matrix prints it under "GPU NUMA ID".
+    pub fn set_gpu_numa_id(&mut self, gpu: Bdf, node: Option<u32>) -> Result<(), TopoError> {
+        let i = *self.index.get(&gpu).ok_or(TopoError::NoSuchBdf(gpu))?;
+        let d = &mut self.devices[i];
+        if !d.is_nvidia_gpu() {
+            return Err(TopoError::NotAGpu(gpu));
+        }
+        d.gpu_numa_id = node;
         Ok(())
     }
 

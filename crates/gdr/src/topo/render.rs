@@ -24,8 +24,9 @@ fn pad(out: &mut String, s: &str, w: usize) {
     let _ = write!(out, "{s:<w$}");
 }
 
-/// The matrix over `devices`, with CPU and NUMA affinity columns for GPUs, then the legend and
-/// a device list that maps labels to names and addresses.
+/// The matrix over `devices`, with CPU affinity, NUMA affinity and GPU NUMA ID columns for GPUs
+/// (as `nvidia-smi topo -m` has them), then the legend and a device list that maps labels to
+/// names and addresses.
 pub fn matrix(topo: &Topology, devices: &[&Device]) -> String {
     let mut out = String::new();
     if devices.is_empty() {
@@ -58,9 +59,17 @@ pub fn matrix(topo: &Topology, devices: &[&Device]) -> String {
     for l in &labels {
         pad(&mut out, l, w);
     }
+    let numa_w = devices
+        .iter()
+        .map(|d| d.numa_affinity_text().len())
+        .max()
+        .unwrap_or(0)
+        .max("NUMA Affinity".len())
+        + 2;
     if any_gpu {
         pad(&mut out, "CPU Affinity", cpu_w);
-        out.push_str("NUMA Affinity");
+        pad(&mut out, "NUMA Affinity", numa_w);
+        out.push_str("GPU NUMA ID");
     }
     out = out.trim_end().to_string();
     out.push('\n');
@@ -72,7 +81,8 @@ pub fn matrix(topo: &Topology, devices: &[&Device]) -> String {
         }
         if d.class == DeviceClass::Gpu {
             pad(&mut line, d.cpulist.as_deref().unwrap_or("N/A"), cpu_w);
-            line.push_str(&d.numa.map_or("N/A".into(), |n| n.to_string()));
+            pad(&mut line, &d.numa_affinity_text(), numa_w);
+            line.push_str(&d.gpu_numa_id.map_or("N/A".into(), |n| n.to_string()));
         }
         out.push_str(line.trim_end());
         out.push('\n');

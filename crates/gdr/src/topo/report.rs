@@ -1,7 +1,8 @@
 //! The machine-readable form of a topology, for `gdr topo --json` and for other tools.
 //!
-//! Shape: `{"devices":[{"bdf","class","numa","link":{..},..}],"pairs":[{"a","b","path",
-//! "verdict","reasons":[..]}],..}`; `reasons` are sentences, `findings` the same with severity.
+//! Shape: `{"devices":[{"bdf","class","numa","numa_affinity":[..],"link":{..},..}],
+//! "pairs":[{"a","b","path","verdict","reasons":[..]}],..}`; `reasons` are sentences, `findings`
+//! the same with severity.
 
 use super::device::Device;
 use super::path::PathClass;

@@ -3,6 +3,7 @@
 
 use super::bdf::Bdf;
 use super::config::{self, AcsState};
+use super::cpulist::IdList;
 use super::device::{classify, Bar, Device, DeviceClass, IommuGroup, LinkState, PortType};
 use super::sysfs::Sysfs;
 use super::{HostBridge, TopoError, Topology, Warning};
@@ -75,6 +76,7 @@ pub(crate) fn scan(fs: &Sysfs) -> Result<Topology, TopoError> {
     }
 
     let groups = read_iommu_groups(fs, &raws, &mut w);
+    let nodes = read_numa_nodes(fs, &mut w);
     let host_dirs = list_host_bridges(fs, &mut w);
     let rdma = class_links(fs, "infiniband", &mut w);
     let nvme = class_links(fs, "nvme", &mut w);
@@ -172,6 +174,7 @@ pub(crate) fn scan(fs: &Sysfs) -> Result<Topology, TopoError> {
                 format!("extended capabilities: {why}"),
             );
         }
+        let numa_affinity = numa_affinity(&r, nodes.as_deref(), &mut w);
         devices.push(Device {
             bdf: r.bdf,
             label: String::new(),
@@ -183,7 +186,9 @@ pub(crate) fn scan(fs: &Sysfs) -> Result<Topology, TopoError> {
             port_type: ports[i].0,
             port_type_inferred: ports[i].1,
             numa: r.numa,
+            numa_affinity,
             cpulist: r.cpulist,
+            gpu_numa_id: None,
             link: r.link,
             iommu_group: r.iommu_group.map(|id| IommuGroup {
                 id,
@@ -463,6 +468,70 @@ fn read_iommu_groups(fs: &Sysfs, raws: &[Raw], w: &mut Warnings) -> BTreeMap<u32
         groups.insert(id, kind);
     }
     groups
+}
+
+/// Every NUMA node with its CPUs, from `devices/system/node/node<N>/cpulist`. `None` when the
+/// directory is absent: a kernel without NUMA support, where the whole machine is one node.
+fn read_numa_nodes(fs: &Sysfs, w: &mut Warnings) -> Option<Vec<(u32, IdList)>> {
+    let dir = Path::new("devices/system/node");
+    let names = match fs.list(dir) {
+        Ok(v) => v,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            w.push(dir, format!("unreadable: {e}"));
+            return Some(Vec::new());
+        }
+    };
+    let mut nodes = Vec::new();
+    for name in names {
+        let Some(id) = name
+            .strip_prefix("node")
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let node_dir = dir.join(&name);
+        let Some(text) = attr(fs, &node_dir, "cpulist", true, w) else {
+            continue;
+        };
+        match IdList::parse(&text) {
+            Some(cpus) => nodes.push((id, cpus)),
+            None => w.push(
+                &node_dir.join("cpulist"),
+                format!("unexpected content `{}`", short(&text)),
+            ),
+        }
+    }
+    nodes.sort_by_key(|(id, _)| *id);
+    Some(nodes)
+}
+
+/// The NUMA nodes near a device, the way nvidia-smi reports "NUMA Affinity": its `numa_node`
+/// when the kernel knows it, otherwise every node with a CPU in the device's `local_cpulist`
+/// (in a VM the kernel leaves `numa_node` at -1 but still lists the CPUs). `nodes` is `None` on
+/// a machine without node directories, which is then a single node 0.
+fn numa_affinity(r: &Raw, nodes: Option<&[(u32, IdList)]>, w: &mut Warnings) -> Vec<u32> {
+    if let Some(n) = r.numa {
+        return vec![n];
+    }
+    let Some(text) = &r.cpulist else {
+        return Vec::new();
+    };
+    let Some(cpus) = IdList::parse(text) else {
+        w.push(
+            &r.dir.join("local_cpulist"),
+            format!("unexpected content `{}`", short(text)),
+        );
+        return Vec::new();
+    };
+    match nodes {
+        None => vec![0],
+        Some(nodes) => nodes
+            .iter()
+            .filter(|(_, node_cpus)| node_cpus.intersects(&cpus))
+            .map(|(id, _)| *id)
+            .collect(),
+    }
 }
 
 /// Host bridges named in `/sys/devices` (also those with nothing below them).

@@ -5,6 +5,7 @@
 //! the real one would. Symlinks are resolved lexically (without following them on disk) because
 //! sysfs links are relative and a captured tree may hold only part of what they point into.
 
+use super::capture::KEEP_FILE;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io;
@@ -70,11 +71,16 @@ impl Sysfs {
         Ok(String::from_utf8_lossy(&data).trim().to_string())
     }
 
-    /// Names in a directory, sorted.
+    /// Names in a directory, sorted. The [`KEEP_FILE`] that captures and fixtures put into
+    /// empty directories is left out: a real sysfs has none, and a capture must read back the
+    /// same as its source.
     pub(crate) fn list(&self, rel: &Path) -> io::Result<Vec<String>> {
         let mut names = Vec::new();
         for entry in std::fs::read_dir(self.root.join(rel))? {
-            names.push(entry?.file_name().to_string_lossy().into_owned());
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if name != KEEP_FILE {
+                names.push(name);
+            }
         }
         names.sort();
         self.record(rel, Recorded::Dir);

@@ -399,7 +399,10 @@ fn bar1(d: &Device, out: &mut Vec<Reason>) {
         )),
         None => out.push(Reason::new(
             Info,
-            format!("{} BAR1 size unknown (no resource entry)", who(d)),
+            format!(
+                "{} BAR1 size unknown (`resource` lists no memory BAR after BAR0)",
+                who(d)
+            ),
             "",
         )),
     }
