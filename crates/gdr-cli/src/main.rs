@@ -43,6 +43,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`gdr topo | head`) as command-line tools do, instead of
+    // panicking in print!.
+    // SAFETY: setting a signal disposition to its default has no preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check(a) => cmd::check::run(a),

@@ -29,8 +29,15 @@ fn a_broken_source_reports_its_log() {
     if nvrtc::version().is_err() {
         return; // reported by the test above
     }
-    let err = nvrtc::compile("broken.cu", "__global__ void k() { undefined_thing(); }", "90")
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("broken.cu") && err.contains("undefined_thing"), "{err}");
+    let err = nvrtc::compile(
+        "broken.cu",
+        "__global__ void k() { undefined_thing(); }",
+        "90",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("broken.cu") && err.contains("undefined_thing"),
+        "{err}"
+    );
 }
