@@ -83,7 +83,7 @@ pub type Op<'a, E> = Box<dyn FnMut() -> Result<(), E> + 'a>;
 /// Times several operations interleaved: every round runs each operation once as a batch, so
 /// drift on a shared machine (other tenants, clocks, PCIe traffic) hits all of them alike and
 /// their ratios stay fair. Batch lengths are chosen per operation as in [`time_per_call_us`].
-/// Each timed batch is preceded by one untimed call of the same operation, so each is timed
+/// Each timed batch is preceded by an untimed batch of the same operation, so each is timed
 /// in its own steady state (worker threads awake, caches and TLBs warm for its buffers) rather
 /// than paying for the operation that ran before it.
 /// Returns per-call microseconds for each operation, in order.
@@ -112,7 +112,11 @@ pub fn time_interleaved_us<E>(
     let mut out: Vec<Vec<f64>> = vec![Vec::with_capacity(samples); ops.len()];
     while out[0].len() < samples && (out[0].len() < 3 || start.elapsed() < budget) {
         for (i, op) in ops.iter_mut().enumerate() {
-            op()?;
+            // Warm up for a whole batch, so threads parked by the previous operation are
+            // awake again before the clock starts.
+            for _ in 0..batches[i] {
+                op()?;
+            }
             let t = Instant::now();
             for _ in 0..batches[i] {
                 op()?;

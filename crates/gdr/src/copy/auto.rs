@@ -182,16 +182,16 @@ pub fn calibrate(be: &VulkanBackend, opts: &CalibrateOptions) -> Result<Calibrat
                             && size < 16 << 10)
                 })
                 .collect();
-            // Each path gets its own host buffer so the parallel ones can run interleaved.
-            let mut hosts: Vec<Vec<u8>> = measured.iter().map(|_| vec![0x5Au8; size]).collect();
-            let buf = &buf;
+            // One host buffer for every path: they run one at a time, and pageable copies
+            // depend on the buffer (alignment, pages), which must not differ between paths.
+            let host = std::cell::RefCell::new(vec![0x5Au8; size]);
+            let (buf, host) = (&buf, &host);
             let mut ops: Vec<stats::Op<'_, BarError>> = measured
                 .iter()
-                .zip(hosts.iter_mut())
-                .map(|(&(_, p), h)| -> stats::Op<'_, BarError> {
+                .map(|&(_, p)| -> stats::Op<'_, BarError> {
                     Box::new(move || match dir {
-                        Direction::ToGpu => write_on(p, buf, 0, h),
-                        Direction::FromGpu => read_on(p, buf, 0, h),
+                        Direction::ToGpu => write_on(p, buf, 0, &host.borrow()),
+                        Direction::FromGpu => read_on(p, buf, 0, &mut host.borrow_mut()),
                     })
                 })
                 .collect();
