@@ -19,8 +19,8 @@ pub enum Timed {
 }
 
 /// Times each of `what` copying `size` bytes in `dir`, interleaved round by round so that
-/// drift on the machine affects every path alike. Each gets its own host buffer of fresh
-/// random data.
+/// drift on the machine affects every path alike. All share one host buffer of fresh random
+/// data.
 pub fn time_all(
     what: &[Timed],
     dir: Direction,
@@ -29,25 +29,26 @@ pub fn time_all(
     auto: &AutoCopier,
     budget: Duration,
 ) -> Result<Vec<Summary>, BarError> {
-    let mut hosts: Vec<Vec<u8>> = what
-        .iter()
-        .map(|_| {
-            let mut v = vec![0u8; size];
-            rand::thread_rng().fill_bytes(&mut v);
-            v
-        })
-        .collect();
+    // One host buffer for every path: they run one at a time, and pageable copies depend on
+    // the buffer (alignment, pages), which must not differ between the paths compared.
+    let mut data = vec![0u8; size];
+    rand::thread_rng().fill_bytes(&mut data);
+    let host = std::cell::RefCell::new(data);
+    let host = &host;
     let mut ops: Vec<Op<'_, BarError>> = what
         .iter()
-        .zip(hosts.iter_mut())
-        .map(|(&w, host)| -> Op<'_, BarError> {
+        .map(|&w| -> Op<'_, BarError> {
             Box::new(move || match (w, dir) {
-                (Timed::Path(p), Direction::ToGpu) => write_on(p, buf, 0, host),
-                (Timed::Path(p), Direction::FromGpu) => read_on(p, buf, 0, host),
-                (Timed::PlainCuMemcpy, Direction::ToGpu) => Ok(cuda::memcpy_htod(buf, 0, host)?),
-                (Timed::PlainCuMemcpy, Direction::FromGpu) => Ok(cuda::memcpy_dtoh(host, buf, 0)?),
-                (Timed::Auto, Direction::ToGpu) => auto.write(buf, 0, host),
-                (Timed::Auto, Direction::FromGpu) => auto.read(buf, 0, host),
+                (Timed::Path(p), Direction::ToGpu) => write_on(p, buf, 0, &host.borrow()),
+                (Timed::Path(p), Direction::FromGpu) => read_on(p, buf, 0, &mut host.borrow_mut()),
+                (Timed::PlainCuMemcpy, Direction::ToGpu) => {
+                    Ok(cuda::memcpy_htod(buf, 0, &host.borrow())?)
+                }
+                (Timed::PlainCuMemcpy, Direction::FromGpu) => {
+                    Ok(cuda::memcpy_dtoh(&mut host.borrow_mut(), buf, 0)?)
+                }
+                (Timed::Auto, Direction::ToGpu) => auto.write(buf, 0, &host.borrow()),
+                (Timed::Auto, Direction::FromGpu) => auto.read(buf, 0, &mut host.borrow_mut()),
             })
         })
         .collect();
