@@ -110,7 +110,9 @@ pub fn time_interleaved_us<E>(
     }
     let start = Instant::now();
     let mut out: Vec<Vec<f64>> = vec![Vec::with_capacity(samples); ops.len()];
-    while out[0].len() < samples && (out[0].len() < 3 || start.elapsed() < budget) {
+    // At least 5 rounds even past the budget: a median of fewer swings with one slow sample.
+    let floor = samples.min(5);
+    while out[0].len() < samples && (out[0].len() < floor || start.elapsed() < budget) {
         for (i, op) in ops.iter_mut().enumerate() {
             // Warm up for a whole batch, so threads parked by the previous operation are
             // awake again before the clock starts.
