@@ -3,7 +3,7 @@
 
 use super::copylat::copier;
 use super::gpu::{self, GpuArg};
-use super::measure::{dir_name, time_all, Timed};
+use super::measure::{dir_name, time_all, ReportArgs, Timed};
 use super::plot::{write_svg, Series};
 use super::table::{parse_size, size as hsize, Table};
 use super::CmdResult;
@@ -25,15 +25,8 @@ pub struct Args {
     /// Time budget per measured point, in milliseconds
     #[arg(long, default_value_t = 400)]
     pub budget_ms: u64,
-    /// Measure the auto copier's crossovers again instead of using the cached ones
-    #[arg(long)]
-    pub recalibrate: bool,
-    /// Print JSON instead of a table
-    #[arg(long)]
-    pub json: bool,
-    /// Write a bandwidth-vs-size plot (SVG) to this file
-    #[arg(long, value_name = "FILE.svg")]
-    pub plot: Option<String>,
+    #[command(flatten)]
+    pub report: ReportArgs,
 }
 
 #[derive(Serialize)]
@@ -61,14 +54,14 @@ pub fn run(args: Args) -> CmdResult {
         return Err("--threads needs counts of at least 1".into());
     }
     let be = gpu::open(args.gpu)?;
-    let auto = copier(&be, args.recalibrate, args.json)?;
+    let auto = copier(&be, args.report.recalibrate, args.report.json)?;
     let max = *args.sizes.iter().max().expect("checked non-empty");
     let buf = be.alloc(max, 4096)?;
     let budget = Duration::from_millis(args.budget_ms);
     let mut rows = Vec::new();
     for dir in [Direction::ToGpu, Direction::FromGpu] {
         for &size in &args.sizes {
-            if !args.json {
+            if !args.report.json {
                 eprint!("\r{} {:>6}   ", dir_name(dir), hsize(size));
             }
             let mut what: Vec<Timed> = args
@@ -101,7 +94,7 @@ pub fn run(args: Args) -> CmdResult {
             });
         }
     }
-    if args.json {
+    if args.report.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         eprint!("\r                    \r");
@@ -128,7 +121,7 @@ pub fn run(args: Args) -> CmdResult {
         }
         t.print();
     }
-    if let Some(f) = &args.plot {
+    if let Some(f) = &args.report.plot {
         let mut series = Vec::new();
         for dir in ["cpu->gpu", "gpu->cpu"] {
             let rs: Vec<&Row> = rows.iter().filter(|r| r.direction == dir).collect();

@@ -2,7 +2,7 @@
 //! copier.
 
 use super::gpu::{self, GpuArg};
-use super::measure::{dir_name, time_all, Timed};
+use super::measure::{dir_name, time_all, ReportArgs, Timed};
 use super::plot::{write_svg, Series};
 use super::table::{parse_size, size as hsize, Table};
 use super::CmdResult;
@@ -24,15 +24,8 @@ pub struct Args {
     /// Time budget per measured point, in milliseconds
     #[arg(long, default_value_t = 150)]
     pub budget_ms: u64,
-    /// Measure the auto copier's crossovers again instead of using the cached ones
-    #[arg(long)]
-    pub recalibrate: bool,
-    /// Print JSON instead of a table
-    #[arg(long)]
-    pub json: bool,
-    /// Write a latency-vs-size plot (SVG) to this file
-    #[arg(long, value_name = "FILE.svg")]
-    pub plot: Option<String>,
+    #[command(flatten)]
+    pub report: ReportArgs,
 }
 
 #[derive(Serialize)]
@@ -193,20 +186,20 @@ pub fn run(args: Args) -> CmdResult {
         .into());
     }
     let be = gpu::open(args.gpu)?;
-    let auto = copier(&be, args.recalibrate, args.json)?;
+    let auto = copier(&be, args.report.recalibrate, args.report.json)?;
     let rows = measure(
         &be,
         &auto,
         &sizes(args.min_size, args.max_size),
         Duration::from_millis(args.budget_ms),
-        !args.json,
+        !args.report.json,
     )?;
-    if args.json {
+    if args.report.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         print(&rows);
     }
-    if let Some(f) = &args.plot {
+    if let Some(f) = &args.report.plot {
         let mut series = Vec::new();
         for dir in ["cpu->gpu", "gpu->cpu"] {
             let rs: Vec<&Row> = rows.iter().filter(|r| r.direction == dir).collect();

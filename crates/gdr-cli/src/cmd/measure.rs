@@ -7,6 +7,20 @@ use gdr::stats::{time_interleaved_us, Op, Summary};
 use rand::RngCore;
 use std::time::Duration;
 
+/// Output and calibration flags shared by copylat and copybw.
+#[derive(clap::Args)]
+pub struct ReportArgs {
+    /// Measure the auto copier's crossovers again instead of using the cached ones
+    #[arg(long)]
+    pub recalibrate: bool,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+    /// Write a plot of the results against size (SVG) to this file
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<String>,
+}
+
 /// What is timed.
 #[derive(Clone, Copy, Debug)]
 pub enum Timed {
