@@ -8,12 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Reverses the request and xors it with its length, so a response proves the worker saw
-/// exactly this request.
-fn transform(req: &[u8]) -> Vec<u8> {
-    let k = req.len() as u8;
-    req.iter().rev().map(|b| b ^ k).collect()
-}
+mod mq_common;
+use mq_common::{transform, Tracker};
 
 fn transform_handler() -> CpuHandler {
     Arc::new(|req: &[u8], resp: &mut [u8]| {
@@ -39,38 +35,49 @@ fn random(n: usize) -> Vec<u8> {
 }
 
 /// Pipelines `count` random messages through queue 0 (keeping the ring as full as credits
-/// allow, in random batch sizes) and checks every response in order.
-fn pump(w: &mut CpuWorkers, count: u64, max: usize) {
+/// allow, in random batch sizes) and checks every response by id: in order, none lost, none
+/// duplicated. Counts are taken relative to the queue's counters on entry, so earlier calls
+/// on the same queue do not disturb them.
+fn pump(w: &mut CpuWorkers, count: u64, max: usize) -> Result<(), String> {
     let q = w.queue(0);
+    let before = q.stats();
     let mut rng = rand::thread_rng();
-    let mut pending = std::collections::VecDeque::new();
+    let mut t = Tracker::new(1);
     let mut sent = 0u64;
-    let mut got = 0u64;
     let mut buf = vec![0x5au8; max + 7];
-    while got < count {
+    while t.answered() < count {
         if sent < count && q.credits() > 0 {
             let n = rng
                 .gen_range(1..=40u64)
                 .min(count - sent)
                 .min(q.credits() as u64);
-            let msgs: Vec<Vec<u8>> = (0..n).map(|_| random(rng.gen_range(0..=max))).collect();
-            let k = q.try_send_batch(&msgs).unwrap();
+            let msgs: Vec<Vec<u8>> = (0..n)
+                .map(|_| {
+                    let len = rng.gen_range(mq_common::ID_BYTES..=max);
+                    t.request(&mut rng, len)
+                })
+                .collect();
+            let k = q.try_send_batch(&msgs).map_err(|e| e.to_string())?;
             assert_eq!(k as u64, n, "credits said {n} would fit");
             sent += n;
-            pending.extend(msgs);
         }
-        while let Some(len) = q.try_recv(&mut buf).unwrap() {
-            let want = transform(&pending.pop_front().expect("a response with no request"));
-            assert_eq!(&buf[..len], &want[..], "message {got}");
-            got += 1;
+        while let Some(len) = q.try_recv(&mut buf).map_err(|e| e.to_string())? {
+            t.check(&buf[..len])?;
         }
     }
-    assert!(pending.is_empty());
+    assert_eq!(t.outstanding(), 0);
     assert_eq!(q.in_flight(), 0);
     let s = q.stats();
-    assert_eq!((s.sent, s.received), (count, count));
-    assert!(s.doorbells < count, "no batching happened: {s:?}");
+    assert_eq!(
+        (s.sent - before.sent, s.received - before.received),
+        (count, count)
+    );
+    assert!(
+        s.doorbells - before.doorbells < count,
+        "no batching happened: {s:?}"
+    );
     assert!(s.max_in_flight <= q.slots() as u64);
+    Ok(())
 }
 
 #[test]
@@ -82,7 +89,7 @@ fn many_messages_wrap_the_ring_in_order() {
         transform_handler(),
     )
     .unwrap();
-    pump(&mut w, 100_000, 96);
+    pump(&mut w, 100_000, 96).unwrap();
     // The workers' lazily written consumer index has caught up with everything answered.
     let q = w.queue(0);
     assert_eq!(q.worker_consumed(), 100_000);
@@ -94,7 +101,7 @@ fn indices_cross_the_u32_wrap() {
     let mut c = cfg(8, 32);
     c.first_index = u32::MAX - 100;
     let mut w = CpuWorkers::spawn(&c, 1, Duration::from_secs(30), transform_handler()).unwrap();
-    pump(&mut w, 5_000, 32);
+    pump(&mut w, 5_000, 32).unwrap();
     assert_eq!(w.queue(0).worker_consumed(), 5_000);
 }
 
@@ -138,6 +145,39 @@ fn sizes_zero_to_capacity_and_oversize_rejected() {
     let m = random(max);
     assert_eq!(q.call(&m, &mut buf).unwrap(), max);
     assert_eq!(&buf[..max], &transform(&m)[..]);
+    // Then a pipelined stream on the same queue (the GPU test's sequence): the 14 calls above
+    // stay in the queue's counters, the stream is counted from where it started.
+    assert_eq!(q.stats().received, 14);
+    pump(&mut w, 2_000, max).unwrap();
+    assert_eq!(w.queue(0).stats().received, 2_014);
+    assert_eq!(w.queue(0).stats().sent, 2_014);
+}
+
+/// The id check is what stands between "a response delivered twice" and a passing test: a
+/// worker that answers one request with the previous request's answer must be caught, and
+/// reported as a duplicate.
+#[test]
+fn a_replayed_response_is_reported_as_a_duplicate() {
+    let last = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (l, c) = (last.clone(), calls.clone());
+    let h: CpuHandler = Arc::new(move |req: &[u8], resp: &mut [u8]| {
+        let mut prev = l.lock().unwrap();
+        // Request 500 gets the answer to request 499 again.
+        let src = if c.fetch_add(1, Ordering::AcqRel) == 500 {
+            prev.clone()
+        } else {
+            req.to_vec()
+        };
+        *prev = req.to_vec();
+        let t = transform(&src);
+        resp[..t.len()].copy_from_slice(&t);
+        t.len()
+    });
+    let mut w = CpuWorkers::spawn(&cfg(16, 64), 1, Duration::from_secs(30), h).unwrap();
+    let err = pump(&mut w, 2_000, 64).unwrap_err();
+    assert!(err.contains("delivered twice"), "{err}");
+    assert!(calls.load(Ordering::Acquire) > 500);
 }
 
 #[test]
@@ -262,21 +302,20 @@ fn many_queues_at_once() {
             s.spawn(move || {
                 let mut rng = rand::thread_rng();
                 let mut buf = vec![0u8; 128];
-                let mut pending = std::collections::VecDeque::new();
-                let mut got = 0;
+                let mut t = Tracker::new(q.id() as u64);
                 let total = 3_000;
                 let mut sent = 0;
-                while got < total {
+                while t.answered() < total {
                     while sent < total && q.credits() > 0 {
-                        let m = random(rng.gen_range(0..=128));
+                        let len = rng.gen_range(8..=128);
+                        let m = t.request(&mut rng, len);
                         assert!(q.try_send(&m).unwrap());
-                        pending.push_back(m);
                         sent += 1;
                     }
                     let n = q.recv(&mut buf).unwrap();
-                    let want = transform(&pending.pop_front().unwrap());
-                    assert_eq!(&buf[..n], &want[..], "queue {} message {got}", q.id());
-                    got += 1;
+                    if let Err(e) = t.check(&buf[..n]) {
+                        panic!("queue {}: {e}", q.id());
+                    }
                 }
             });
         }

@@ -6,9 +6,11 @@ use gdr::cuda::Context;
 use gdr::mq::{ExitReason, GpuConfig, GpuWorkers, Handler, MqError, Placement, QueueConfig};
 use gdr::testing::{gpu_context, skip_or_fail};
 use rand::{Rng, RngCore, SeedableRng};
-use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+mod mq_common;
+use mq_common::{transform, Tracker};
 
 static GPU: Mutex<()> = Mutex::new(());
 
@@ -43,11 +45,6 @@ __device__ unsigned int handle(const unsigned char *req, unsigned int len,
 }
 "#;
 
-fn transform(req: &[u8]) -> Vec<u8> {
-    let k = req.len() as u8;
-    req.iter().rev().map(|b| b ^ k).collect()
-}
-
 fn launch(ctx: &Context, name: &str, h: &Handler, cfg: &GpuConfig) -> Option<GpuWorkers> {
     match GpuWorkers::launch(ctx, h, cfg) {
         Ok(w) => Some(w),
@@ -71,51 +68,55 @@ fn config(placement: Placement, slots: u32, max_msg: u32) -> GpuConfig {
     }
 }
 
-/// Pipelines `count` messages of random sizes through queue `qi`, checking each response.
+/// Pipelines `count` messages of random sizes through queue `qi`, checking each response by
+/// the unique id its request carries: in order, none lost, none delivered twice. Counts are
+/// relative to the queue's counters on entry (earlier calls on the queue stay out of them).
 fn pump(w: &mut GpuWorkers, qi: usize, count: u64, max: usize, seed: u64) {
     let q = w.queue(qi);
+    let before = q.stats();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut pending: VecDeque<Vec<u8>> = VecDeque::new();
-    let (mut sent, mut got) = (0u64, 0u64);
+    let mut t = Tracker::new(seed << 8 | qi as u64);
+    let mut sent = 0u64;
     let mut buf = vec![0u8; max];
-    while got < count {
+    let check = |n: usize, buf: &[u8], t: &mut Tracker| {
+        let got = t.answered();
+        if let Err(e) = t.check(&buf[..n]) {
+            panic!("queue {qi}, answer {got} of {count}: {e}");
+        }
+    };
+    while t.answered() < count {
         let room = (q.credits() as u64).min(count - sent).min(64);
         if room > 0 {
             let msgs: Vec<Vec<u8>> = (0..room)
                 .map(|_| {
-                    let mut m = vec![0u8; rng.gen_range(0..=max)];
-                    rng.fill_bytes(&mut m);
-                    m
+                    let len = rng.gen_range(mq_common::ID_BYTES..=max);
+                    t.request(&mut rng, len)
                 })
                 .collect();
             assert_eq!(q.try_send_batch(&msgs).unwrap() as u64, room);
             sent += room;
-            pending.extend(msgs);
         }
-        let check = |n: usize, buf: &[u8], pending: &mut VecDeque<Vec<u8>>, got: &mut u64| {
-            let want = transform(&pending.pop_front().expect("response without request"));
-            assert!(
-                buf[..n] == want[..],
-                "queue {qi} message {got}: wrong bytes"
-            );
-            *got += 1;
-        };
         if room == 0 {
             // Ring full (or everything sent): wait for the oldest response.
             let n = q
                 .recv(&mut buf)
-                .unwrap_or_else(|e| panic!("queue {qi} message {got}: {e}"));
-            check(n, &buf, &mut pending, &mut got);
+                .unwrap_or_else(|e| panic!("queue {qi} answer {}: {e}", t.answered()));
+            check(n, &buf, &mut t);
         }
         while let Some(n) = q
             .try_recv(&mut buf)
-            .unwrap_or_else(|e| panic!("queue {qi} message {got}: {e}"))
+            .unwrap_or_else(|e| panic!("queue {qi} answer {}: {e}", t.answered()))
         {
-            check(n, &buf, &mut pending, &mut got);
+            check(n, &buf, &mut t);
         }
     }
+    assert_eq!(t.outstanding(), 0);
     assert_eq!(q.in_flight(), 0);
-    assert_eq!(q.stats().received, count);
+    let s = q.stats();
+    assert_eq!(
+        (s.sent - before.sent, s.received - before.received),
+        (count, count)
+    );
 }
 
 #[test]
@@ -166,8 +167,14 @@ fn every_placement_carries_sizes_zero_to_capacity() {
             Err(MqError::Oversize { len, max: m }) => assert_eq!((len, m), (max + 1, max)),
             r => panic!("{}: oversize not rejected: {r:?}", p.name()),
         }
+        // 14 calls above, then the stream: the queue's totals are the sum.
         pump(&mut w, 0, 20_000, max, 2);
-        w.stop(Duration::from_secs(5)).unwrap();
+        let s = w.queue(0).stats();
+        assert_eq!((s.sent, s.received), (20_014, 20_014), "{}", p.name());
+        let out = w.stop(Duration::from_secs(5)).unwrap();
+        assert_eq!(out[0].reason, ExitReason::Stopped, "{}", p.name());
+        assert_eq!(out[0].stats.worker_messages, 20_014, "{}", p.name());
+        println!("{name}: {} ok", p.name());
     }
 }
 
@@ -191,21 +198,20 @@ fn many_queues_and_workers_at_once() {
                 s.spawn(move || {
                     ctx.bind().unwrap();
                     let mut rng = rand::rngs::StdRng::seed_from_u64(i as u64);
-                    let mut pending = VecDeque::new();
+                    let mut t = Tracker::new(i as u64);
                     let mut buf = vec![0u8; 96];
-                    let (mut sent, mut got) = (0, 0);
-                    while got < 50_000 {
+                    let mut sent = 0;
+                    while t.answered() < 50_000 {
                         while sent < 50_000 && q.credits() > 0 {
-                            let mut m = vec![0u8; rng.gen_range(0..=96)];
-                            rng.fill_bytes(&mut m);
+                            let len = rng.gen_range(8..=96);
+                            let m = t.request(&mut rng, len);
                             assert!(q.try_send(&m).unwrap());
-                            pending.push_back(m);
                             sent += 1;
                         }
                         let n = q.recv(&mut buf).unwrap();
-                        let want = transform(&pending.pop_front().unwrap());
-                        assert!(buf[..n] == want[..], "queue {i} message {got}");
-                        got += 1;
+                        if let Err(e) = t.check(&buf[..n]) {
+                            panic!("queue {i}: {e}");
+                        }
                     }
                 });
             }
@@ -446,4 +452,26 @@ fn device_compiler_sees_the_host_layout() {
         0,
         "fields whose device offset differs from GDR_MQ_OFFSETS"
     );
+}
+
+/// The test handlers compile into full worker programs (no GPU needed, only NVRTC; skipped
+/// without it), each well under a second.
+#[test]
+fn test_handlers_compile_with_nvrtc() {
+    let name = "test_handlers_compile_with_nvrtc";
+    if let Err(e) = gdr::cuda::nvrtc::version() {
+        skip_or_fail::<()>(name, &e.to_string());
+        return;
+    }
+    for h in [
+        Handler::new("transform", TRANSFORM),
+        Handler::new("slow", SLOW),
+        Handler::echo(),
+    ] {
+        let t = Instant::now();
+        let cubin = gdr::cuda::nvrtc::compile("mq test handler", &h.program(), "90")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(cubin.starts_with(b"\x7fELF"));
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    }
 }

@@ -142,6 +142,20 @@ fn print_tables(r: &BenchReport) {
         r.best_placement, r.best_p50_us, r.speedup_vs_host_centric, r.speedup_vs_graph
     );
     println!();
+    println!("worker time per message (clock64 at the rated clock, separate profiled run)");
+    println!(
+        "{:<22} {:>9} {:>9} {:>9} {:>9}",
+        "path", "recv ns", "handler", "tx copy", "tx fence"
+    );
+    for l in &r.latency {
+        if let Some(g) = &l.gpu_stages {
+            println!(
+                "{:<22} {:>9.0} {:>9.0} {:>9.0} {:>9.0}",
+                l.path, g.recv_ns, g.handler_ns, g.tx_copy_ns, g.tx_fence_ns
+            );
+        }
+    }
+    println!();
     println!("throughput, batched doorbells, one CPU thread per queue");
     println!(
         "{:<16} {:>6} {:>6} {:>6} {:>6} {:>12} {:>8} {:>10}",

@@ -71,6 +71,24 @@ pub struct Latency {
     pub p99_us: f64,
     pub p999_us: f64,
     pub mean_us: f64,
+    /// Where a worker's time goes per message (queue placements only), from a separate
+    /// profiled run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_stages: Option<GpuStages>,
+}
+
+/// A worker's time per one-message batch, by stage, from `clock64` (lane 0).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GpuStages {
+    /// Claim to requests in hand (slot header read and checked).
+    pub recv_ns: f64,
+    pub handler_ns: f64,
+    /// Response header and payload stores issued into TX.
+    pub tx_copy_ns: f64,
+    /// `__threadfence_system` between the payload and the owner word.
+    pub tx_fence_ns: f64,
+    /// The rated SM clock the cycles were converted with.
+    pub clock_mhz: f64,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -115,6 +133,7 @@ fn latency_of(path: String, size: u32, mut ns: Vec<u64>) -> Latency {
         p99_us: pick(0.99),
         p999_us: pick(0.999),
         mean_us: ns.iter().sum::<u64>() as f64 / ns.len() as f64 / 1000.0,
+        gpu_stages: None,
     }
 }
 
@@ -132,6 +151,9 @@ fn check(got: &[u8], want: &[u8], what: &str) -> Result<(), MqError> {
     Ok(())
 }
 
+/// `CU_DEVICE_ATTRIBUTE_CLOCK_RATE` (kHz).
+const ATTR_CLOCK_RATE_KHZ: i32 = 13;
+
 /// One-message round trips through one queue with one worker warp.
 pub fn queue_latency(
     ctx: &Context,
@@ -139,6 +161,36 @@ pub fn queue_latency(
     size: u32,
     iters: usize,
 ) -> Result<Latency, MqError> {
+    round_trips(ctx, placement, size, iters, false).map(|(l, _)| l)
+}
+
+/// As [`queue_latency`], with the worker timing its stages (the clock reads and status
+/// writes cost a little, so this is a separate run from the latency it explains).
+pub fn queue_stages(
+    ctx: &Context,
+    placement: Placement,
+    size: u32,
+    iters: usize,
+) -> Result<GpuStages, MqError> {
+    let (_, (cycles, batches)) = round_trips(ctx, placement, size, iters, true)?;
+    let khz = ctx.device().attribute(ATTR_CLOCK_RATE_KHZ)? as f64;
+    let per = |c: u64| c as f64 / batches.max(1) as f64 / khz * 1e6;
+    Ok(GpuStages {
+        recv_ns: per(cycles[0]),
+        handler_ns: per(cycles[1]),
+        tx_copy_ns: per(cycles[2]),
+        tx_fence_ns: per(cycles[3]),
+        clock_mhz: khz / 1000.0,
+    })
+}
+
+fn round_trips(
+    ctx: &Context,
+    placement: Placement,
+    size: u32,
+    iters: usize,
+    profile: bool,
+) -> Result<(Latency, ([u64; 4], u64)), MqError> {
     let cfg = GpuConfig {
         queue: QueueConfig {
             slots: 64,
@@ -146,6 +198,7 @@ pub fn queue_latency(
             placement,
             ..Default::default()
         },
+        profile,
         ..Default::default()
     };
     let mut w = GpuWorkers::launch(ctx, &Handler::echo(), &cfg)?;
@@ -164,8 +217,9 @@ pub fn queue_latency(
         ns.push(t.elapsed().as_nanos() as u64);
     }
     check(&buf, &msg, "latency")?;
+    let prof = w.queue(0).worker_profile();
     w.stop(Duration::from_secs(5))?;
-    Ok(latency_of(placement.name(), size, ns))
+    Ok((latency_of(placement.name(), size, ns), prof))
 }
 
 /// The host-centric baseline: plain and CUDA-graph round trips.
@@ -313,7 +367,10 @@ pub fn throughput(
 pub fn run(ctx: &Context, bc: &BenchConfig) -> Result<BenchReport, MqError> {
     let mut latency = Vec::new();
     for &p in &bc.placements {
-        latency.push(queue_latency(ctx, p, bc.latency_size, bc.latency_iters)?);
+        let mut l = queue_latency(ctx, p, bc.latency_size, bc.latency_iters)?;
+        let iters = (bc.latency_iters / 4).max(200);
+        l.gpu_stages = Some(queue_stages(ctx, p, bc.latency_size, iters)?);
+        latency.push(l);
     }
     let base_iters = (bc.latency_iters / 4).max(500);
     let (plain, graph) = host_centric_latency(ctx, bc.latency_size, base_iters)?;

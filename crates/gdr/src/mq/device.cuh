@@ -19,6 +19,7 @@ typedef unsigned long long gdr_u64;
 #define GDR_MQ_SLOT_HEADER_SIZE 16
 #define GDR_MQ_WARP_BATCH 32
 #define GDR_MQ_FLAG_RX_IN_HOST 1
+#define GDR_MQ_FLAG_PROFILE 2
 #define GDR_MQ_STATE_RUNNING 1
 #define GDR_MQ_STATE_STOPPED 2
 #define GDR_MQ_STATE_IDLE_TIMEOUT 3
@@ -47,7 +48,7 @@ struct gdr_mq_status {
     gdr_u32 state;
     gdr_u32 error;
     gdr_u32 error_arg;
-    gdr_u64 reserved[4];
+    gdr_u64 profile[4];  // GDR_MQ_FLAG_PROFILE: lane 0's cycles per stage, summed
 };
 static_assert(sizeof(gdr_mq_status) == 64, "layout.rs QueueStatus");
 
@@ -95,6 +96,7 @@ static_assert(sizeof(gdr_mq_queue_desc) == 80, "layout.rs QueueDesc");
     X(gdr_mq_status, state, 20) \
     X(gdr_mq_status, error, 24) \
     X(gdr_mq_status, error_arg, 28) \
+    X(gdr_mq_status, profile, 32) \
     X(gdr_mq_worker_state, claim, 0) \
     X(gdr_mq_worker_state, retired, 4) \
     X(gdr_mq_worker_state, live, 8) \
@@ -204,13 +206,26 @@ struct gdr_mq_worker {
     gdr_mq_queue_desc q;
     gdr_u32 lane;
     gdr_u32 next;            // next index to claim (single-warp queues)
-    gdr_u64 last_activity;   // globaltimer at the last doorbell change
+    gdr_u64 last_activity;   // globaltimer at the last doorbell change (updated lazily)
     gdr_u32 last_prod;
+    gdr_u32 active;          // the doorbell moved since last_activity was taken
     gdr_u64 messages;        // totals (single-warp queues)
     gdr_u64 batches;
     unsigned char *req_scratch;   // this lane's request copy (RX in host memory)
     unsigned char *resp_scratch;  // this lane's response buffer
+    gdr_u64 prof_mark;       // GDR_MQ_FLAG_PROFILE: clock64 at the last stage boundary
+    gdr_u64 prof[4];         //   cycles summed per stage: recv, handler, tx copy, tx fence
 };
+
+// Stage boundaries for GDR_MQ_FLAG_PROFILE (lane 0's view; the flag is uniform, so the
+// branch costs nothing when it is off). Stage k ends now; stage -1 only starts the clock.
+__device__ __forceinline__ void gdr_mq_prof(gdr_mq_worker &w, int k) {
+    if (w.q.flags & GDR_MQ_FLAG_PROFILE) {
+        const gdr_u64 now = clock64();
+        if (k >= 0) w.prof[k] += now - w.prof_mark;
+        w.prof_mark = now;
+    }
+}
 
 // A claimed batch: messages [first, first + n). Lane i (< n) owns message first + i.
 struct gdr_mq_batch {
@@ -245,8 +260,11 @@ __device__ void gdr_mq_worker_init(gdr_mq_worker &w, const gdr_mq_queue_desc &q,
     w.next = q.first_index;
     w.last_prod = q.first_index;
     w.last_activity = gdr_globaltimer_ns();
+    w.active = 0;
     w.messages = 0;
     w.batches = 0;
+    w.prof_mark = 0;
+    for (int k = 0; k < 4; k++) w.prof[k] = 0;
     unsigned char *mine =
         (unsigned char *)q.scratch + (gdr_u64)(warp * 32u + w.lane) * q.scratch_per_lane;
     w.req_scratch = mine;
@@ -305,9 +323,10 @@ __device__ gdr_u32 gdr_mq_recv(gdr_mq_worker &w, gdr_mq_batch &b, gdr_u64 idle_n
             if (*(volatile gdr_u32 *)&ws->failed) return GDR_MQ_STATE_FAILED;
             c = __shfl_sync(full, w.lane == 0 ? gdr_ld_volatile_u32(&ws->claim) : 0u, 0);
         }
+        // The clock is read only in the idle branch below, not on the message path.
         if (prod != w.last_prod) {
             w.last_prod = prod;
-            w.last_activity = gdr_globaltimer_ns();
+            w.active = 1;
         }
         const gdr_u32 avail = prod - c;
         if (avail != 0 && avail <= w.q.slots) {
@@ -332,11 +351,17 @@ __device__ gdr_u32 gdr_mq_recv(gdr_mq_worker &w, gdr_mq_batch &b, gdr_u64 idle_n
         }
         // Nothing to do (or, with several warps, our claim view is behind: retry).
         if ((++spins & 127u) == 0) {
-            const gdr_u64 idle = gdr_globaltimer_ns() - w.last_activity;
+            const gdr_u64 now = gdr_globaltimer_ns();
+            if (w.active) {
+                w.active = 0;
+                w.last_activity = now;
+            }
+            const gdr_u64 idle = now - w.last_activity;
             if (idle > idle_ns) return GDR_MQ_STATE_IDLE_TIMEOUT;
             if (idle > 200000ull) __nanosleep(1000);
         }
     }
+    gdr_mq_prof(w, -1);
     b.first = first;
     b.n = n;
     b.req = 0;
@@ -365,6 +390,15 @@ __device__ gdr_u32 gdr_mq_recv(gdr_mq_worker &w, gdr_mq_batch &b, gdr_u64 idle_n
                 for (int k = 1; k < 8; k++)
                     if ((gdr_u32)k < first_words) d[k - 1] = r[k];
             } else {
+                // The handler reads the request in place: pull its first lines into L1
+                // alongside the header load (this is after the acquire, so they are current)
+                // instead of one dependent L2 round trip later.
+                if (tries == 0) {
+#pragma unroll
+                    for (gdr_u32 off = 0; off < 256u; off += 64u)
+                        if (off < w.q.stride)
+                            asm volatile("prefetch.global.L1 [%0];" ::"l"(slot + off));
+                }
                 h = gdr_ld_volatile_v4(slot);
             }
             if (h.x == idx + 1u) break;
@@ -396,6 +430,7 @@ __device__ gdr_u32 gdr_mq_recv(gdr_mq_worker &w, gdr_mq_batch &b, gdr_u64 idle_n
         *arg = b.first + src;
         return GDR_MQ_STATE_FAILED;
     }
+    gdr_mq_prof(w, 0);
     return 0;
 }
 
@@ -408,10 +443,14 @@ __device__ void gdr_mq_send(gdr_mq_worker &w, const gdr_mq_batch &b, const unsig
         const gdr_u32 idx = b.first + w.lane;
         unsigned char *slot = gdr_mq_tx_slot(w, idx);
         const gdr_u32 copy = resp_len < w.q.max_msg ? resp_len : w.q.max_msg;
-        // Header with seq 0 first (the slot stays unowned), then the payload.
-        gdr_st_volatile_v4(slot, make_uint4(0u, resp_len, (gdr_u32)b.tag, (gdr_u32)(b.tag >> 32)));
+        // Header first, its seq word still the previous lap's (idx + 1 - slots): the slot
+        // stays unowned. (Not 0: that is the seq of index 2^32-1, which would publish early.)
+        gdr_st_volatile_v4(slot, make_uint4(idx + 1u - w.q.slots, resp_len, (gdr_u32)b.tag,
+                                            (gdr_u32)(b.tag >> 32)));
         if (copy) gdr_mq_copy16(slot + GDR_MQ_SLOT_HEADER_SIZE, resp, copy);
+        gdr_mq_prof(w, 2);
         __threadfence_system();
+        gdr_mq_prof(w, 3);
         gdr_st_volatile_u32(slot, idx + 1u);
     }
     __syncwarp();
@@ -437,6 +476,8 @@ __device__ void gdr_mq_send(gdr_mq_worker &w, const gdr_mq_batch &b, const unsig
         gdr_st_volatile_u64(&st->messages, messages);
         gdr_st_volatile_u64(&st->batches, batches);
         gdr_st_volatile_u32(&st->rx_cons, end);
+        if (w.q.flags & GDR_MQ_FLAG_PROFILE)
+            for (int k = 0; k < 4; k++) gdr_st_volatile_u64(&st->profile[k], w.prof[k]);
     }
     __syncwarp();
 }

@@ -47,7 +47,9 @@ impl Handler {
         }
     }
 
-    /// Answers every request with its own bytes.
+    /// Answers every request with its own bytes. The copy issues up to eight 16-byte loads
+    /// before their stores: a load-store-load loop would wait out one memory round trip per
+    /// 16 bytes (the compiler cannot hoist a load over a store that may alias it).
     pub fn echo() -> Handler {
         Handler::new(
             "echo",
@@ -57,8 +59,17 @@ __device__ unsigned int handle(const unsigned char *req, unsigned int len,
     const unsigned int n = len < cap ? len : cap;
     const uint4 *s = (const uint4 *)req;
     uint4 *d = (uint4 *)resp;
-    for (unsigned int i = 0; i < n / 16u; i++) d[i] = s[i];
-    for (unsigned int i = n & ~15u; i < n; i++) resp[i] = req[i];
+    const unsigned int words = n / 16u;
+    for (unsigned int base = 0; base < words; base += 8u) {
+        uint4 r[8];
+#pragma unroll
+        for (unsigned int k = 0; k < 8u; k++)
+            if (base + k < words) r[k] = s[base + k];
+#pragma unroll
+        for (unsigned int k = 0; k < 8u; k++)
+            if (base + k < words) d[base + k] = r[k];
+    }
+    for (unsigned int i = words * 16u; i < n; i++) resp[i] = req[i];
     return n;
 }
 "#,
@@ -97,6 +108,9 @@ pub struct GpuConfig {
     /// A worker exits after this long without a new request (the watchdog for a host that
     /// went away without stopping it).
     pub idle_timeout: Duration,
+    /// Workers sum their cycles per stage (see [`QueuePair::worker_profile`]); meant for
+    /// one-worker queues, off by default (four more status writes per batch).
+    pub profile: bool,
 }
 
 impl Default for GpuConfig {
@@ -107,6 +121,7 @@ impl Default for GpuConfig {
             blocks_per_queue: 1,
             warps_per_block: 1,
             idle_timeout: Duration::from_secs(10),
+            profile: false,
         }
     }
 }
@@ -242,7 +257,7 @@ impl GpuWorkers {
             let flags = match q.placement.rx {
                 MemoryKind::Host => layout::FLAG_RX_IN_HOST,
                 MemoryKind::Gpu => 0,
-            };
+            } | if cfg.profile { layout::FLAG_PROFILE } else { 0 };
             let desc = QueueDesc {
                 doorbell: rx.gpu_addr(),
                 rx_slots: rx.gpu_addr() + layout::RX_CONTROL_SIZE as u64,

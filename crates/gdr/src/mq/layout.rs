@@ -1,10 +1,11 @@
 //! The ring layout shared by the host (this file) and the GPU (`device.cuh`).
 //!
 //! Every struct here has a C twin of the same name (with a `gdr_mq_` prefix) in `device.cuh`,
-//! and that file carries `static_assert`s on each size and offset. A unit test reads those
-//! assertions out of the header text and checks them against `size_of`/`offset_of!` here, and
-//! NVRTC checks them against the C structs when it compiles the worker: both sides are held to
-//! the same numbers. The protocol itself (who writes what, which fence) is in `docs/mq.md`.
+//! and that file carries a `static_assert` on each size and lists each field offset in
+//! `GDR_MQ_OFFSETS`. A unit test reads both out of the header text and checks them against
+//! `size_of`/`offset_of!` here; NVRTC checks the sizes when it compiles the worker and the
+//! kernel `gdr_mq_layout_check` checks the offsets on the device: both sides are held to the
+//! same numbers. The protocol itself (who writes what, which fence) is in `docs/mq.md`.
 
 /// Bytes of a slot header; the payload starts right after it (16-byte aligned for vector
 /// copies on the GPU).
@@ -65,7 +66,9 @@ pub struct QueueStatus {
     pub error: u32,
     /// Detail for `error` (the message index concerned).
     pub error_arg: u32,
-    pub _reserved: [u64; 4],
+    /// With [`FLAG_PROFILE`]: lane 0's clock cycles summed per stage (recv, handler, TX
+    /// copy, TX fence), written with the totals after each batch.
+    pub profile: [u64; 4],
 }
 
 /// Worker-private per-queue state in device memory (never touched by the host after launch).
@@ -122,6 +125,8 @@ pub struct QueueDesc {
 /// `QueueDesc::flags`: the RX ring is in mapped host memory, so workers copy each request
 /// into scratch with wide loads instead of letting the handler read it over PCIe.
 pub const FLAG_RX_IN_HOST: u32 = 1;
+/// `QueueDesc::flags`: workers time their stages with `clock64` into [`QueueStatus::profile`].
+pub const FLAG_PROFILE: u32 = 2;
 
 /// `QueueStatus::state` values.
 pub const STATE_NOT_STARTED: u32 = 0;
@@ -246,7 +251,9 @@ mod tests {
         facts! {
             "gdr_mq_slot_header" => SlotHeader { seq, len, tag },
             "gdr_mq_doorbell" => Doorbell { prod, stop },
-            "gdr_mq_status" => QueueStatus { messages, batches, rx_cons, state, error, error_arg },
+            "gdr_mq_status" => QueueStatus {
+                messages, batches, rx_cons, state, error, error_arg, profile
+            },
             "gdr_mq_worker_state" => WorkerState { claim, retired, live, failed, messages, batches },
             "gdr_mq_queue_desc" => QueueDesc {
                 doorbell, rx_slots, tx_slots, status, state, scratch, slots, stride, max_msg,
@@ -259,7 +266,7 @@ mod tests {
     fn header_and_rust_layouts_agree() {
         let facts = header_facts();
         // Every field of every shared struct is asserted in the header.
-        assert_eq!(facts.len(), 4 + 3 + 7 + 7 + 14, "{facts:?}");
+        assert_eq!(facts.len(), 4 + 3 + 8 + 7 + 14, "{facts:?}");
         for (ty, field, n) in facts {
             let ours = rust_fact(&ty, &field)
                 .unwrap_or_else(|| panic!("header asserts unknown {ty}.{field}"));
@@ -274,6 +281,7 @@ mod tests {
             ("GDR_MQ_SLOT_HEADER_SIZE", SLOT_HEADER_SIZE as u32),
             ("GDR_MQ_WARP_BATCH", WARP_BATCH),
             ("GDR_MQ_FLAG_RX_IN_HOST", FLAG_RX_IN_HOST),
+            ("GDR_MQ_FLAG_PROFILE", FLAG_PROFILE),
             ("GDR_MQ_STATE_RUNNING", STATE_RUNNING),
             ("GDR_MQ_STATE_STOPPED", STATE_STOPPED),
             ("GDR_MQ_STATE_IDLE_TIMEOUT", STATE_IDLE_TIMEOUT),

@@ -273,12 +273,33 @@ impl Region {
         }
     }
 
+    /// Orders the loads before it (an owner word just seen published) before the loads
+    /// after it (the payload). Ordinary memory needs nothing beyond the acquire load; loads
+    /// from a write-combined mapping are weakly ordered and may run ahead, so this is
+    /// `lfence` there.
+    pub fn acquire_fence(&self) {
+        if self.wc {
+            load_fence();
+        }
+    }
+
     /// Pushes write-combined stores out of the CPU now rather than whenever the line fills.
     pub fn flush(&self) {
         if self.wc {
             store_fence();
         }
     }
+}
+
+/// `lfence` on x86-64; a full fence elsewhere.
+pub fn load_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: lfence needs only SSE2, which every x86-64 CPU has.
+    unsafe {
+        std::arch::x86_64::_mm_lfence()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    std::sync::atomic::fence(Ordering::SeqCst);
 }
 
 /// `sfence` on x86-64; a full fence elsewhere.

@@ -171,6 +171,14 @@ impl QueuePair {
         }
     }
 
+    /// With [`GpuConfig::profile`](super::GpuConfig::profile): the worker's clock cycles
+    /// summed per stage — `[recv, handler, tx copy, tx fence]` — and the batches they cover.
+    pub fn worker_profile(&self) -> ([u64; 4], u64) {
+        let base = offset_of!(QueueStatus, profile);
+        let c = std::array::from_fn(|k| self.p.status.load_u64(base + 8 * k));
+        (c, self.p.status.load_u64(offset_of!(QueueStatus, batches)))
+    }
+
     /// Where this queue's messages are now.
     pub fn in_flight_report(&self) -> InFlight {
         InFlight {
@@ -287,13 +295,19 @@ impl QueuePair {
         Ok(n)
     }
 
-    /// True when the response to the oldest outstanding request has been published.
+    /// True when the response to the oldest outstanding request has been published. After
+    /// `true`, the rest of the slot may be read (the load fence keeps those reads after the
+    /// owner word's on a write-combined BAR mapping).
     fn response_ready(&self) -> bool {
         if self.received == self.rung {
             return false;
         }
         let idx = self.index(self.received);
-        self.p.tx.load_u32(self.p.geo.slot_offset(idx)) == layout::seq_of(idx)
+        let ready = self.p.tx.load_u32(self.p.geo.slot_offset(idx)) == layout::seq_of(idx);
+        if ready {
+            self.p.tx.acquire_fence();
+        }
+        ready
     }
 
     /// Takes the oldest response if it is there, handing its payload to `f`.

@@ -24,6 +24,7 @@ extern "C" __global__ void gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32
         if (reason) break;
         gdr_u32 resp_len = 0;
         if (w.lane < b.n) resp_len = handle(b.req, b.req_len, w.resp_scratch, w.q.max_msg);
+        gdr_mq_prof(w, 1);
         gdr_mq_send(w, b, w.resp_scratch, resp_len);
     }
     gdr_mq_worker_exit(w, reason, err, arg);
