@@ -77,13 +77,17 @@ pub fn time_per_call_us<E>(
     Ok(Summary::of(&mut out))
 }
 
+/// Least time an operation runs untimed before each of its timed batches.
+pub const WARM_UP: Duration = Duration::from_micros(200);
+
 /// An operation to time: returns an error to abort the measurement.
 pub type Op<'a, E> = Box<dyn FnMut() -> Result<(), E> + 'a>;
 
 /// Times several operations interleaved: every round runs each operation once as a batch, so
 /// drift on a shared machine (other tenants, clocks, PCIe traffic) hits all of them alike and
 /// their ratios stay fair. Batch lengths are chosen per operation as in [`time_per_call_us`].
-/// Each timed batch is preceded by an untimed batch of the same operation, so each is timed
+/// Each timed batch is preceded by an untimed batch (and at least [`WARM_UP`]) of the same
+/// operation, so each is timed
 /// in its own steady state (worker threads awake, caches and TLBs warm for its buffers) rather
 /// than paying for the operation that ran before it.
 /// Returns per-call microseconds for each operation, in order.
@@ -114,10 +118,14 @@ pub fn time_interleaved_us<E>(
     let floor = samples.min(5);
     while out[0].len() < samples && (out[0].len() < floor || start.elapsed() < budget) {
         for (i, op) in ops.iter_mut().enumerate() {
-            // Warm up for a whole batch, so threads parked by the previous operation are
-            // awake again before the clock starts.
-            for _ in 0..batches[i] {
+            // Warm up for a whole batch and at least WARM_UP, so threads parked by the
+            // previous operation are awake again before the clock starts (waking an idle vCPU
+            // in a VM can take tens of microseconds).
+            let w = Instant::now();
+            let mut n = 0;
+            while n < batches[i] || (w.elapsed() < WARM_UP && n < 64 * batches[i]) {
                 op()?;
+                n += 1;
             }
             let t = Instant::now();
             for _ in 0..batches[i] {
