@@ -46,6 +46,9 @@ struct PciInfo {
 }
 
 const NVLINK_MAX_LINKS: c_uint = 18;
+const NVLINK_DEVICE_TYPE_GPU: c_uint = 0;
+const P2P_CAPS_INDEX_NVLINK: c_uint = 2;
+const P2P_STATUS_OK: c_uint = 0;
 
 struct Api {
     init: unsafe extern "C" fn() -> Ret,
@@ -62,6 +65,10 @@ struct Api {
     max_width: unsafe extern "C" fn(Dev, *mut c_uint) -> Ret,
     nvlink_state: unsafe extern "C" fn(Dev, c_uint, *mut c_int) -> Ret,
     nvlink_remote_pci: unsafe extern "C" fn(Dev, c_uint, *mut PciInfo) -> Ret,
+    /// Optional: older drivers lack it; then every link whose remote end is not a GPU we know
+    /// counts as a fabric (NVSwitch) link.
+    nvlink_remote_type: Option<unsafe extern "C" fn(Dev, c_uint, *mut c_uint) -> Ret>,
+    p2p_status: Option<unsafe extern "C" fn(Dev, Dev, c_uint, *mut c_uint) -> Ret>,
     _lib: Library,
 }
 
@@ -104,6 +111,14 @@ fn load() -> Result<Api, NvmlError> {
             max_width: sym!("nvmlDeviceGetMaxPcieLinkWidth"),
             nvlink_state: sym!("nvmlDeviceGetNvLinkState"),
             nvlink_remote_pci: sym!("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
+            // SAFETY: as in sym!: the signatures are nvml.h's.
+            nvlink_remote_type: unsafe { lib.get(b"nvmlDeviceGetNvLinkRemoteDeviceType\0") }
+                .ok()
+                .map(|s| *s),
+            // SAFETY: as above.
+            p2p_status: unsafe { lib.get(b"nvmlDeviceGetP2PStatus\0") }
+                .ok()
+                .map(|s| *s),
             _lib: lib,
         };
         // SAFETY: no arguments; may be called more than once.
@@ -246,32 +261,116 @@ pub fn gpus() -> Result<Vec<GpuInfo>, NvmlError> {
         .collect()
 }
 
-/// NVLink connections between GPUs: (bus id a, bus id b, active link count), a < b.
-pub fn nvlinks() -> Result<Vec<(String, String, u32)>, NvmlError> {
-    use std::collections::BTreeMap;
+/// One GPU's active NVLinks: direct links to other GPUs (by bus id) and links into an NVSwitch
+/// fabric (or to a remote end NVML cannot name).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct NvLinks {
+    pub bus_id: String,
+    pub active: u32,
+    pub to_gpu: Vec<(String, u32)>,
+    pub to_fabric: u32,
+}
+
+/// Every GPU's active NVLinks.
+pub fn nvlink_report() -> Result<Vec<NvLinks>, NvmlError> {
     let a = api()?;
-    let mut counts: BTreeMap<(String, String), u32> = BTreeMap::new();
-    for d in handles(a)? {
-        let me = pci_bus_id(a, d)?;
+    let devs = handles(a)?;
+    let ids: Vec<String> = devs
+        .iter()
+        .map(|&d| pci_bus_id(a, d))
+        .collect::<Result<_, _>>()?;
+    let mut out = Vec::new();
+    for (&d, me) in devs.iter().zip(&ids) {
+        let mut r = NvLinks {
+            bus_id: me.clone(),
+            ..Default::default()
+        };
         for link in 0..NVLINK_MAX_LINKS {
             let mut active: c_int = 0;
-            // SAFETY: d is live; out-pointer to a live local. Errors mean "no such link".
+            // SAFETY: d is live; out-pointer to a live local. An error means "no such link".
             if unsafe { (a.nvlink_state)(d, link, &mut active) } != 0 || active == 0 {
                 continue;
             }
-            // SAFETY: as above.
-            let mut p: PciInfo = unsafe { std::mem::zeroed() };
-            // SAFETY: d is live; out-pointer to a live local.
-            if unsafe { (a.nvlink_remote_pci)(d, link, &mut p) } != 0 {
-                continue;
+            r.active += 1;
+            let remote_is_gpu = match a.nvlink_remote_type {
+                Some(f) => {
+                    let mut t: c_uint = u32::MAX;
+                    // SAFETY: d is live; out-pointer to a live local.
+                    let rc = unsafe { f(d, link, &mut t) };
+                    rc == 0 && t == NVLINK_DEVICE_TYPE_GPU
+                }
+                None => true, // decided by the remote bus id below
+            };
+            let peer = remote_is_gpu
+                .then(|| {
+                    // SAFETY: PciInfo is plain data; zero is a valid bit pattern.
+                    let mut p: PciInfo = unsafe { std::mem::zeroed() };
+                    // SAFETY: d is live; out-pointer to a live local.
+                    (unsafe { (a.nvlink_remote_pci)(d, link, &mut p) } == 0)
+                        .then(|| normalize_bus_id(&p.bus_id))
+                })
+                .flatten()
+                .filter(|b| ids.contains(b) && b != me);
+            match peer {
+                Some(b) => match r.to_gpu.iter_mut().find(|(x, _)| *x == b) {
+                    Some(e) => e.1 += 1,
+                    None => r.to_gpu.push((b, 1)),
+                },
+                None => r.to_fabric += 1,
             }
-            let peer = normalize_bus_id(&p.bus_id);
-            if me < peer {
-                *counts.entry((me.clone(), peer)).or_default() += 1;
+        }
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// NVLink connections between GPUs as `nvidia-smi topo -m` counts them: (bus id a, bus id b,
+/// links), a < b. Direct links count as they are; GPUs that both reach an NVSwitch fabric (HGX
+/// boards) are connected by the smaller of their fabric link counts (NV18 between H100/H200s),
+/// when NVML confirms NVLink peer-to-peer between them.
+pub fn nvlinks() -> Result<Vec<(String, String, u32)>, NvmlError> {
+    let a = api()?;
+    let devs = handles(a)?;
+    let report = nvlink_report()?;
+    let mut out = Vec::new();
+    for i in 0..report.len() {
+        for j in i + 1..report.len() {
+            let (x, y) = (&report[i], &report[j]);
+            let direct = x
+                .to_gpu
+                .iter()
+                .find(|(b, _)| *b == y.bus_id)
+                .map_or(0, |e| e.1);
+            let fabric = if x.to_fabric > 0 && y.to_fabric > 0 {
+                let confirmed = match a.p2p_status {
+                    Some(f) => {
+                        let mut st: c_uint = u32::MAX;
+                        // SAFETY: both handles are live; out-pointer to a live local.
+                        let rc = unsafe { f(devs[i], devs[j], P2P_CAPS_INDEX_NVLINK, &mut st) };
+                        rc == 0 && st == P2P_STATUS_OK
+                    }
+                    None => true,
+                };
+                if confirmed {
+                    x.to_fabric.min(y.to_fabric)
+                } else {
+                    0
+                }
+            } else {
+                0
+            };
+            let n = direct + fabric;
+            if n > 0 {
+                let (p, q) = if x.bus_id < y.bus_id {
+                    (x.bus_id.clone(), y.bus_id.clone())
+                } else {
+                    (y.bus_id.clone(), x.bus_id.clone())
+                };
+                out.push((p, q, n));
             }
         }
     }
-    Ok(counts.into_iter().map(|((x, y), n)| (x, y, n)).collect())
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -36,6 +36,8 @@ pub struct Gpu {
     pub bar1_total: Option<u64>,
     pub bar1_used: Option<u64>,
     pub pcie: Option<String>,
+    /// Active NVLinks, from NVML: direct GPU links and links into an NVSwitch fabric.
+    pub nvlink: Option<gdr::nvml::NvLinks>,
     pub gpudirect_rdma: bool,
     pub dma_buf: bool,
     pub host_register: bool,
@@ -60,6 +62,7 @@ pub fn gather() -> Info {
         Err(e) => info.nvml_error = Some(e.to_string()),
     }
     let nvml_gpus = gdr::nvml::gpus().unwrap_or_default();
+    let nvlinks = gdr::nvml::nvlink_report().unwrap_or_default();
     match gdr::cuda::nvrtc::version() {
         Ok((a, b)) => info.nvrtc = Some(format!("{a}.{b}")),
         Err(e) => info.nvrtc_error = Some(e.to_string()),
@@ -114,6 +117,10 @@ pub fn gather() -> Info {
                 ));
             }
         }
+        g.nvlink = nvlinks
+            .iter()
+            .find(|l| l.bus_id == g.bus_id && l.active > 0)
+            .cloned();
         g.backends = backends(dev, drv.version());
         if !g.backends.iter().any(|b| b.usable) {
             let why = g
@@ -230,6 +237,20 @@ pub fn print(info: &Info) {
         }
         if let Some(p) = &g.pcie {
             println!("  PCIe         {p}");
+        }
+        if let Some(l) = &g.nvlink {
+            let direct: Vec<String> = l
+                .to_gpu
+                .iter()
+                .map(|(b, n)| format!("{n} to {b}"))
+                .collect();
+            println!(
+                "  NVLink       {} active: {} into an NVSwitch fabric{}{}",
+                l.active,
+                l.to_fabric,
+                if direct.is_empty() { "" } else { ", " },
+                direct.join(", ")
+            );
         }
         println!(
             "  GPUDirect RDMA {}, dma-buf {}, host register {}, VMM {}, RDMA flush options {}, RDMA writes ordering {}",
