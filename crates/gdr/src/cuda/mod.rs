@@ -6,6 +6,7 @@
 
 pub mod nvrtc;
 pub mod sys;
+pub mod vmm;
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::fmt;
