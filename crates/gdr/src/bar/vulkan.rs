@@ -377,6 +377,19 @@ impl VulkanBackend {
         self.pool.blocks.lock().expect("pool lock").len()
     }
 
+    /// Allocates `len` bytes (>= 1) in a block of its own: always a fresh `vkAllocateMemory`,
+    /// `vkMapMemory` and CUDA import (what `gdr apiperf` times as this backend's "pin").
+    pub fn alloc_dedicated(&self, len: usize) -> Result<MappedBuffer, BarError> {
+        if len == 0 {
+            return Err(BarError::BadLayout("size must be at least 1 byte".into()));
+        }
+        let reserve = len.next_multiple_of(64);
+        let size = reserve.next_multiple_of(BLOCK_GRANULE);
+        let block = Arc::new(Block::new(self.pool.dev.clone(), &self.pool.ctx, size)?);
+        let off = block.try_alloc(reserve, 64).expect("fresh dedicated block");
+        Ok(MappedBuffer::new(block, None, off, len, reserve))
+    }
+
     /// Allocates `len` bytes (>= 1) at an address aligned to `align` (a power of two) on both
     /// the CPU mapping and the device pointer.
     pub fn alloc(&self, len: usize, align: usize) -> Result<MappedBuffer, BarError> {

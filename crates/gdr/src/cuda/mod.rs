@@ -327,6 +327,16 @@ pub trait DeviceMemory {
     }
 }
 
+/// Boxed memory of any kind (a buffer chosen at run time) is device memory too.
+impl<M: DeviceMemory + ?Sized> DeviceMemory for Box<M> {
+    fn device_ptr(&self) -> sys::CUdeviceptr {
+        (**self).device_ptr()
+    }
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+}
+
 fn check_range(what: &'static str, offset: usize, len: usize, size: usize) -> Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
