@@ -245,6 +245,14 @@ impl Pinner {
         }
     }
 
+    /// The open gdrdrv, when that is the backend (for its version and attributes).
+    pub fn gdrdrv(&self) -> Option<&GdrDrv> {
+        match &self.imp {
+            Imp::GdrDrv(d) => Some(d),
+            _ => None,
+        }
+    }
+
     /// Why this backend was chosen.
     pub fn reason(&self) -> &str {
         &self.reason
