@@ -382,7 +382,14 @@ fn cache_real(ctx: &cuda::Context) -> CheckResult {
 fn pinned_auto(ctx: &cuda::Context) -> CheckResult {
     use gdr::bar::{PinBackend, Pinner};
     use gdr::cuda::DeviceMemory;
-    let p = Pinner::new(ctx, None).map_err(e2s)?;
+    let p = match Pinner::new(ctx, None) {
+        Ok(p) => p,
+        // A fact of the machine (`gdr info` says why per backend), not a data error.
+        Err(gdr::bar::PinError::NoBackend(why)) => {
+            return Ok(format!("not run: no backend can pin here ({why})"))
+        }
+        Err(e) => return Err(e.to_string()),
+    };
     let mem: Box<dyn DeviceMemory> = match p.backend() {
         PinBackend::Vulkan => Box::new(cuda::vmm::VmmBuffer::new(ctx, 1 << 20).map_err(e2s)?),
         _ => Box::new(cuda::DeviceBuffer::new(ctx, 1 << 20).map_err(e2s)?),
