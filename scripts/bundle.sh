@@ -7,8 +7,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bundle}
 rm -rf "$out"; mkdir -p "$out/tests"
-cargo build --release -p gdr-cli
+cargo build --release -p gdr-cli -p gdr-capi
 cp target/release/gdr "$out/gdr"
+# The gdrcopy stand-in: library (also under its soname), header, and the C test built against it.
+mkdir -p "$out/capi"
+cp target/release/libgdrapi.so "$out/capi/libgdrapi.so"
+cp target/release/libgdrapi.so "$out/capi/libgdrapi.so.2"
+cp crates/gdr-capi/include/gdrapi.h "$out/capi/"
+gcc -O2 -Wall -Wextra -Werror -I crates/gdr-capi/include crates/gdr-capi/tests/c/gdrapi_test.c \
+  -o "$out/capi/gdrapi_test" -L "$out/capi" -lgdrapi -ldl -Wl,-rpath,'$ORIGIN'
 cargo test --release --workspace --no-run --message-format=json 2>/dev/null |
   python3 -c '
 import json, sys, shutil, os

@@ -32,6 +32,8 @@ if [ "${2:-}" != "--tests-only" ]; then
   bench copybw.json "$g" copybw --json --plot "$out/copybw.svg"
   bench pplat.json "$g" pplat --json
   bench mq.json "$g" mq bench --json
+  bench apiperf.json "$g" apiperf --json
+  bench gdrapi_test.txt "$here/capi/gdrapi_test"
   [ -x "$here/bench-extra.sh" ] && bench extra.txt "$here/bench-extra.sh" "$out"
 fi
 echo "$pass passed, $fail failed"

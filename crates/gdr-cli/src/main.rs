@@ -40,6 +40,8 @@ enum Command {
     Dma(cmd::dma::Args),
     /// Message queues to persistent GPU workers: `gdr mq bench`
     Mq(cmd::mq::Args),
+    /// Cost of export/pin, map, unmap, unpin by size for each backend, and the cache's hit/miss
+    Apiperf(cmd::apiperf::Args),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
         Command::Topo(a) => cmd::topo::run(a),
         Command::Dma(a) => cmd::dma::run(a),
         Command::Mq(a) => cmd::mq::run(a),
+        Command::Apiperf(a) => cmd::apiperf::run(a),
     };
     match result {
         Ok(code) => code,

@@ -921,3 +921,75 @@ fn eight_threads_hammering() {
     let c = Arc::into_inner(c).unwrap();
     finish(&mock, c);
 }
+
+/// A registrar that, like a CUDA export, registers only the part of the asked range inside the
+/// caller's allocation (two 4 KiB allocations share one 64 KiB page here).
+struct Clamping {
+    allocs: Vec<(u64, u64)>,
+    registered: Mutex<Vec<(u64, u64)>>,
+}
+
+impl Registrar for Clamping {
+    type Reg = (u64, u64);
+    type Error = MockError;
+
+    fn register(&self, start: u64, len: u64) -> Result<(u64, u64), MockError> {
+        self.registered.lock().unwrap().push((start, len));
+        Ok((start, start + len))
+    }
+
+    fn register_around(
+        &self,
+        start: u64,
+        len: u64,
+        addr: u64,
+        size: u64,
+    ) -> Result<(u64, u64), MockError> {
+        let &(a, b) = self
+            .allocs
+            .iter()
+            .find(|&&(a, b)| a <= addr && addr + size <= b)
+            .ok_or(MockError::Injected)?;
+        let (s, e) = (start.max(a), (start + len).min(b));
+        self.registered.lock().unwrap().push((s, e - s));
+        Ok((s, e))
+    }
+
+    fn covers(&self, reg: &(u64, u64), addr: u64, size: u64) -> bool {
+        reg.0 <= addr && addr + size <= reg.1
+    }
+}
+
+#[test]
+fn registrations_smaller_than_the_page_are_replaced_when_they_do_not_cover() {
+    let a = (5 * PAGE, 5 * PAGE + 4096);
+    let b = (5 * PAGE + 4096, 5 * PAGE + 8192);
+    let cache = RegCache::new(
+        Clamping {
+            allocs: vec![a, b],
+            registered: Mutex::new(Vec::new()),
+        },
+        CacheConfig::new(u64::MAX, 100),
+    )
+    .unwrap();
+    let ha = cache.acquire(a.0 + 10, 100).unwrap();
+    assert_eq!(*ha.reg(), a);
+    // Same allocation again: a hit.
+    let ha2 = cache.acquire(a.0 + 200, 50).unwrap();
+    assert!(ha.same_registration(&ha2));
+    // The other allocation in the same page: the entry does not cover it, so it is replaced.
+    let hb = cache.acquire(b.0, 4096).unwrap();
+    assert_eq!(*hb.reg(), b);
+    assert!(!hb.same_registration(&ha));
+    assert!(ha.is_invalidated(), "the replaced entry is retired");
+    // The holder of the old registration keeps it.
+    assert_eq!(*ha.reg(), a);
+    let hb2 = cache.acquire_checked(b.0 + 1, 1).unwrap();
+    assert!(hb.same_registration(&hb2));
+    assert_eq!(
+        *cache.registrar().registered.lock().unwrap(),
+        vec![(a.0, 4096), (b.0, 4096)]
+    );
+    let s = cache.stats();
+    assert_eq!((s.hits, s.misses, s.entries), (2, 2, 1));
+}

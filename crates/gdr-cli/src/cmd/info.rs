@@ -1,7 +1,8 @@
 //! `gdr info`: what this machine has, and which mapping backends work here (and why not).
 
 use super::CmdResult;
-use gdr::bar::VulkanBackend;
+use gdr::bar::pin::BACKEND_ENV;
+use gdr::bar::{PinBackend, Pinner, VulkanBackend};
 use gdr::cuda::{self, sys, Context, Device, DeviceMemory};
 use serde::Serialize;
 use std::process::ExitCode;
@@ -121,7 +122,7 @@ pub fn gather() -> Info {
             .iter()
             .find(|l| l.bus_id == g.bus_id && l.active > 0)
             .cloned();
-        g.backends = backends(dev, drv.version());
+        g.backends = backends(dev);
         if !g.backends.iter().any(|b| b.usable) {
             let why = g
                 .backends
@@ -136,7 +137,7 @@ pub fn gather() -> Info {
     info
 }
 
-fn backends(dev: Device, driver_version: i32) -> Vec<Backend> {
+fn backends(dev: Device) -> Vec<Backend> {
     let mut out = Vec::new();
     let vulkan = (|| -> Result<String, Box<dyn std::error::Error>> {
         let ctx = Context::new(dev)?;
@@ -172,29 +173,49 @@ fn backends(dev: Device, driver_version: i32) -> Vec<Backend> {
             detail: e.to_string(),
         },
     });
-    out.push(Backend {
-        name: "dmabuf",
-        usable: false,
-        detail: if driver_version < 13030 {
-            format!(
-                "mmap of a CUDA dma-buf needs CUDA driver 13.3+ on discrete GPUs; this driver is {}.{}",
-                driver_version / 1000,
-                (driver_version % 1000) / 10
-            )
-        } else {
-            "not built into this version of gdr yet".into()
-        },
-    });
-    out.push(Backend {
-        name: "gdrdrv",
-        usable: false,
-        detail: if std::path::Path::new("/dev/gdrdrv").exists() {
-            "/dev/gdrdrv is present, but this version of gdr does not drive it yet".into()
-        } else {
-            "/dev/gdrdrv is missing: the gdrdrv kernel module is not loaded".into()
-        },
-    });
+    // Pinning existing allocations: each backend proven or refused on a small allocation.
+    match Context::new(dev) {
+        Ok(ctx) => {
+            for st in Pinner::probe_all(&ctx) {
+                out.push(Backend {
+                    name: pin_name(st.backend),
+                    usable: st.usable,
+                    detail: st.reason,
+                });
+            }
+            let (usable, detail) = match Pinner::new(&ctx, None) {
+                Ok(p) => (
+                    true,
+                    format!(
+                        "{}: {} (override: {}=gdrdrv|dmabuf|vulkan)",
+                        p.backend(),
+                        p.reason(),
+                        BACKEND_ENV
+                    ),
+                ),
+                Err(e) => (false, e.to_string()),
+            };
+            out.push(Backend {
+                name: "pin-auto",
+                usable,
+                detail,
+            });
+        }
+        Err(e) => out.push(Backend {
+            name: "pin-auto",
+            usable: false,
+            detail: e.to_string(),
+        }),
+    }
     out
+}
+
+fn pin_name(b: PinBackend) -> &'static str {
+    match b {
+        PinBackend::GdrDrv => "pin-gdrdrv",
+        PinBackend::DmaBuf => "pin-dmabuf",
+        PinBackend::Vulkan => "pin-vulkan",
+    }
 }
 
 fn gib(b: u64) -> String {
@@ -264,7 +285,7 @@ pub fn print(info: &Info) {
         println!("  CPU-mapping backends:");
         for b in &g.backends {
             println!(
-                "    {:<7} {}  {}",
+                "    {:<10} {}  {}",
                 b.name,
                 if b.usable { "yes" } else { "no " },
                 b.detail

@@ -1,5 +1,6 @@
 //! One module per subcommand. Each has an `Args` (clap) and a `run(Args) -> CmdResult`.
 
+pub mod apiperf;
 pub mod check;
 pub mod copybw;
 pub mod copylat;

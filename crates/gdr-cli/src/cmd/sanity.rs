@@ -306,6 +306,142 @@ fn errors(be: &VulkanBackend) -> CheckResult {
     Ok(String::new())
 }
 
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+/// dma-buf exports at odd offsets and sizes: aligned to host pages, covering the request, the
+/// caller's offset kept.
+fn dmabuf_odd(ctx: &cuda::Context) -> CheckResult {
+    use gdr::cuda::DeviceMemory;
+    let page = gdr::peer::dmabuf::host_page_size();
+    let buf = cuda::DeviceBuffer::new(ctx, 4 << 20).map_err(e2s)?;
+    let mut mapping = None;
+    for off in [0u64, 1, 63, 4095, 4097, 65_535, (1 << 20) + 3] {
+        for size in [1u64, 3, 4095, 4097, 65_537, 1 << 20] {
+            let addr = buf.device_ptr() + off;
+            let d = gdr::peer::DmaBuf::export(ctx, addr, size)
+                .map_err(|e| format!("offset {off} size {size}: {e}"))?;
+            if d.start() % page != 0 || d.len() % page != 0 {
+                return Err(format!("{d:?} is not page aligned"));
+            }
+            if !d.covers(addr, size) || d.start() + d.offset() != addr {
+                return Err(format!("{d:?} does not cover offset {off} size {size}"));
+            }
+            mapping = Some(d.mapping());
+        }
+    }
+    Ok(format!(
+        "42 exports, mapping type {}",
+        mapping.map_or("?".into(), |m| m.to_string())
+    ))
+}
+
+/// The dma-buf registration cache against real allocations: miss, hit, invalidation by the
+/// free hook, a free the cache was not told of caught by the tag check.
+fn cache_real(ctx: &cuda::Context) -> CheckResult {
+    use gdr::cuda::DeviceMemory;
+    use gdr::peer::{dmabuf_cache, CacheError, Tracked};
+    let cache = std::sync::Arc::new(dmabuf_cache(ctx));
+    let a = Tracked::new(
+        cuda::DeviceBuffer::new(ctx, 1 << 20).map_err(e2s)?,
+        cache.clone(),
+    );
+    let h1 = cache.acquire(a.device_ptr() + 7, 999).map_err(e2s)?;
+    let h2 = cache
+        .acquire_checked(a.device_ptr() + 4000, 10)
+        .map_err(e2s)?;
+    if !h1.same_registration(&h2) {
+        return Err("second lookup in the same allocation missed".into());
+    }
+    drop(a);
+    if !h1.is_invalidated() {
+        return Err("freeing tracked memory did not invalidate its entry".into());
+    }
+    drop((h1, h2));
+    let b = cuda::DeviceBuffer::new(ctx, 1 << 20).map_err(e2s)?;
+    let addr = b.device_ptr();
+    drop(cache.acquire(addr, 4096).map_err(e2s)?);
+    drop(b);
+    match cache.acquire_checked(addr, 4096) {
+        Err(CacheError::Freed { .. }) => {}
+        Ok(_) => return Err("a freed allocation was returned by a checked lookup".into()),
+        Err(e) => return Err(e.to_string()),
+    }
+    let s = cache.stats();
+    if s.hits < 1 || s.misses < 2 || s.invalidations < 2 {
+        return Err(format!("unexpected counters: {s:?}"));
+    }
+    Ok(format!(
+        "{} hits, {} misses, {} invalidations",
+        s.hits, s.misses, s.invalidations
+    ))
+}
+
+/// An existing allocation pinned through the automatically chosen backend, data both ways.
+fn pinned_auto(ctx: &cuda::Context) -> CheckResult {
+    use gdr::bar::{PinBackend, Pinner};
+    use gdr::cuda::DeviceMemory;
+    let p = match Pinner::new(ctx, None) {
+        Ok(p) => p,
+        // A fact of the machine (`gdr info` says why per backend), not a data error.
+        Err(gdr::bar::PinError::NoBackend(why)) => {
+            return Ok(format!("not run: no backend can pin here ({why})"))
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let mem: Box<dyn DeviceMemory> = match p.backend() {
+        PinBackend::Vulkan => Box::new(cuda::vmm::VmmBuffer::new(ctx, 1 << 20).map_err(e2s)?),
+        _ => Box::new(cuda::DeviceBuffer::new(ctx, 1 << 20).map_err(e2s)?),
+    };
+    let (off, size) = (4097usize, 100_003usize);
+    let pin = p
+        .pin(mem.device_ptr() + off as u64, size as u64)
+        .map_err(e2s)?;
+    let m = pin.map().map_err(e2s)?;
+    let src = random(size);
+    m.write(0, &src).map_err(e2s)?;
+    let mut out = vec![POISON_CPU; size];
+    cuda::memcpy_dtoh(&mut out, &mem, off).map_err(e2s)?;
+    if let Some(i) = first_diff(&out, &src) {
+        return Err(format!("write: byte {i} differs"));
+    }
+    let src2 = random(size);
+    cuda::memcpy_htod(&mem, off, &src2).map_err(e2s)?;
+    cuda::synchronize_legacy_stream().map_err(e2s)?;
+    m.read(0, &mut out).map_err(e2s)?;
+    if let Some(i) = first_diff(&out, &src2) {
+        return Err(format!("read: byte {i} differs"));
+    }
+    Ok(format!("backend {}", p.backend()))
+}
+
+fn peer_checks(r: &mut Runner, ctx: &cuda::Context) {
+    let fds = open_fds();
+    r.check("dma-buf export at odd offsets and sizes".into(), || {
+        dmabuf_odd(ctx)
+    });
+    r.check(
+        "registration cache hit/miss/invalidate on real allocations".into(),
+        || cache_real(ctx),
+    );
+    r.check(
+        "existing allocation pinned (automatic backend), data both ways".into(),
+        || pinned_auto(ctx),
+    );
+    r.check(
+        "no file descriptor leaked by the peer checks".into(),
+        || {
+            let now = open_fds();
+            if now == fds {
+                Ok(format!("{now} open before and after"))
+            } else {
+                Err(format!("{fds} open before, {now} after"))
+            }
+        },
+    );
+}
+
 pub fn run(args: Args) -> CmdResult {
     run_with(args.gpu, args.json, false, args.fail_fast)
 }
@@ -358,6 +494,7 @@ fn run_with(gpu: GpuArg, json: bool, quiet: bool, fail_fast: bool) -> CmdResult 
     });
     r.check("allocation/free churn".into(), || churn(&be, 5000));
     r.check("bad requests are refused".into(), || errors(&be));
+    peer_checks(&mut r, be.context());
     if json {
         println!("{}", serde_json::to_string_pretty(&r.report)?);
     } else {

@@ -7,9 +7,13 @@
 //! the memory behind it — alive, so no mapping can outlive its memory.
 
 pub mod gdrdrv;
+pub mod pin;
 mod range_alloc;
 pub mod vulkan;
 
+pub use pin::{
+    BackendStatus, PinBackend, PinError, Pinned, PinnedMapping, Pinner, VulkanImportOutcome,
+};
 pub use range_alloc::RangeAlloc;
 pub use vulkan::{VulkanBackend, VulkanInfo};
 

@@ -41,6 +41,8 @@ struct VkDevice {
     device: ash::Device,
     fd_ext: ash::khr::external_memory_fd::Device,
     memory_type_index: u32,
+    /// A device-local type without HOST_VISIBLE, to tell import failures apart.
+    device_only_type: Option<u32>,
     info: VulkanInfo,
 }
 
@@ -132,6 +134,11 @@ impl VkDevice {
             .max_by_key(|&(_, h)| mem.memory_heaps[h as usize].size)
             .ok_or(BarError::NoHostVisibleVram)?;
         let heap_size = mem.memory_heaps[heap_index as usize].size;
+        let device_only_type = (0..mem.memory_type_count).find(|&i| {
+            let f = mem.memory_types[i as usize].property_flags;
+            f.contains(vk::MemoryPropertyFlags::DEVICE_LOCAL)
+                && !f.contains(vk::MemoryPropertyFlags::HOST_VISIBLE)
+        });
 
         let prio = [1.0f32];
         let qci = [vk::DeviceQueueCreateInfo::default()
@@ -160,6 +167,7 @@ impl VkDevice {
             device,
             fd_ext,
             memory_type_index,
+            device_only_type,
             info: VulkanInfo {
                 device_name,
                 // NVIDIA packs its version as 10.8.8.6 bits.
@@ -369,6 +377,19 @@ impl VulkanBackend {
         self.pool.blocks.lock().expect("pool lock").len()
     }
 
+    /// Allocates `len` bytes (>= 1) in a block of its own: always a fresh `vkAllocateMemory`,
+    /// `vkMapMemory` and CUDA import (what `gdr apiperf` times as this backend's "pin").
+    pub fn alloc_dedicated(&self, len: usize) -> Result<MappedBuffer, BarError> {
+        if len == 0 {
+            return Err(BarError::BadLayout("size must be at least 1 byte".into()));
+        }
+        let reserve = len.next_multiple_of(64);
+        let size = reserve.next_multiple_of(BLOCK_GRANULE);
+        let block = Arc::new(Block::new(self.pool.dev.clone(), &self.pool.ctx, size)?);
+        let off = block.try_alloc(reserve, 64).expect("fresh dedicated block");
+        Ok(MappedBuffer::new(block, None, off, len, reserve))
+    }
+
     /// Allocates `len` bytes (>= 1) at an address aligned to `align` (a power of two) on both
     /// the CPU mapping and the device pointer.
     pub fn alloc(&self, len: usize, align: usize) -> Result<MappedBuffer, BarError> {
@@ -419,3 +440,99 @@ impl VulkanBackend {
 }
 
 pub(super) type PoolRef = Weak<Pool>;
+
+/// Memory made by another API (a CUDA `cuMemCreate` allocation exported as a POSIX fd)
+/// imported into Vulkan in the host-visible device-local memory type, so that `vkMapMemory` can
+/// give it a CPU mapping. Freed (the import released) on drop.
+pub(crate) struct Imported {
+    dev: Arc<VkDevice>,
+    memory: vk::DeviceMemory,
+    size: usize,
+}
+
+// SAFETY: a Vulkan memory handle is a plain value usable from any thread; mapping and unmapping
+// are serialised by the owner (`bar::pin`).
+unsafe impl Send for Imported {}
+// SAFETY: as above.
+unsafe impl Sync for Imported {}
+
+impl VulkanBackend {
+    /// Imports `size` bytes named by an OPAQUE_FD-compatible `fd` into the host-visible
+    /// device-local memory type (`VkImportMemoryFdInfoKHR`). On success Vulkan owns the fd.
+    /// With `host_visible` false the first device-local type without HOST_VISIBLE is used
+    /// instead (to tell "no import at all" from "no host-visible import").
+    pub(crate) fn import_fd(
+        &self,
+        fd: OwnedFd,
+        size: usize,
+        host_visible: bool,
+    ) -> Result<Imported, BarError> {
+        use std::os::fd::IntoRawFd;
+        let dev = &self.pool.dev;
+        let type_index = if host_visible {
+            dev.memory_type_index
+        } else {
+            dev.device_only_type.ok_or(BarError::BadLayout(
+                "the GPU has no device-local memory type without HOST_VISIBLE".into(),
+            ))?
+        };
+        let raw = fd.into_raw_fd();
+        let mut import = vk::ImportMemoryFdInfoKHR::default()
+            .handle_type(vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD)
+            .fd(raw);
+        let mai = vk::MemoryAllocateInfo::default()
+            .allocation_size(size as u64)
+            .memory_type_index(type_index)
+            .push_next(&mut import);
+        // SAFETY: the allocate info chain outlives the call; on success Vulkan owns `raw`.
+        match unsafe { dev.device.allocate_memory(&mai, None) } {
+            Ok(memory) => Ok(Imported {
+                dev: dev.clone(),
+                memory,
+                size,
+            }),
+            Err(result) => {
+                // SAFETY: the import failed, so the fd is still ours.
+                unsafe { libc::close(raw) };
+                Err(BarError::Vulkan {
+                    call: "vkAllocateMemory(VkImportMemoryFdInfoKHR)",
+                    result,
+                })
+            }
+        }
+    }
+}
+
+impl Imported {
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Maps the whole memory for the CPU (`vkMapMemory`).
+    pub(crate) fn map(&self) -> Result<*mut u8, BarError> {
+        // SAFETY: the memory is live; the owner maps it at most once at a time.
+        unsafe {
+            self.dev
+                .device
+                .map_memory(self.memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty())
+        }
+        .map(|p| p.cast::<u8>())
+        .map_err(vk_err("vkMapMemory"))
+    }
+
+    /// Undoes [`map`](Self::map).
+    ///
+    /// # Safety
+    /// The memory must be mapped and nothing may use the mapping afterwards.
+    pub(crate) unsafe fn unmap(&self) {
+        // SAFETY: per the contract.
+        unsafe { self.dev.device.unmap_memory(self.memory) }
+    }
+}
+
+impl Drop for Imported {
+    fn drop(&mut self) {
+        // SAFETY: the owner unmapped it (mappings borrow the pin); the import is ours.
+        unsafe { self.dev.device.free_memory(self.memory, None) }
+    }
+}

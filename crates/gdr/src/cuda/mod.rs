@@ -6,6 +6,7 @@
 
 pub mod nvrtc;
 pub mod sys;
+pub mod vmm;
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::fmt;
@@ -323,6 +324,16 @@ pub trait DeviceMemory {
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Boxed memory of any kind (a buffer chosen at run time) is device memory too.
+impl<M: DeviceMemory + ?Sized> DeviceMemory for Box<M> {
+    fn device_ptr(&self) -> sys::CUdeviceptr {
+        (**self).device_ptr()
+    }
+    fn len(&self) -> usize {
+        (**self).len()
     }
 }
 

@@ -23,6 +23,7 @@ pub type CUgraphExec = *mut c_void;
 
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
 pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
 pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
@@ -45,6 +46,7 @@ pub const ATTR_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: c_int = 102;
 pub const ATTR_GPU_DIRECT_RDMA_SUPPORTED: c_int = 116;
 pub const ATTR_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS: c_int = 117;
 pub const ATTR_GPU_DIRECT_RDMA_WRITES_ORDERING: c_int = 118;
+pub const ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: c_int = 110;
 pub const ATTR_DMA_BUF_SUPPORTED: c_int = 124;
 
 // CUpointer_attribute values.
@@ -72,6 +74,44 @@ pub const EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD: c_uint = 1;
 // cuMemGetHandleForAddressRange.
 pub const MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
 pub const MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE: u64 = 1;
+
+// Virtual memory management (cuMemCreate and friends).
+pub type CUmemGenericAllocationHandle = u64;
+pub const MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
+pub const MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: c_int = 1;
+pub const MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+pub const MEM_ACCESS_FLAGS_PROT_READWRITE: c_int = 3;
+pub const MEM_ALLOC_GRANULARITY_MINIMUM: c_int = 0;
+
+/// `CUmemLocation`: 8 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CUmemLocation {
+    pub type_: c_int,
+    pub id: c_int,
+}
+
+/// `CUmemAllocationProp`: 32 bytes; `allocFlags` is the 8-byte tail.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUmemAllocationProp {
+    pub type_: c_int,
+    pub requested_handle_types: c_int,
+    pub location: CUmemLocation,
+    pub win32_handle_meta_data: *mut c_void,
+    pub compression_type: u8,
+    pub gpu_direct_rdma_capable: u8,
+    pub usage: u16,
+    pub reserved: [u8; 4],
+}
+
+/// `CUmemAccessDesc`: 12 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUmemAccessDesc {
+    pub location: CUmemLocation,
+    pub flags: c_int,
+}
 
 /// `CUDA_EXTERNAL_MEMORY_HANDLE_DESC`: 104 bytes; the handle union (fd, win32 pair, NvSciBuf
 /// pointer) is 16 bytes at offset 8.
@@ -182,6 +222,17 @@ driver_api! {
     import_external_memory = "cuImportExternalMemory"(*mut CUexternalMemory, *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC);
     external_memory_get_mapped_buffer = "cuExternalMemoryGetMappedBuffer"(*mut CUdeviceptr, CUexternalMemory, *const CUDA_EXTERNAL_MEMORY_BUFFER_DESC);
     destroy_external_memory = "cuDestroyExternalMemory"(CUexternalMemory);
+    mem_get_allocation_granularity = "cuMemGetAllocationGranularity"(*mut usize, *const CUmemAllocationProp, c_int);
+    mem_create = "cuMemCreate"(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, u64);
+    mem_release = "cuMemRelease"(CUmemGenericAllocationHandle);
+    mem_address_reserve = "cuMemAddressReserve"(*mut CUdeviceptr, usize, usize, CUdeviceptr, u64);
+    mem_address_free = "cuMemAddressFree"(CUdeviceptr, usize);
+    mem_map = "cuMemMap"(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64);
+    mem_unmap = "cuMemUnmap"(CUdeviceptr, usize);
+    mem_set_access = "cuMemSetAccess"(CUdeviceptr, usize, *const CUmemAccessDesc, usize);
+    mem_export_to_shareable_handle = "cuMemExportToShareableHandle"(*mut c_void, CUmemGenericAllocationHandle, c_int, u64);
+    mem_retain_allocation_handle = "cuMemRetainAllocationHandle"(*mut CUmemGenericAllocationHandle, *mut c_void);
+    mem_get_allocation_properties_from_handle = "cuMemGetAllocationPropertiesFromHandle"(*mut CUmemAllocationProp, CUmemGenericAllocationHandle);
 }
 
 #[cfg(test)]
@@ -204,6 +255,17 @@ mod tests {
             32
         );
         assert_eq!(std::mem::size_of::<CUDA_EXTERNAL_MEMORY_BUFFER_DESC>(), 88);
+        assert_eq!(std::mem::size_of::<CUmemAllocationProp>(), 32);
+        assert_eq!(std::mem::offset_of!(CUmemAllocationProp, location), 8);
+        assert_eq!(
+            std::mem::offset_of!(CUmemAllocationProp, win32_handle_meta_data),
+            16
+        );
+        assert_eq!(
+            std::mem::offset_of!(CUmemAllocationProp, gpu_direct_rdma_capable),
+            25
+        );
+        assert_eq!(std::mem::size_of::<CUmemAccessDesc>(), 12);
         assert_eq!(
             std::mem::offset_of!(CUDA_EXTERNAL_MEMORY_BUFFER_DESC, flags),
             16

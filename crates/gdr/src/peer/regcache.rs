@@ -98,6 +98,31 @@ pub trait Registrar: Send + Sync + 'static {
     /// Registers `[start, start + len)`; both are multiples of the cache's page size.
     fn register(&self, start: u64, len: u64) -> Result<Self::Reg, Self::Error>;
 
+    /// Registers `[start, start + len)` for a caller who asked for `[addr, addr + size)` inside
+    /// it. A registrar that cannot always register the whole page-rounded range (a CUDA export
+    /// that must stay inside the caller's allocation) may register less, as long as the result
+    /// covers the caller's range and [`covers`](Self::covers) tells what it covers. The default
+    /// registers the whole range.
+    fn register_around(
+        &self,
+        start: u64,
+        len: u64,
+        addr: u64,
+        size: u64,
+    ) -> Result<Self::Reg, Self::Error> {
+        let _ = (addr, size);
+        self.register(start, len)
+    }
+
+    /// Whether `reg` covers `[addr, addr + size)`. Asked on every hit, so it must be cheap; only
+    /// registrars that may register less than asked (see
+    /// [`register_around`](Self::register_around)) override it. A hit on an entry whose
+    /// registration does not cover the request replaces the entry as if it were stale.
+    fn covers(&self, reg: &Self::Reg, addr: u64, size: u64) -> bool {
+        let _ = (reg, addr, size);
+        true
+    }
+
     /// Undoes a registration once it is neither cached nor held. The default drops it, which is
     /// right when `Reg` releases itself on drop.
     fn deregister(&self, start: u64, len: u64, reg: Self::Reg) {
@@ -551,7 +576,10 @@ impl<R: Registrar> RegCache<R> {
         let (start, end) = self.round(addr, len)?;
         let shard = self.shard();
         if let Some(entry) = Self::lookup(shard, start, end) {
-            return Ok(self.hit(shard, entry, addr, len));
+            if self.entry_covers(&entry, addr, len) {
+                return Ok(self.hit(shard, entry, addr, len));
+            }
+            return self.miss(addr, len, start, end, false, None, Some(entry));
         }
         self.miss(addr, len, start, end, false, None, None)
     }
@@ -569,6 +597,9 @@ impl<R: Registrar> RegCache<R> {
         let Some(entry) = Self::lookup(shard, start, end) else {
             return self.miss(addr, len, start, end, true, None, None);
         };
+        if !self.entry_covers(&entry, addr, len) {
+            return self.miss(addr, len, start, end, true, None, Some(entry));
+        }
         match self.core.registrar.tag(addr) {
             Err(source) => Err(CacheError::Tag { addr, source }),
             Ok(Tag::Freed) => {
@@ -681,6 +712,13 @@ impl<R: Registrar> RegCache<R> {
         Ok((addr & !mask, end & !mask))
     }
 
+    fn entry_covers(&self, entry: &Entry<R>, addr: u64, size: u64) -> bool {
+        entry
+            .reg
+            .as_ref()
+            .is_some_and(|reg| self.core.registrar.covers(reg, addr, size))
+    }
+
     fn lookup(shard: &Shard<R>, start: u64, end: u64) -> Option<Arc<Entry<R>>> {
         let map = shard.map.read().unwrap_or_else(PoisonError::into_inner);
         covering(&map, start, end).map(|slot| Arc::clone(&slot.entry))
@@ -755,7 +793,8 @@ impl<R: Registrar> RegCache<R> {
                 // Another thread registered it meanwhile.
                 let is_stale = stale.as_ref().is_some_and(|s| Arc::ptr_eq(s, &slot.entry));
                 let valid =
-                    !checked || untracked || tag.is_some_and(|t| slot.entry.tags.contains(&t));
+                    (!checked || untracked || tag.is_some_and(|t| slot.entry.tags.contains(&t)))
+                        && self.entry_covers(&slot.entry, addr, len);
                 if !is_stale && valid {
                     let entry = Arc::clone(&slot.entry);
                     drop(w);
@@ -799,10 +838,10 @@ impl<R: Registrar> RegCache<R> {
         };
         drop(doomed); // deregister evictions before registering more
 
-        let (reg, start, end) = match self.register(plan.start, plan.end) {
+        let (reg, start, end) = match self.register(plan.start, plan.end, addr, len) {
             Ok(reg) => (reg, plan.start, plan.end),
             Err(_) if (plan.start, plan.end) != (start, end) => {
-                (self.register(start, end)?, start, end)
+                (self.register(start, end, addr, len)?, start, end)
             }
             Err(err) => return Err(err),
         };
@@ -862,14 +901,20 @@ impl<R: Registrar> RegCache<R> {
 
     /// One registration, with one retry after evicting everything unused if the registrar says
     /// it ran out of space.
-    fn register(&self, start: u64, end: u64) -> Result<R::Reg, CacheError<R::Error>> {
+    fn register(
+        &self,
+        start: u64,
+        end: u64,
+        addr: u64,
+        size: u64,
+    ) -> Result<R::Reg, CacheError<R::Error>> {
         let registrar = &self.core.registrar;
         let len = end - start;
-        let mut result = registrar.register(start, len);
+        let mut result = registrar.register_around(start, len, addr, size);
         if let Err(err) = &result {
             self.registration_failures.fetch_add(1, Ordering::Relaxed);
             if registrar.is_out_of_space(err) && self.evict_unused() > 0 {
-                result = registrar.register(start, len);
+                result = registrar.register_around(start, len, addr, size);
                 if result.is_err() {
                     self.registration_failures.fetch_add(1, Ordering::Relaxed);
                 }

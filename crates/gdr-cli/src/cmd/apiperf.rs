@@ -1,0 +1,244 @@
+//! `gdr apiperf`: what making GPU memory reachable costs, by size — gdrcopy's apiperf for every
+//! backend that works here, plus the registration cache's hit and miss.
+//!
+//! Rows (each op timed separately, median and min of `--iters` runs):
+//! - `dmabuf`: export (`cuMemGetHandleForAddressRange`) and close of the fd.
+//! - `vulkan-alloc`: a dedicated Vulkan allocation, mapped and imported into CUDA (this
+//!   backend's pin+map: new memory, not an existing range), and its free.
+//! - `pin-<backend>`: every [`Pinner`] backend that works here: pin, map, unmap, unpin of an
+//!   existing allocation (of a POSIX-fd `cuMemCreate` allocation for `pin-vulkan`).
+//! - `cache`: [`RegCache`](gdr::peer::RegCache) over dma-buf exports: a miss (export + insert)
+//!   and a hit.
+
+use super::gpu::GpuArg;
+use super::table::{parse_size, size as hsize, Table};
+use super::CmdResult;
+use gdr::bar::{PinBackend, Pinner, VulkanBackend};
+use gdr::cuda::{vmm::VmmBuffer, Context, DeviceBuffer, DeviceMemory};
+use gdr::peer::{dmabuf_cache, DmaBuf};
+use gdr::stats::Summary;
+use serde::Serialize;
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub gpu: GpuArg,
+    /// Smallest size (bytes; K/M/G suffixes)
+    #[arg(long, default_value = "4K", value_parser = parse_size)]
+    pub min_size: usize,
+    /// Largest size
+    #[arg(long, default_value = "1G", value_parser = parse_size)]
+    pub max_size: usize,
+    /// Runs of each operation per size (fewer for sizes over 256 MiB)
+    #[arg(long, default_value_t = 20)]
+    pub iters: usize,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct Row {
+    backend: String,
+    op: &'static str,
+    size: usize,
+    median_us: f64,
+    min_us: f64,
+    n: usize,
+}
+
+#[derive(Serialize, Default)]
+struct Report {
+    rows: Vec<Row>,
+    /// Backends (or steps) that could not be timed here, and why.
+    skipped: Vec<String>,
+}
+
+type E = Box<dyn std::error::Error + Send + Sync>;
+
+/// Per-op sample lists for one backend and size.
+struct Samples(Vec<(&'static str, Vec<f64>)>);
+
+impl Samples {
+    fn new(ops: &[&'static str]) -> Self {
+        Samples(ops.iter().map(|&o| (o, Vec::new())).collect())
+    }
+    fn time<T>(&mut self, op: &'static str, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let r = f();
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        if let Some((_, v)) = self.0.iter_mut().find(|(o, _)| *o == op) {
+            v.push(us);
+        }
+        r
+    }
+    fn into_rows(self, backend: &str, size: usize, out: &mut Vec<Row>) {
+        for (op, mut v) in self.0 {
+            if v.is_empty() {
+                continue;
+            }
+            let s = Summary::of(&mut v);
+            out.push(Row {
+                backend: backend.to_owned(),
+                op,
+                size,
+                median_us: s.median,
+                min_us: s.min,
+                n: s.n,
+            });
+        }
+    }
+}
+
+fn sizes(min: usize, max: usize) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut s = min.max(4096).next_power_of_two();
+    while s <= max {
+        v.push(s);
+        s *= 4;
+    }
+    v
+}
+
+fn dmabuf(ctx: &Context, size: usize, iters: usize, out: &mut Vec<Row>) -> Result<(), E> {
+    let buf = DeviceBuffer::new(ctx, size)?;
+    let mut s = Samples::new(&["export", "close"]);
+    for _ in 0..iters {
+        let d = s.time("export", || {
+            DmaBuf::export(ctx, buf.device_ptr(), size as u64)
+        })?;
+        s.time("close", || drop(d));
+    }
+    s.into_rows("dmabuf", size, out);
+    Ok(())
+}
+
+fn vulkan_alloc(
+    be: &VulkanBackend,
+    size: usize,
+    iters: usize,
+    out: &mut Vec<Row>,
+) -> Result<(), E> {
+    let mut s = Samples::new(&["alloc+map+import", "free"]);
+    for _ in 0..iters {
+        let b = s.time("alloc+map+import", || be.alloc_dedicated(size))?;
+        s.time("free", || drop(b));
+    }
+    s.into_rows("vulkan-alloc", size, out);
+    Ok(())
+}
+
+fn pinned(p: &Pinner, size: usize, iters: usize, out: &mut Vec<Row>) -> Result<(), E> {
+    let ctx = p.context();
+    let mem: Box<dyn DeviceMemory> = match p.backend() {
+        PinBackend::Vulkan => Box::new(VmmBuffer::new(ctx, size)?),
+        _ => Box::new(DeviceBuffer::new(ctx, size)?),
+    };
+    let mut s = Samples::new(&["pin", "map", "unmap", "unpin"]);
+    for _ in 0..iters {
+        let pin = s.time("pin", || p.pin(mem.device_ptr(), size as u64))?;
+        let m = s.time("map", || pin.map())?;
+        s.time("unmap", || drop(m));
+        s.time("unpin", || drop(pin));
+    }
+    s.into_rows(&format!("pin-{}", p.backend()), size, out);
+    Ok(())
+}
+
+fn cache(ctx: &Context, size: usize, iters: usize, out: &mut Vec<Row>) -> Result<(), E> {
+    let buf = DeviceBuffer::new(ctx, size)?;
+    let mut s = Samples::new(&["miss", "hit"]);
+    for _ in 0..iters {
+        let c = dmabuf_cache(ctx);
+        let h = s.time("miss", || c.acquire(buf.device_ptr(), size as u64))?;
+        drop(h);
+        // A hit is ~100 ns: time a batch and record the per-call figure.
+        const BATCH: u32 = 1000;
+        let t = Instant::now();
+        for _ in 0..BATCH {
+            std::hint::black_box(c.acquire(buf.device_ptr() + 64, 64)?);
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6 / f64::from(BATCH);
+        if let Some((_, v)) = s.0.iter_mut().find(|(o, _)| *o == "hit") {
+            v.push(us);
+        }
+    }
+    s.into_rows("cache", size, out);
+    Ok(())
+}
+
+pub fn run(args: Args) -> CmdResult {
+    if args.min_size > args.max_size {
+        return Err("--min-size is larger than --max-size".into());
+    }
+    let ctx = Context::on(args.gpu.gpu)?;
+    let mut rep = Report::default();
+    let vulkan = VulkanBackend::new(&ctx);
+    if let Err(e) = &vulkan {
+        rep.skipped.push(format!("vulkan-alloc: {e}"));
+    }
+    let mut pinners = Vec::new();
+    for b in PinBackend::ALL {
+        match Pinner::new(&ctx, Some(b)) {
+            Ok(p) => pinners.push(p),
+            Err(e) => rep.skipped.push(format!("pin-{b}: {e}")),
+        }
+    }
+    for size in sizes(args.min_size, args.max_size) {
+        let iters = if size > 256 << 20 {
+            args.iters.clamp(1, 5)
+        } else {
+            args.iters.max(1)
+        };
+        let mut note = |what: &str, r: Result<(), E>| {
+            if let Err(e) = r {
+                rep.skipped.push(format!("{what} at {}: {e}", hsize(size)));
+            }
+        };
+        note("dmabuf", dmabuf(&ctx, size, iters, &mut rep.rows));
+        if let Ok(be) = &vulkan {
+            note("vulkan-alloc", vulkan_alloc(be, size, iters, &mut rep.rows));
+        }
+        for p in &pinners {
+            note(
+                &format!("pin-{}", p.backend()),
+                pinned(p, size, iters, &mut rep.rows),
+            );
+        }
+        note("cache", cache(&ctx, size, iters, &mut rep.rows));
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rep)?);
+    } else {
+        let mut t = Table::new(&["Backend", "Op", "Size", "Median(us)", "Min(us)", "N"]);
+        for r in &rep.rows {
+            t.row(vec![
+                r.backend.clone(),
+                r.op.to_string(),
+                hsize(r.size),
+                format!("{:.2}", r.median_us),
+                format!("{:.2}", r.min_us),
+                r.n.to_string(),
+            ]);
+        }
+        t.print();
+        for s in &rep.skipped {
+            println!("not timed: {s}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_go_by_fours_from_4k() {
+        assert_eq!(sizes(4096, 1 << 30).len(), 10);
+        assert_eq!(sizes(1, 65536), vec![4096, 16384, 65536]);
+        assert!(sizes(1 << 20, 4096).is_empty());
+    }
+}

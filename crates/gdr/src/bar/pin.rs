@@ -1,0 +1,657 @@
+//! Pinning EXISTING CUDA allocations for a CPU mapping, through whichever backend works here.
+//!
+//! [`VulkanBackend`](super::VulkanBackend) makes new memory that is mapped from birth; this
+//! module serves memory that already exists (what gdrcopy's `gdr_pin_buffer` does). Three
+//! backends, tried in this order when none is named:
+//! - [`PinBackend::GdrDrv`]: gdrcopy's kernel module (`/dev/gdrdrv`), any `cuMemAlloc` range.
+//! - [`PinBackend::DmaBuf`]: export the range as a dma-buf and `mmap` the fd. Needs a CUDA driver
+//!   that allows mmap of its dma-bufs (13.3+ on discrete GPUs; older ones answer errno 524).
+//! - [`PinBackend::Vulkan`]: for `cuMemCreate` allocations made with a POSIX-fd handle type:
+//!   export the fd, import it into Vulkan's host-visible device-local memory type and
+//!   `vkMapMemory` it. Whether NVIDIA allows the import is what the GPU test
+//!   `vulkan_imports_cumemcreate_memory` finds out.
+//!
+//! The override: [`PinBackend::from_env`] (`GDR_BACKEND=gdrdrv|dmabuf|vulkan`) or a choice
+//! passed to [`Pinner::new`].
+//!
+//! A [`Pinned`] range is mapped with [`Pinned::map`]; the [`PinnedMapping`] borrows the pin,
+//! so no mapping can outlive it, and reads and writes go through [`crate::copy`].
+
+use super::gdrdrv::{self, GdrDrv, GdrDrvError, PinFlags};
+use super::vulkan::Imported;
+use super::{BarError, VulkanBackend};
+use crate::cuda::{self, vmm, Context, CudaError};
+use crate::peer::dmabuf::{allocation_range, DmaBuf, PeerError};
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// The errno Linux returns (ENOTSUPP, kernel-internal 524) when a dma-buf exporter refuses mmap.
+pub const ENOTSUPP: i32 = 524;
+
+/// The environment variable that names a backend.
+pub const BACKEND_ENV: &str = "GDR_BACKEND";
+
+/// A way to pin existing GPU memory for a CPU mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum PinBackend {
+    GdrDrv,
+    DmaBuf,
+    Vulkan,
+}
+
+impl PinBackend {
+    pub const ALL: [PinBackend; 3] = [PinBackend::GdrDrv, PinBackend::DmaBuf, PinBackend::Vulkan];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PinBackend::GdrDrv => "gdrdrv",
+            PinBackend::DmaBuf => "dmabuf",
+            PinBackend::Vulkan => "vulkan",
+        }
+    }
+
+    /// Parses a backend name (as [`name`](Self::name) spells it).
+    pub fn parse(s: &str) -> Result<PinBackend, PinError> {
+        Self::ALL
+            .into_iter()
+            .find(|b| b.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| PinError::UnknownBackend(s.to_owned()))
+    }
+
+    /// The backend named by `GDR_BACKEND`, if set (`auto` or empty: none).
+    pub fn from_env() -> Result<Option<PinBackend>, PinError> {
+        match std::env::var(BACKEND_ENV) {
+            Ok(v) if v.is_empty() || v.eq_ignore_ascii_case("auto") => Ok(None),
+            Ok(v) => Self::parse(&v).map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+}
+
+impl fmt::Display for PinBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why pinning or mapping failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+    #[error(transparent)]
+    Bar(#[from] BarError),
+    #[error(transparent)]
+    Peer(#[from] PeerError),
+    #[error(transparent)]
+    GdrDrv(#[from] GdrDrvError),
+    #[error("unknown backend {0:?} (known: gdrdrv, dmabuf, vulkan, auto)")]
+    UnknownBackend(String),
+    #[error("no pinning backend works here: {0}")]
+    NoBackend(String),
+    #[error(
+        "the CUDA driver refuses mmap of its dma-buf (errno {errno}{}): CPU mappings of \
+         dma-bufs need CUDA driver 13.3+ on discrete GPUs; this one is {driver}",
+        if *errno == ENOTSUPP { ", ENOTSUPP" } else { "" }
+    )]
+    MmapRefused { errno: i32, driver: String },
+    #[error(
+        "{addr:#x} is not a cuMemCreate allocation exportable as a POSIX fd ({why}); the Vulkan \
+         backend pins only memory allocated with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR \
+         (gdr::cuda::vmm::VmmBuffer)"
+    )]
+    NotExportable { addr: u64, why: String },
+    #[error("Vulkan refused to import the CUDA allocation into the host-visible memory type: {0}")]
+    ImportRefused(BarError),
+    #[error("the pinned range is already mapped (one mapping per pin, as gdrcopy)")]
+    AlreadyMapped,
+    #[error("nothing to pin at {addr:#x}: size 0")]
+    Empty { addr: u64 },
+    #[error("range {offset}+{len} is outside the {size}-byte pinned range")]
+    OutOfBounds {
+        offset: usize,
+        len: usize,
+        size: usize,
+    },
+}
+
+/// What one backend can do here, for `gdr info`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BackendStatus {
+    pub backend: PinBackend,
+    pub usable: bool,
+    /// Why not, or what it found.
+    pub reason: String,
+}
+
+/// Pins existing CUDA memory through one backend. Cheap to clone.
+#[derive(Clone)]
+pub struct Pinner {
+    ctx: Context,
+    imp: Imp,
+    reason: String,
+}
+
+#[derive(Clone)]
+enum Imp {
+    GdrDrv(Arc<GdrDrv>),
+    DmaBuf,
+    Vulkan(VulkanBackend),
+}
+
+fn open_gdrdrv() -> Result<Arc<GdrDrv>, PinError> {
+    Ok(Arc::new(GdrDrv::open()?))
+}
+
+/// Proves the dma-buf mmap path on a small allocation: export, mmap, unmap.
+fn probe_dmabuf(ctx: &Context) -> Result<(), PinError> {
+    let buf = cuda::DeviceBuffer::new(ctx, 1 << 16)?;
+    let pinned = pin_dmabuf(ctx, cuda::DeviceMemory::device_ptr(&buf), 1 << 16)?;
+    pinned.map().map(drop)
+}
+
+/// Proves the Vulkan import path on a small VMM allocation: allocate, export, import, map.
+fn probe_vulkan(ctx: &Context, be: &VulkanBackend) -> Result<(), PinError> {
+    let buf = vmm::VmmBuffer::new(ctx, 1)?;
+    let pinned = pin_vulkan(be, cuda::DeviceMemory::device_ptr(&buf), 1)?;
+    pinned.map().map(drop)
+}
+
+impl Pinner {
+    /// The backend `choice`, else the one `GDR_BACKEND` names, else the first that works
+    /// (gdrdrv, dmabuf, vulkan), each proven on a small allocation.
+    pub fn new(ctx: &Context, choice: Option<PinBackend>) -> Result<Pinner, PinError> {
+        let choice = match choice {
+            Some(c) => Some(c),
+            None => PinBackend::from_env()?,
+        };
+        if let Some(c) = choice {
+            let (imp, reason) = Self::open(ctx, c)?;
+            return Ok(Pinner {
+                ctx: ctx.clone(),
+                imp,
+                reason: format!("{c} asked for: {reason}"),
+            });
+        }
+        let mut why = Vec::new();
+        for b in PinBackend::ALL {
+            match Self::open(ctx, b) {
+                Ok((imp, reason)) => {
+                    return Ok(Pinner {
+                        ctx: ctx.clone(),
+                        imp,
+                        reason: format!("first that works: {reason}"),
+                    })
+                }
+                Err(e) => why.push(format!("{b}: {e}")),
+            }
+        }
+        Err(PinError::NoBackend(why.join("; ")))
+    }
+
+    fn open(ctx: &Context, b: PinBackend) -> Result<(Imp, String), PinError> {
+        match b {
+            PinBackend::GdrDrv => {
+                let drv = open_gdrdrv()?;
+                let v = drv.version();
+                Ok((
+                    Imp::GdrDrv(drv),
+                    format!("{} driver {}", gdrdrv::DEVICE_PATH, v.driver),
+                ))
+            }
+            PinBackend::DmaBuf => {
+                probe_dmabuf(ctx)?;
+                Ok((Imp::DmaBuf, "mmap of a CUDA dma-buf works".into()))
+            }
+            PinBackend::Vulkan => {
+                let be = VulkanBackend::new(ctx)?;
+                probe_vulkan(ctx, &be)?;
+                Ok((
+                    Imp::Vulkan(be),
+                    "Vulkan imports POSIX-fd cuMemCreate memory into a host-visible type \
+                     (only such allocations can be pinned)"
+                        .into(),
+                ))
+            }
+        }
+    }
+
+    /// Every backend's status on `ctx`'s GPU (each proven or refused on a small allocation).
+    pub fn probe_all(ctx: &Context) -> Vec<BackendStatus> {
+        PinBackend::ALL
+            .into_iter()
+            .map(|b| match Self::open(ctx, b) {
+                Ok((_, reason)) => BackendStatus {
+                    backend: b,
+                    usable: true,
+                    reason,
+                },
+                Err(e) => BackendStatus {
+                    backend: b,
+                    usable: false,
+                    reason: e.to_string(),
+                },
+            })
+            .collect()
+    }
+
+    pub fn backend(&self) -> PinBackend {
+        match self.imp {
+            Imp::GdrDrv(_) => PinBackend::GdrDrv,
+            Imp::DmaBuf => PinBackend::DmaBuf,
+            Imp::Vulkan(_) => PinBackend::Vulkan,
+        }
+    }
+
+    /// The open gdrdrv, when that is the backend (for its version and attributes).
+    pub fn gdrdrv(&self) -> Option<&GdrDrv> {
+        match &self.imp {
+            Imp::GdrDrv(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// Why this backend was chosen.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// Pins `[addr, addr + size)` of existing CUDA memory.
+    pub fn pin(&self, addr: u64, size: u64) -> Result<Pinned, PinError> {
+        if size == 0 {
+            return Err(PinError::Empty { addr });
+        }
+        self.ctx.bind()?;
+        match &self.imp {
+            Imp::GdrDrv(drv) => {
+                let handle = drv.pin_buffer(addr, size, PinFlags::NONE)?;
+                let info = match drv.get_info(handle) {
+                    Ok(i) => i,
+                    Err(e) => {
+                        let _ = drv.unpin(handle);
+                        return Err(e.into());
+                    }
+                };
+                Ok(Pinned {
+                    addr,
+                    size,
+                    start: info.va,
+                    len: info.mapped_size,
+                    imp: PinnedImp::GdrDrv {
+                        drv: drv.clone(),
+                        handle,
+                    },
+                    mapped: AtomicBool::new(false),
+                })
+            }
+            Imp::DmaBuf => pin_dmabuf(&self.ctx, addr, size),
+            Imp::Vulkan(be) => pin_vulkan(be, addr, size),
+        }
+    }
+}
+
+fn pin_dmabuf(ctx: &Context, addr: u64, size: u64) -> Result<Pinned, PinError> {
+    let buf = DmaBuf::export(ctx, addr, size)?;
+    Ok(Pinned {
+        addr,
+        size,
+        start: buf.start(),
+        len: buf.len(),
+        imp: PinnedImp::DmaBuf(buf),
+        mapped: AtomicBool::new(false),
+    })
+}
+
+fn pin_vulkan(be: &VulkanBackend, addr: u64, size: u64) -> Result<Pinned, PinError> {
+    be.context().bind()?;
+    let (base, alloc_size) = allocation_range(addr)?;
+    if addr + size > base + alloc_size {
+        return Err(PeerError::OutsideAllocation {
+            addr,
+            size,
+            base,
+            alloc_size,
+        }
+        .into());
+    }
+    let (handle, posix) = vmm::retain_handle(base).map_err(|e| PinError::NotExportable {
+        addr,
+        why: e.to_string(),
+    })?;
+    let fd = if posix {
+        vmm::export_handle(handle)
+    } else {
+        Err(CudaError::MissingSymbol(String::new()))
+    };
+    vmm::release_handle(handle);
+    let fd = fd.map_err(|e| PinError::NotExportable {
+        addr,
+        why: if posix {
+            e.to_string()
+        } else {
+            "it was created without a POSIX-fd handle type".into()
+        },
+    })?;
+    let gran = vmm::granularity(be.context())? as u64;
+    let import_size = alloc_size.next_multiple_of(gran);
+    let imported = be
+        .import_fd(fd, import_size as usize, true)
+        .map_err(PinError::ImportRefused)?;
+    Ok(Pinned {
+        addr,
+        size,
+        start: base,
+        len: imported.size() as u64,
+        imp: PinnedImp::Vulkan(imported),
+        mapped: AtomicBool::new(false),
+    })
+}
+
+/// What Vulkan does with a POSIX-fd `cuMemCreate` allocation of `ctx`'s GPU: the result of
+/// importing it into the host-visible device-local type and mapping it, and of importing it
+/// into a device-only type (which tells "no import at all" from "no host-visible import").
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VulkanImportOutcome {
+    pub host_visible_import: Result<(), String>,
+    pub host_visible_map: Result<(), String>,
+    pub device_only_import: Result<(), String>,
+}
+
+/// Tries the Vulkan import of CUDA VMM memory both ways (see [`VulkanImportOutcome`]).
+pub fn vulkan_import_outcome(ctx: &Context) -> Result<VulkanImportOutcome, PinError> {
+    let be = VulkanBackend::new(ctx)?;
+    let buf = vmm::VmmBuffer::new(ctx, 1)?;
+    let size = buf.alloc_size();
+    let host = be.import_fd(buf.export_fd()?, size, true);
+    let host_visible_map = match &host {
+        Ok(imp) => imp.map().map(|_| {
+            // SAFETY: mapped just now, not used.
+            unsafe { imp.unmap() }
+        }),
+        Err(_) => Err(BarError::BadLayout("not imported".into())),
+    }
+    .map_err(|e| e.to_string());
+    let device_only_import = be
+        .import_fd(buf.export_fd()?, size, false)
+        .map(drop)
+        .map_err(|e| e.to_string());
+    Ok(VulkanImportOutcome {
+        host_visible_import: host.map(drop).map_err(|e| e.to_string()),
+        host_visible_map,
+        device_only_import,
+    })
+}
+
+/// A pinned range of existing GPU memory. Unpinned on drop; a mapping borrows it.
+pub struct Pinned {
+    addr: u64,
+    size: u64,
+    start: u64,
+    len: u64,
+    imp: PinnedImp,
+    mapped: AtomicBool,
+}
+
+enum PinnedImp {
+    GdrDrv {
+        drv: Arc<GdrDrv>,
+        handle: gdrdrv::Handle,
+    },
+    DmaBuf(DmaBuf),
+    Vulkan(Imported),
+}
+
+impl Pinned {
+    /// The caller's address and size.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    /// GPU virtual address where the pinned (rounded) range starts.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+    /// Bytes pinned.
+    pub fn pinned_len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn backend(&self) -> PinBackend {
+        match self.imp {
+            PinnedImp::GdrDrv { .. } => PinBackend::GdrDrv,
+            PinnedImp::DmaBuf(_) => PinBackend::DmaBuf,
+            PinnedImp::Vulkan(_) => PinBackend::Vulkan,
+        }
+    }
+
+    /// Whether the GPU memory was freed while pinned (gdrdrv's free callback); the other
+    /// backends keep the memory alive while pinned, so never.
+    pub fn callback_fired(&self) -> Result<bool, PinError> {
+        match &self.imp {
+            PinnedImp::GdrDrv { drv, handle } => Ok(drv.get_callback_flag(*handle)?),
+            _ => Ok(false),
+        }
+    }
+
+    /// Maps the whole pinned range for the CPU.
+    pub fn map(&self) -> Result<PinnedMapping<'_>, PinError> {
+        if self.mapped.swap(true, Ordering::AcqRel) {
+            return Err(PinError::AlreadyMapped);
+        }
+        self.map_once()
+            .inspect_err(|_| self.mapped.store(false, Ordering::Release))
+    }
+
+    /// Whether a mapping of this pin is alive.
+    pub fn is_mapped(&self) -> bool {
+        self.mapped.load(Ordering::Acquire)
+    }
+
+    fn map_once(&self) -> Result<PinnedMapping<'_>, PinError> {
+        let map_len = self.len as usize;
+        let (base, imp) = match &self.imp {
+            PinnedImp::GdrDrv { drv, handle } => {
+                let m = drv.map(*handle, map_len)?;
+                (m.as_ptr(), MapImp::GdrDrv { _mapping: m })
+            }
+            PinnedImp::DmaBuf(buf) => {
+                // SAFETY: a fresh shared mapping at an address the kernel picks cannot overlap
+                // memory Rust already uses.
+                let p = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        map_len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_SHARED,
+                        std::os::fd::AsRawFd::as_raw_fd(&buf.fd()),
+                        0,
+                    )
+                };
+                if p == libc::MAP_FAILED {
+                    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+                    let driver = cuda::driver()
+                        .map(|d| d.version_string())
+                        .unwrap_or_default();
+                    return Err(PinError::MmapRefused { errno, driver });
+                }
+                let p = NonNull::new(p.cast::<u8>()).ok_or(PinError::MmapRefused {
+                    errno: libc::EFAULT,
+                    driver: String::new(),
+                })?;
+                (
+                    p.as_ptr(),
+                    MapImp::Mmap {
+                        ptr: p,
+                        len: map_len,
+                    },
+                )
+            }
+            PinnedImp::Vulkan(imp) => (imp.map()?, MapImp::Vulkan(imp)),
+        };
+        // SAFETY: the caller's address lies in the pinned range, which the mapping covers whole.
+        let host = unsafe { base.add((self.addr - self.start) as usize) };
+        Ok(PinnedMapping {
+            pinned: self,
+            host,
+            imp,
+        })
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let PinnedImp::GdrDrv { drv, handle } = &self.imp {
+            let _ = drv.unpin(*handle);
+        }
+        // A DmaBuf closes its fd, an Imported frees its Vulkan memory, on their own drops.
+    }
+}
+
+impl fmt::Debug for Pinned {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pinned")
+            .field("backend", &self.backend())
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("size", &self.size)
+            .field("start", &format_args!("{:#x}", self.start))
+            .field("pinned_len", &self.len)
+            .finish()
+    }
+}
+
+enum MapImp<'p> {
+    /// Held for its drop, which unmaps.
+    GdrDrv {
+        _mapping: gdrdrv::BarMapping<'p>,
+    },
+    Mmap {
+        ptr: NonNull<u8>,
+        len: usize,
+    },
+    Vulkan(&'p Imported),
+}
+
+/// A CPU mapping of a [`Pinned`] range; offsets are relative to the caller's address. Unmapped
+/// on drop.
+pub struct PinnedMapping<'p> {
+    pinned: &'p Pinned,
+    /// CPU address of the caller's first byte.
+    host: *mut u8,
+    imp: MapImp<'p>,
+}
+
+// SAFETY: the mapping is of device memory reached only through the copy routines; the pin it
+// borrows is Sync.
+unsafe impl Send for PinnedMapping<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for PinnedMapping<'_> {}
+
+impl PinnedMapping<'_> {
+    /// The caller's size.
+    pub fn len(&self) -> usize {
+        self.pinned.size as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pinned.size == 0
+    }
+
+    /// CPU address of the caller's first byte; valid while the mapping lives.
+    pub fn host_ptr(&self) -> *mut u8 {
+        self.host
+    }
+
+    /// CPU address of the first pinned byte (`host_ptr() - (addr - start)`).
+    pub fn base_ptr(&self) -> *mut u8 {
+        self.host
+            .wrapping_sub((self.pinned.addr - self.pinned.start) as usize)
+    }
+
+    /// Bytes mapped (the whole pinned range).
+    pub fn mapped_len(&self) -> usize {
+        self.pinned.len as usize
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<(), PinError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(PinError::OutOfBounds {
+                offset,
+                len,
+                size: self.len(),
+            }),
+        }
+    }
+
+    /// Writes `src` at `offset` through the mapping (stream stores and a store fence).
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), PinError> {
+        self.check(offset, src.len())?;
+        // SAFETY: the range is inside the caller's part of the live mapping (checked).
+        unsafe { crate::copy::copy_to_mapping(self.host.add(offset), src) };
+        Ok(())
+    }
+
+    /// Reads `dst.len()` bytes at `offset` through the mapping (stream loads).
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), PinError> {
+        self.check(offset, dst.len())?;
+        // SAFETY: inside the live mapping; the aligned lines around the range lie inside the
+        // page-granular mapping, which the copy routine may read.
+        unsafe { crate::copy::copy_from_mapping(dst, self.host.add(offset)) };
+        Ok(())
+    }
+}
+
+impl Drop for PinnedMapping<'_> {
+    fn drop(&mut self) {
+        match &self.imp {
+            MapImp::GdrDrv { .. } => {} // BarMapping unmaps itself
+            MapImp::Mmap { ptr, len } => {
+                // SAFETY: our own live mapping, unused from now on.
+                unsafe { libc::munmap(ptr.as_ptr().cast(), *len) };
+            }
+            MapImp::Vulkan(imp) => {
+                // SAFETY: mapped by Pinned::map for this value; unused from now on.
+                unsafe { imp.unmap() };
+            }
+        }
+        self.pinned.mapped.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_names_round_trip() {
+        for b in PinBackend::ALL {
+            assert_eq!(PinBackend::parse(b.name()).unwrap(), b);
+        }
+        assert_eq!(PinBackend::parse(" DMABUF ").unwrap(), PinBackend::DmaBuf);
+        assert!(matches!(
+            PinBackend::parse("nvidia-peermem"),
+            Err(PinError::UnknownBackend(_))
+        ));
+    }
+
+    #[test]
+    fn mmap_refusal_names_the_driver_requirement() {
+        let e = PinError::MmapRefused {
+            errno: ENOTSUPP,
+            driver: "13.0".into(),
+        };
+        let s = e.to_string();
+        assert!(
+            s.contains("524") && s.contains("ENOTSUPP") && s.contains("13.3"),
+            "{s}"
+        );
+    }
+}

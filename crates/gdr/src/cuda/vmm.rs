@@ -1,0 +1,231 @@
+//! Device memory from the virtual memory management API (`cuMemCreate` + `cuMemMap`), made
+//! exportable as a POSIX file descriptor.
+//!
+//! Such an allocation has a shareable handle that other APIs can import (Vulkan, another
+//! process), which plain `cuMemAlloc` memory lacks; gdr uses it to give existing CUDA memory a
+//! CPU mapping through Vulkan (see `bar::pin`).
+
+use super::{driver, sys, Context, DeviceMemory, Result};
+use std::os::fd::{FromRawFd, OwnedFd};
+
+/// The `CUmemAllocationProp` of a device allocation on `ctx`'s GPU with a POSIX-fd handle,
+/// marked GPUDirect RDMA capable where the device allows it (so it can be exported as a
+/// dma-buf too).
+fn props(ctx: &Context) -> sys::CUmemAllocationProp {
+    let dev = ctx.device();
+    let rdma = dev
+        .attribute(sys::ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED)
+        .unwrap_or(0)
+        != 0;
+    sys::CUmemAllocationProp {
+        type_: sys::MEM_ALLOCATION_TYPE_PINNED,
+        requested_handle_types: sys::MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        location: sys::CUmemLocation {
+            type_: sys::MEM_LOCATION_TYPE_DEVICE,
+            id: dev.ordinal() as i32,
+        },
+        win32_handle_meta_data: std::ptr::null_mut(),
+        compression_type: 0,
+        gpu_direct_rdma_capable: u8::from(rdma),
+        usage: 0,
+        reserved: [0; 4],
+    }
+}
+
+/// The allocation granularity of [`VmmBuffer`]s on `ctx`'s GPU (2 MiB on current GPUs).
+pub fn granularity(ctx: &Context) -> Result<usize> {
+    let d = driver()?;
+    let p = props(ctx);
+    let mut g = 0usize;
+    // SAFETY: out-pointer to a live local; the properties are fully initialised.
+    d.check("cuMemGetAllocationGranularity", unsafe {
+        (d.api.mem_get_allocation_granularity)(&mut g, &p, sys::MEM_ALLOC_GRANULARITY_MINIMUM)
+    })?;
+    Ok(g.max(1))
+}
+
+/// One `cuMemCreate` allocation mapped at its own reserved address range, readable and
+/// writable by its GPU. Unmapped, released and its address range freed on drop.
+pub struct VmmBuffer {
+    ctx: Context,
+    handle: sys::CUmemGenericAllocationHandle,
+    ptr: sys::CUdeviceptr,
+    /// Bytes asked for.
+    len: usize,
+    /// Bytes allocated and mapped (`len` rounded up to the granularity).
+    size: usize,
+}
+
+// SAFETY: the handle and address are plain values usable from any thread with the context
+// current.
+unsafe impl Send for VmmBuffer {}
+// SAFETY: as above.
+unsafe impl Sync for VmmBuffer {}
+
+impl VmmBuffer {
+    /// Allocates `len` (>= 1) bytes, rounded up to the allocation granularity.
+    pub fn new(ctx: &Context, len: usize) -> Result<VmmBuffer> {
+        let d = driver()?;
+        ctx.bind()?;
+        let gran = granularity(ctx)?;
+        let size = len.max(1).next_multiple_of(gran);
+        let p = props(ctx);
+        let mut handle = 0;
+        // SAFETY: out-pointer to a live local; the properties are fully initialised.
+        d.check("cuMemCreate", unsafe {
+            (d.api.mem_create)(&mut handle, size, &p, 0)
+        })?;
+        let mut ptr = 0;
+        // SAFETY: out-pointer to a live local; no fixed address asked.
+        let reserved = d.check("cuMemAddressReserve", unsafe {
+            (d.api.mem_address_reserve)(&mut ptr, size, gran, 0, 0)
+        });
+        if let Err(e) = reserved {
+            // SAFETY: the handle is ours and mapped nowhere.
+            unsafe { (d.api.mem_release)(handle) };
+            return Err(e);
+        }
+        let access = sys::CUmemAccessDesc {
+            location: p.location,
+            flags: sys::MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: the reserved range is ours and exactly `size` bytes, the allocation too.
+        let mapped = d.check("cuMemMap", unsafe {
+            (d.api.mem_map)(ptr, size, 0, handle, 0)
+        });
+        let accessible = mapped.and_then(|()| {
+            // SAFETY: the range is mapped (above); one access descriptor is passed.
+            d.check("cuMemSetAccess", unsafe {
+                (d.api.mem_set_access)(ptr, size, &access, 1)
+            })
+            .inspect_err(|_| {
+                // SAFETY: mapped above and not used since.
+                unsafe { (d.api.mem_unmap)(ptr, size) };
+            })
+        });
+        if let Err(e) = accessible {
+            // SAFETY: the range and the handle are ours and no longer mapped.
+            unsafe {
+                (d.api.mem_address_free)(ptr, size);
+                (d.api.mem_release)(handle);
+            }
+            return Err(e);
+        }
+        Ok(VmmBuffer {
+            ctx: ctx.clone(),
+            handle,
+            ptr,
+            len,
+            size,
+        })
+    }
+
+    /// Bytes actually allocated (the length rounded up to the granularity).
+    pub fn alloc_size(&self) -> usize {
+        self.size
+    }
+
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// A new POSIX file descriptor for the allocation (`cuMemExportToShareableHandle`); it
+    /// names the whole allocation ([`alloc_size`](Self::alloc_size) bytes).
+    pub fn export_fd(&self) -> Result<OwnedFd> {
+        export_handle(self.handle)
+    }
+}
+
+/// Exports an allocation handle made with a POSIX-fd handle type.
+pub(crate) fn export_handle(handle: sys::CUmemGenericAllocationHandle) -> Result<OwnedFd> {
+    let d = driver()?;
+    let mut fd: std::ffi::c_int = -1;
+    // SAFETY: for the POSIX-fd type the out-parameter is an int.
+    d.check("cuMemExportToShareableHandle", unsafe {
+        (d.api.mem_export_to_shareable_handle)(
+            (&mut fd as *mut std::ffi::c_int).cast(),
+            handle,
+            sys::MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            0,
+        )
+    })?;
+    // SAFETY: the driver returned a new descriptor that nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// What the VMM API says about the allocation mapped at `addr`: its handle (retained: release
+/// with [`release_handle`]) and whether it was created exportable as a POSIX fd.
+pub(crate) fn retain_handle(addr: u64) -> Result<(sys::CUmemGenericAllocationHandle, bool)> {
+    let d = driver()?;
+    let mut handle = 0;
+    // SAFETY: out-pointer to a live local; the address is only looked up.
+    d.check("cuMemRetainAllocationHandle", unsafe {
+        (d.api.mem_retain_allocation_handle)(&mut handle, addr as *mut std::ffi::c_void)
+    })?;
+    let mut p = sys::CUmemAllocationProp {
+        type_: 0,
+        requested_handle_types: 0,
+        location: sys::CUmemLocation::default(),
+        win32_handle_meta_data: std::ptr::null_mut(),
+        compression_type: 0,
+        gpu_direct_rdma_capable: 0,
+        usage: 0,
+        reserved: [0; 4],
+    };
+    // SAFETY: out-pointer to a live local; the handle was just retained.
+    let got = d.check("cuMemGetAllocationPropertiesFromHandle", unsafe {
+        (d.api.mem_get_allocation_properties_from_handle)(&mut p, handle)
+    });
+    match got {
+        Ok(()) => Ok((
+            handle,
+            p.requested_handle_types & sys::MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR != 0,
+        )),
+        Err(e) => {
+            release_handle(handle);
+            Err(e)
+        }
+    }
+}
+
+/// Drops the reference [`retain_handle`] took.
+pub(crate) fn release_handle(handle: sys::CUmemGenericAllocationHandle) {
+    if let Ok(d) = driver() {
+        // SAFETY: the caller retained this handle once and gives that reference back.
+        unsafe { (d.api.mem_release)(handle) };
+    }
+}
+
+impl DeviceMemory for VmmBuffer {
+    fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for VmmBuffer {
+    fn drop(&mut self) {
+        if let Ok(d) = driver() {
+            // SAFETY: the mapping, the reserved range and the handle are ours; memory released
+            // while exported or imported elsewhere stays alive for those importers.
+            unsafe {
+                (d.api.ctx_set_current)(self.ctx.0.raw);
+                (d.api.mem_unmap)(self.ptr, self.size);
+                (d.api.mem_address_free)(self.ptr, self.size);
+                (d.api.mem_release)(self.handle);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for VmmBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VmmBuffer")
+            .field("device_ptr", &format_args!("{:#x}", self.ptr))
+            .field("len", &self.len)
+            .field("alloc_size", &self.size)
+            .finish()
+    }
+}

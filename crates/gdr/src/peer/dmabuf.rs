@@ -1,0 +1,399 @@
+//! Exporting CUDA memory as a dma-buf: the kernel-module-free way to hand GPU memory to another
+//! device's driver (an RDMA NIC through `ibv_reg_dmabuf_mr`, an FPGA driver, VFIO).
+//!
+//! `cuMemGetHandleForAddressRange` wants a host-page-aligned pointer and size inside one
+//! allocation. [`DmaBuf::export`] takes any range: it rounds out to host pages, clamped to the
+//! allocation the range lies in (so rounding never reaches memory that is not the caller's),
+//! and remembers where the caller's bytes sit in the exported range. It asks for a BAR1 (PCIe)
+//! mapping first and falls back to the driver's choice when that is refused (the H100 here
+//! answers `CUDA_ERROR_NOT_SUPPORTED`), saying which one it got.
+
+use crate::cuda::{self, sys, Context, CudaError, DeviceMemory};
+use std::fmt;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Why an export failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+    #[error("nothing to export at {addr:#x}: size 0")]
+    Empty { addr: u64 },
+    #[error("{addr:#x} is not CUDA device memory of the current context: {source}")]
+    NotDeviceMemory {
+        addr: u64,
+        #[source]
+        source: CudaError,
+    },
+    #[error(
+        "range {addr:#x}+{size:#x} runs past its allocation {base:#x}+{alloc_size:#x}: one \
+         export covers one allocation"
+    )]
+    OutsideAllocation {
+        addr: u64,
+        size: u64,
+        base: u64,
+        alloc_size: u64,
+    },
+    #[error(
+        "this GPU or driver cannot export dma-bufs (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0 \
+         or the call is refused): {0}"
+    )]
+    Unsupported(CudaError),
+    #[error("exporting {start:#x}+{len:#x} as a dma-buf failed: {source}")]
+    Export {
+        start: u64,
+        len: u64,
+        #[source]
+        source: CudaError,
+    },
+    #[error("the memory at {addr:#x} was freed")]
+    Freed { addr: u64 },
+}
+
+impl PeerError {
+    /// Whether the driver ran out of memory or mapping space (BAR1) for the export.
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            PeerError::Export { source, .. } | PeerError::Cuda(source) => {
+                source.code() == Some(sys::CUDA_ERROR_OUT_OF_MEMORY)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// How the exporter's importers will reach the memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum DmaBufMapping {
+    /// `CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE`: through BAR1, as a PCIe peer sees it.
+    Pcie,
+    /// No flag: the driver's choice (BAR1 on discrete GPUs; a coherent path on C2C systems).
+    Default,
+}
+
+impl fmt::Display for DmaBufMapping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DmaBufMapping::Pcie => "pcie",
+            DmaBufMapping::Default => "default",
+        })
+    }
+}
+
+/// The host page size.
+pub fn host_page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(p)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
+}
+
+/// Set once the driver refused the PCIe mapping flag, so later exports skip the doomed call.
+static PCIE_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// The `[base, base + size)` of the CUDA allocation containing `addr`.
+pub fn allocation_range(addr: u64) -> Result<(u64, u64), PeerError> {
+    let d = cuda::driver()?;
+    let (mut base, mut size) = (0u64, 0usize);
+    // SAFETY: out-pointers to live locals; the address is only looked up.
+    d.check("cuMemGetAddressRange", unsafe {
+        (d.api.mem_get_address_range)(&mut base, &mut size, addr)
+    })
+    .map_err(|source| PeerError::NotDeviceMemory { addr, source })?;
+    Ok((base, size as u64))
+}
+
+/// CUDA's unique id of the allocation at `addr` (`CU_POINTER_ATTRIBUTE_BUFFER_ID`): never reused
+/// in the process, so a different id at the same address means the memory was reallocated.
+/// `Ok(None)` when no allocation lives there (`CUDA_ERROR_INVALID_VALUE`).
+pub fn buffer_id(addr: u64) -> Result<Option<u64>, CudaError> {
+    let d = cuda::driver()?;
+    let mut id = 0u64;
+    // SAFETY: the BUFFER_ID attribute is an unsigned long long written to the out-pointer.
+    let rc = unsafe {
+        (d.api.pointer_get_attribute)(
+            (&mut id as *mut u64).cast(),
+            sys::POINTER_ATTRIBUTE_BUFFER_ID,
+            addr,
+        )
+    };
+    match rc {
+        sys::CUDA_ERROR_INVALID_VALUE => Ok(None),
+        rc => d
+            .check("cuPointerGetAttribute(BUFFER_ID)", rc)
+            .map(|()| Some(id)),
+    }
+}
+
+/// Makes CUDA memory operations on the allocation at `addr` synchronous
+/// (`CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`), as the GPUDirect RDMA guide asks for memory that a
+/// third party reads or writes.
+pub fn set_sync_memops(addr: u64) -> Result<(), CudaError> {
+    let d = cuda::driver()?;
+    let one: u32 = 1;
+    // SAFETY: SYNC_MEMOPS takes a pointer to an unsigned int; `one` outlives the call.
+    d.check("cuPointerSetAttribute(SYNC_MEMOPS)", unsafe {
+        (d.api.pointer_set_attribute)(
+            (&one as *const u32).cast(),
+            sys::POINTER_ATTRIBUTE_SYNC_MEMOPS,
+            addr,
+        )
+    })
+}
+
+/// A dma-buf file descriptor exported for a range of CUDA memory. The descriptor closes when
+/// the value drops (importers that took their own reference keep the memory pinned).
+pub struct DmaBuf {
+    fd: OwnedFd,
+    start: u64,
+    len: u64,
+    addr: u64,
+    size: u64,
+    mapping: DmaBufMapping,
+    sync_memops: bool,
+}
+
+impl DmaBuf {
+    /// Exports `[addr, addr + size)` of CUDA memory in `ctx` (made current here): rounded out to
+    /// host pages inside its allocation.
+    pub fn export(ctx: &Context, addr: u64, size: u64) -> Result<DmaBuf, PeerError> {
+        Self::export_within(ctx, addr, size, addr, size)
+    }
+
+    /// Exports `mem[offset..offset + len]`.
+    pub fn export_memory(
+        mem: &impl DeviceMemory,
+        ctx: &Context,
+        offset: usize,
+        len: usize,
+    ) -> Result<DmaBuf, PeerError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= mem.len() => {}
+            _ => {
+                return Err(PeerError::Cuda(CudaError::OutOfBounds {
+                    what: "dma-buf export",
+                    offset,
+                    len,
+                    size: mem.len(),
+                }))
+            }
+        }
+        Self::export(ctx, mem.device_ptr() + offset as u64, len as u64)
+    }
+
+    /// Exports as much of `[want_start, want_start + want_len)` as lies in the allocation of
+    /// `[addr, addr + size)`, which it must contain (the registration cache asks for the
+    /// 64 KiB-rounded range around a caller's request). Tries the whole wanted range first when
+    /// it leaves the allocation, since neighbouring allocations then share one export, and
+    /// clamps when the driver refuses.
+    pub fn export_within(
+        ctx: &Context,
+        want_start: u64,
+        want_len: u64,
+        addr: u64,
+        size: u64,
+    ) -> Result<DmaBuf, PeerError> {
+        if size == 0 {
+            return Err(PeerError::Empty { addr });
+        }
+        ctx.bind()?;
+        let (base, alloc_size) = allocation_range(addr)?;
+        let alloc_end = base + alloc_size;
+        let end = addr.checked_add(size).ok_or(PeerError::OutsideAllocation {
+            addr,
+            size,
+            base,
+            alloc_size,
+        })?;
+        if addr < base || end > alloc_end {
+            return Err(PeerError::OutsideAllocation {
+                addr,
+                size,
+                base,
+                alloc_size,
+            });
+        }
+        let page = host_page_size();
+        let round = |s: u64, e: u64| (s & !(page - 1), e.div_ceil(page) * page);
+        let want_end = want_start.saturating_add(want_len).max(end);
+        let want_start = want_start.min(addr);
+        let clamped = round(want_start.max(base), want_end.min(alloc_end));
+        let whole = round(want_start, want_end);
+        let sync_memops = set_sync_memops(addr).is_ok();
+        if whole != clamped {
+            if let Ok(buf) = Self::export_range(whole.0, whole.1, addr, size, sync_memops) {
+                return Ok(buf);
+            }
+        }
+        Self::export_range(clamped.0, clamped.1, addr, size, sync_memops)
+    }
+
+    fn export_range(
+        start: u64,
+        end: u64,
+        addr: u64,
+        size: u64,
+        sync_memops: bool,
+    ) -> Result<DmaBuf, PeerError> {
+        let d = cuda::driver()?;
+        let len = end - start;
+        let call = |flags: u64| -> Result<OwnedFd, CudaError> {
+            let mut fd: std::ffi::c_int = -1;
+            // SAFETY: for the dma-buf handle type the out-parameter is an int; the range is
+            // host-page aligned.
+            d.check("cuMemGetHandleForAddressRange", unsafe {
+                (d.api.mem_get_handle_for_address_range)(
+                    (&mut fd as *mut std::ffi::c_int).cast(),
+                    start,
+                    len as usize,
+                    sys::MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                    flags,
+                )
+            })?;
+            // SAFETY: the driver returned a new descriptor that nobody else owns.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        };
+        let mut mapping = DmaBufMapping::Default;
+        let mut result = Err(None);
+        if !PCIE_REFUSED.load(Ordering::Relaxed) {
+            match call(sys::MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE) {
+                Ok(fd) => {
+                    mapping = DmaBufMapping::Pcie;
+                    result = Ok(fd);
+                }
+                Err(e)
+                    if matches!(
+                        e.code(),
+                        Some(sys::CUDA_ERROR_NOT_SUPPORTED | sys::CUDA_ERROR_INVALID_VALUE)
+                    ) =>
+                {
+                    // Refused as a flag, or the range itself is bad: the plain call tells.
+                    if e.code() == Some(sys::CUDA_ERROR_NOT_SUPPORTED) {
+                        PCIE_REFUSED.store(true, Ordering::Relaxed);
+                    }
+                }
+                Err(e) => result = Err(Some(e)),
+            }
+        }
+        let fd = match result {
+            Ok(fd) => fd,
+            Err(Some(source)) => return Err(PeerError::Export { start, len, source }),
+            Err(None) => call(0).map_err(|source| {
+                if source.code() == Some(sys::CUDA_ERROR_NOT_SUPPORTED) {
+                    PeerError::Unsupported(source)
+                } else {
+                    PeerError::Export { start, len, source }
+                }
+            })?,
+        };
+        Ok(DmaBuf {
+            fd,
+            start,
+            len,
+            addr,
+            size,
+            mapping,
+            sync_memops,
+        })
+    }
+
+    /// The descriptor, for an importer (`ibv_reg_dmabuf_mr`, a driver's ioctl).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Gives up ownership of the descriptor.
+    pub fn into_fd(self) -> OwnedFd {
+        self.fd
+    }
+
+    /// GPU virtual address of the first exported byte (host-page aligned).
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// Bytes exported (a multiple of the host page).
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Where the caller's first byte is in the dma-buf (`addr - start`).
+    pub fn offset(&self) -> u64 {
+        self.addr - self.start
+    }
+
+    /// Where `addr` (inside the export) is in the dma-buf.
+    pub fn offset_of(&self, addr: u64) -> Option<u64> {
+        (addr >= self.start && addr < self.start + self.len).then(|| addr - self.start)
+    }
+
+    /// Whether `[addr, addr + size)` lies inside the export.
+    pub fn covers(&self, addr: u64, size: u64) -> bool {
+        addr >= self.start
+            && addr
+                .checked_add(size)
+                .is_some_and(|e| e <= self.start + self.len)
+    }
+
+    /// The caller's address and size as asked.
+    pub fn requested(&self) -> (u64, u64) {
+        (self.addr, self.size)
+    }
+
+    /// Which mapping type the driver granted.
+    pub fn mapping(&self) -> DmaBufMapping {
+        self.mapping
+    }
+
+    /// Whether SYNC_MEMOPS could be set on the allocation (imported memory may refuse it).
+    pub fn sync_memops(&self) -> bool {
+        self.sync_memops
+    }
+}
+
+impl fmt::Debug for DmaBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DmaBuf")
+            .field("fd", &self.fd.as_raw_fd())
+            .field("start", &format_args!("{:#x}", self.start))
+            .field("len", &self.len)
+            .field("offset", &self.offset())
+            .field("mapping", &self.mapping)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_size_is_a_power_of_two() {
+        assert!(host_page_size().is_power_of_two());
+        assert!(host_page_size() >= 4096);
+    }
+
+    #[test]
+    fn out_of_memory_is_recognised() {
+        let oom = PeerError::Export {
+            start: 0,
+            len: 4096,
+            source: CudaError::Driver {
+                call: "x",
+                code: sys::CUDA_ERROR_OUT_OF_MEMORY,
+                name: String::new(),
+                text: String::new(),
+            },
+        };
+        assert!(oom.is_out_of_memory());
+        assert!(!PeerError::Empty { addr: 0 }.is_out_of_memory());
+    }
+}
