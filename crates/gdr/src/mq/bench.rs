@@ -85,7 +85,8 @@ pub struct GpuStages {
     pub handler_ns: f64,
     /// Response header and payload stores issued into TX.
     pub tx_copy_ns: f64,
-    /// `__threadfence_system` between the payload and the owner word.
+    /// The TX fence stage: 0 since the self-publishing TX word format (kept so older
+    /// profiles compare).
     pub tx_fence_ns: f64,
     /// The rated SM clock the cycles were converted with.
     pub clock_mhz: f64,

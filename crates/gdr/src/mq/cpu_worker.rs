@@ -6,7 +6,7 @@
 //! reporting — be tested on any machine, and documents the protocol in Rust.
 
 use super::error::MqError;
-use super::layout::{self, Geometry, QueueStatus, RX_CONTROL_SIZE, SLOT_HEADER_SIZE};
+use super::layout::{self, Geometry, QueueStatus, RX_CONTROL_SIZE};
 use super::memory::{PlainMemory, Region, RingMemory};
 use super::queue::{init_rings, QueuePair, QueueParts, WorkerLink};
 use super::QueueConfig;
@@ -169,7 +169,8 @@ fn serve(r: &Ring, handler: &(dyn Fn(&[u8], &mut [u8]) -> usize + Send + Sync)) 
     let geo = r.geo;
     let max = geo.max_msg as usize;
     let mut req = vec![0u8; max];
-    let mut resp = vec![0u8; max];
+    // Whole 8-byte pairs, as the TX words carry them.
+    let mut resp = vec![0u8; max.next_multiple_of(8)];
     let mut next = r.first;
     let (mut messages, mut batches) = (0u64, 0u64);
     let mut last_prod = r.first;
@@ -219,18 +220,28 @@ fn serve(r: &Ring, handler: &(dyn Fn(&[u8], &mut [u8]) -> usize + Send + Sync)) 
             if len > max {
                 return set_state(r, layout::STATE_FAILED, layout::ERR_BAD_LEN, idx);
             }
-            r.rx.read(off + SLOT_HEADER_SIZE, &mut req[..len]);
-            let out = handler(&req[..len], &mut resp);
-            // TX: length and tag, payload, then (release) the seq word. The slot's old seq
-            // (a lap behind) keeps it unowned meanwhile; the host polls only that word.
-            let toff = geo.slot_offset(idx);
-            let mut th = [0u8; 12];
-            th[0..4].copy_from_slice(&(out.min(u32::MAX as usize) as u32).to_ne_bytes());
-            th[4..12].copy_from_slice(&h[4..12]);
-            r.tx.write(toff + 4, &th);
-            r.tx.write(toff + SLOT_HEADER_SIZE, &resp[..out.min(max)]);
-            r.tx.publish_fence();
-            r.tx.store_u32(toff, layout::seq_of(idx));
+            r.rx.read(off + layout::SLOT_HEADER_SIZE, &mut req[..len]);
+            let out = handler(&req[..len], &mut resp[..max]);
+            // TX: every 8-byte word carries this message's seq next to 4 bytes of data, so
+            // no word needs ordering against another (the host checks each). Any order works;
+            // write the payload first and word 0 (len) last, the reverse of what helps the
+            // host, to keep the host's per-word checks honest under test.
+            let seq = layout::seq_of(idx);
+            let toff = geo.tx_slot_offset(idx);
+            let word = |k: usize, data: u32| {
+                r.tx.store_u64(toff + k * layout::TX_WORD_SIZE, layout::tx_word(data, seq))
+            };
+            let copy = out.min(max);
+            let pairs = copy.div_ceil(8);
+            for (k, chunk) in resp[..pairs * 8].chunks_exact(4).enumerate().rev() {
+                let data = u32::from_ne_bytes(chunk.try_into().expect("4 bytes"));
+                word(layout::TX_HEADER_WORDS + k, data);
+            }
+            let tag = u64::from_ne_bytes(h[4..12].try_into().expect("8 bytes"));
+            word(3, 0);
+            word(2, (tag >> 32) as u32);
+            word(1, tag as u32);
+            word(0, out.min(u32::MAX as usize) as u32);
         }
         next = next.wrapping_add(n);
         messages += n as u64;

@@ -6,8 +6,9 @@
 //   RX  host writes slot(s), then [sfence if write-combined], then doorbell.prod.
 //       A worker warp loads the doorbell with ld.acquire.sys in every lane, then reads the
 //       slots it was shown with volatile loads and checks each slot's seq word.
-//   TX  a lane writes the response header (seq 0) and payload, __threadfence_system(), then
-//       the seq word. The host polls seq, then reads the payload.
+//   TX  a lane writes the response as 8-byte words (data u32, seq u32), two per 16-byte
+//       store, each word carrying its owner seq: no fence between them. The host checks
+//       every word's seq.
 //   rx_cons (status) is written after a batch is answered, in index order: lazily.
 
 #ifndef GDR_MQ_DEVICE_CUH
@@ -18,6 +19,7 @@ typedef unsigned long long gdr_u64;
 
 #define GDR_MQ_SLOT_HEADER_SIZE 16
 #define GDR_MQ_WARP_BATCH 32
+#define GDR_MQ_TX_HEADER_WORDS 4
 #define GDR_MQ_FLAG_RX_IN_HOST 1
 #define GDR_MQ_FLAG_PROFILE 2
 #define GDR_MQ_STATE_RUNNING 1
@@ -77,7 +79,7 @@ struct gdr_mq_queue_desc {
     gdr_u32 flags;
     gdr_u32 workers;
     gdr_u32 scratch_per_lane;
-    gdr_u32 reserved;
+    gdr_u32 tx_stride;
 };
 static_assert(sizeof(gdr_mq_queue_desc) == 80, "layout.rs QueueDesc");
 
@@ -115,7 +117,8 @@ static_assert(sizeof(gdr_mq_queue_desc) == 80, "layout.rs QueueDesc");
     X(gdr_mq_queue_desc, first_index, 60) \
     X(gdr_mq_queue_desc, flags, 64) \
     X(gdr_mq_queue_desc, workers, 68) \
-    X(gdr_mq_queue_desc, scratch_per_lane, 72)
+    X(gdr_mq_queue_desc, scratch_per_lane, 72) \
+    X(gdr_mq_queue_desc, tx_stride, 76)
 
 // Counts the fields whose offset on the device differs from GDR_MQ_OFFSETS; 0 means the layout
 // the device compiler sees is the one the host writes.
@@ -250,7 +253,7 @@ __device__ __forceinline__ unsigned char *gdr_mq_rx_slot(const gdr_mq_worker &w,
     return (unsigned char *)w.q.rx_slots + (gdr_u64)(i & (w.q.slots - 1u)) * w.q.stride;
 }
 __device__ __forceinline__ unsigned char *gdr_mq_tx_slot(const gdr_mq_worker &w, gdr_u32 i) {
-    return (unsigned char *)w.q.tx_slots + (gdr_u64)(i & (w.q.slots - 1u)) * w.q.stride;
+    return (unsigned char *)w.q.tx_slots + (gdr_u64)(i & (w.q.slots - 1u)) * w.q.tx_stride;
 }
 
 // Warp-collective. Sets up worker `warp` (of q.workers) of queue `q` for the calling lane.
@@ -437,21 +440,37 @@ __device__ gdr_u32 gdr_mq_recv(gdr_mq_worker &w, gdr_mq_batch &b, gdr_u64 idle_n
 // Warp-collective send: lane i (< b.n) publishes `resp_len` bytes of `resp` as the answer to
 // request b.first + i (len above max_msg is recorded as such and the payload cut), then the
 // batch retires in index order and the consumer index is written back.
+//
+// TX format (layout.rs, TX_WORD_SIZE): 8-byte words (data, seq), seq = idx + 1 in every word;
+// words 0..3 are len, tag low, tag high, 0; then 4 payload bytes per word. Each 16-byte store
+// carries two whole words, and the host checks every word's seq, so the words may land in
+// any order: no __threadfence_system() (a PCIe round trip) on the response path. Nothing
+// after the stores waits for them either; they drain on their own.
 __device__ void gdr_mq_send(gdr_mq_worker &w, const gdr_mq_batch &b, const unsigned char *resp,
                             gdr_u32 resp_len) {
     if (w.lane < b.n) {
         const gdr_u32 idx = b.first + w.lane;
-        unsigned char *slot = gdr_mq_tx_slot(w, idx);
+        const gdr_u32 seq = idx + 1u;
+        uint4 *slot = (uint4 *)gdr_mq_tx_slot(w, idx);
         const gdr_u32 copy = resp_len < w.q.max_msg ? resp_len : w.q.max_msg;
-        // Header first, its seq word still the previous lap's (idx + 1 - slots): the slot
-        // stays unowned. (Not 0: that is the seq of index 2^32-1, which would publish early.)
-        gdr_st_volatile_v4(slot, make_uint4(idx + 1u - w.q.slots, resp_len, (gdr_u32)b.tag,
-                                            (gdr_u32)(b.tag >> 32)));
-        if (copy) gdr_mq_copy16(slot + GDR_MQ_SLOT_HEADER_SIZE, resp, copy);
+        gdr_st_volatile_v4(slot, make_uint4(resp_len, seq, (gdr_u32)b.tag, seq));
+        gdr_st_volatile_v4(slot + 1, make_uint4((gdr_u32)(b.tag >> 32), seq, 0u, seq));
+        // `resp` is this lane's own scratch, written by this thread: plain loads (L1 may
+        // serve them), eight 8-byte pieces in flight before their stores.
+        const uint2 *src = (const uint2 *)resp;
+        const gdr_u32 pairs = (copy + 7u) / 8u;
+        for (gdr_u32 base = 0; base < pairs; base += 8) {
+            uint2 r[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (base + k < pairs) r[k] = src[base + k];
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (base + k < pairs)
+                    gdr_st_volatile_v4(slot + 2 + base + k, make_uint4(r[k].x, seq, r[k].y, seq));
+        }
         gdr_mq_prof(w, 2);
-        __threadfence_system();
-        gdr_mq_prof(w, 3);
-        gdr_st_volatile_u32(slot, idx + 1u);
+        gdr_mq_prof(w, 3);  // the TX fence stage: empty since the word format
     }
     __syncwarp();
     if (w.lane == 0) {

@@ -272,7 +272,7 @@ impl GpuWorkers {
                 flags,
                 workers,
                 scratch_per_lane: lane_scratch as u32,
-                _reserved: 0,
+                tx_stride: geo.tx_stride,
             };
             let state = WorkerState {
                 claim: q.first_index,

@@ -21,6 +21,14 @@ pub const STATUS_SIZE: usize = 64;
 pub const WORKER_STATE_SIZE: usize = 64;
 /// Most messages one worker warp takes per batch (one per lane).
 pub const WARP_BATCH: u32 = 32;
+/// TX slots are arrays of 8-byte words `(data: u32, seq: u32)` (the low half is the data);
+/// a word belongs to message `i` when its high half is `seq_of(i)`. Every word publishes
+/// itself, so the worker needs no fence between the payload and an owner word. The first
+/// [`TX_HEADER_WORDS`] words carry `len`, `tag` low, `tag` high and 0; then the payload, 4
+/// bytes per word, in pairs of words (16-byte stores on the GPU).
+pub const TX_WORD_SIZE: usize = 8;
+/// Words before the payload in a TX slot.
+pub const TX_HEADER_WORDS: usize = 4;
 
 /// The header at the start of every RX and TX slot.
 ///
@@ -119,7 +127,8 @@ pub struct QueueDesc {
     pub workers: u32,
     /// Bytes of scratch per lane (two buffers of the rounded-up capacity).
     pub scratch_per_lane: u32,
-    pub _reserved: u32,
+    /// Bytes from one TX slot to the next (the word format doubles the payload).
+    pub tx_stride: u32,
 }
 
 /// `QueueDesc::flags`: the RX ring is in mapped host memory, so workers copy each request
@@ -149,7 +158,10 @@ pub const ERR_OVERRUN: u32 = 3;
 pub struct Geometry {
     pub slots: u32,
     pub max_msg: u32,
+    /// RX slot stride: header and raw payload.
     pub stride: u32,
+    /// TX slot stride: [`TX_HEADER_WORDS`] words, then 8 payload bytes per 16.
+    pub tx_stride: u32,
 }
 
 impl Geometry {
@@ -165,10 +177,14 @@ impl Geometry {
             return Err(format!("max_msg must be at most 16 MiB, got {max_msg}"));
         }
         let stride = (SLOT_HEADER_SIZE + max_msg as usize).next_multiple_of(SLOT_ALIGN);
+        let tx_stride = (TX_HEADER_WORDS * TX_WORD_SIZE
+            + 2 * (max_msg as usize).next_multiple_of(8))
+        .next_multiple_of(SLOT_ALIGN);
         let g = Geometry {
             slots,
             max_msg,
             stride: stride as u32,
+            tx_stride: tx_stride as u32,
         };
         if g.tx_bytes() > (1usize << 34) {
             return Err(format!(
@@ -178,19 +194,30 @@ impl Geometry {
         Ok(g)
     }
 
-    /// Byte offset of the slot holding message `index` (from slot 0).
+    /// Byte offset of the RX slot holding message `index` (from slot 0).
     pub fn slot_offset(&self, index: u32) -> usize {
         (index & (self.slots - 1)) as usize * self.stride as usize
     }
 
+    /// Byte offset of the TX slot holding the response to message `index` (from slot 0).
+    pub fn tx_slot_offset(&self, index: u32) -> usize {
+        (index & (self.slots - 1)) as usize * self.tx_stride as usize
+    }
+
+    /// TX words a response of `len` bytes occupies (header included; `len` is cut at
+    /// `max_msg`, as the worker cuts the payload).
+    pub fn tx_words(&self, len: usize) -> usize {
+        TX_HEADER_WORDS + 2 * len.min(self.max_msg as usize).div_ceil(8)
+    }
+
     /// Bytes of the RX region: control line plus slots.
     pub fn rx_bytes(&self) -> usize {
-        RX_CONTROL_SIZE + self.tx_bytes()
+        RX_CONTROL_SIZE + self.slots as usize * self.stride as usize
     }
 
     /// Bytes of the TX region: slots only.
     pub fn tx_bytes(&self) -> usize {
-        self.slots as usize * self.stride as usize
+        self.slots as usize * self.tx_stride as usize
     }
 
     /// Scratch bytes per worker lane: a request and a response buffer, each as large as a
@@ -204,6 +231,11 @@ impl Geometry {
 /// The sequence word that marks message `index` as present.
 pub fn seq_of(index: u32) -> u32 {
     index.wrapping_add(1)
+}
+
+/// One TX word: `data` in the low half, the owner `seq` in the high half.
+pub fn tx_word(data: u32, seq: u32) -> u64 {
+    (u64::from(seq) << 32) | u64::from(data)
 }
 
 #[cfg(test)]
@@ -257,7 +289,7 @@ mod tests {
             "gdr_mq_worker_state" => WorkerState { claim, retired, live, failed, messages, batches },
             "gdr_mq_queue_desc" => QueueDesc {
                 doorbell, rx_slots, tx_slots, status, state, scratch, slots, stride, max_msg,
-                first_index, flags, workers, scratch_per_lane
+                first_index, flags, workers, scratch_per_lane, tx_stride
             },
         }
     }
@@ -266,7 +298,7 @@ mod tests {
     fn header_and_rust_layouts_agree() {
         let facts = header_facts();
         // Every field of every shared struct is asserted in the header.
-        assert_eq!(facts.len(), 4 + 3 + 8 + 7 + 14, "{facts:?}");
+        assert_eq!(facts.len(), 4 + 3 + 8 + 7 + 15, "{facts:?}");
         for (ty, field, n) in facts {
             let ours = rust_fact(&ty, &field)
                 .unwrap_or_else(|| panic!("header asserts unknown {ty}.{field}"));
@@ -280,6 +312,7 @@ mod tests {
         let want = [
             ("GDR_MQ_SLOT_HEADER_SIZE", SLOT_HEADER_SIZE as u32),
             ("GDR_MQ_WARP_BATCH", WARP_BATCH),
+            ("GDR_MQ_TX_HEADER_WORDS", TX_HEADER_WORDS as u32),
             ("GDR_MQ_FLAG_RX_IN_HOST", FLAG_RX_IN_HOST),
             ("GDR_MQ_FLAG_PROFILE", FLAG_PROFILE),
             ("GDR_MQ_STATE_RUNNING", STATE_RUNNING),
@@ -315,6 +348,17 @@ mod tests {
         assert_eq!(Geometry::new(8, 49).unwrap().stride, 128);
         assert_eq!(Geometry::new(8, 0).unwrap().stride, 64);
         assert_eq!(Geometry::new(8, 1024).unwrap().stride, 1088);
+        // TX: 32 header bytes, then 16 bytes per 8 payload bytes, in whole lines.
+        assert_eq!(g.tx_stride, 192);
+        assert_eq!(Geometry::new(8, 0).unwrap().tx_stride, 64);
+        assert_eq!(Geometry::new(8, 1).unwrap().tx_stride, 64);
+        assert_eq!(Geometry::new(8, 17).unwrap().tx_stride, 128);
+        assert_eq!(Geometry::new(8, 1024).unwrap().tx_stride, 2112);
+        assert_eq!(g.tx_words(0), 4);
+        assert_eq!(g.tx_words(1), 6);
+        assert_eq!(g.tx_words(64), 20);
+        assert_eq!(g.tx_words(1000), 20);
+        assert_eq!(g.tx_bytes(), 1024 * 192);
         assert!(Geometry::new(1000, 64).is_err());
         assert!(Geometry::new(1, 64).is_err());
         assert!(Geometry::new(0, 64).is_err());
@@ -331,6 +375,9 @@ mod tests {
         assert_eq!(g.slot_offset(8), 0);
         assert_eq!(g.slot_offset(u32::MAX), 7 * 128);
         assert_eq!(g.slot_offset(u32::MAX.wrapping_add(1)), 0);
+        assert_eq!(g.tx_slot_offset(7), 7 * 192);
+        assert_eq!(g.tx_slot_offset(8), 0);
+        assert_eq!(tx_word(7, 9), (9 << 32) | 7);
         assert_eq!(seq_of(u32::MAX), 0);
         assert_eq!(seq_of(5), 6);
     }

@@ -68,7 +68,13 @@ pub struct QueuePair {
     full: u64,
     max_in_flight: u64,
     last_health: Instant,
+    /// The decoded payload of the oldest response once `ready` (TX words carry 4 payload
+    /// bytes each, so responses are always decoded, never read in place).
     bounce: Vec<u8>,
+    /// TX words of the oldest response, as read.
+    words: Vec<u64>,
+    /// `(len, tag)` of the oldest response once all its words are current.
+    ready: Option<(usize, u64)>,
 }
 
 impl std::fmt::Debug for QueuePair {
@@ -82,8 +88,9 @@ impl std::fmt::Debug for QueuePair {
     }
 }
 
-/// Writes the initial ring contents: every slot's seq word set to the previous lap's value
-/// for the message that will first use it, so no slot can look published before it is.
+/// Writes the initial ring contents: every RX slot's seq word and every TX word set to the
+/// previous lap's seq for the message that will first use the slot, so nothing can look
+/// published before it is.
 pub(crate) fn init_rings(geo: &Geometry, rx: &Region, tx: &Region, first_index: u32) {
     rx.write(0, &[0u8; RX_CONTROL_SIZE]);
     rx.store_u32(DB_PROD, first_index);
@@ -96,7 +103,15 @@ pub(crate) fn init_rings(geo: &Geometry, rx: &Region, tx: &Region, first_index: 
             tag: 0,
         });
         rx.write(RX_CONTROL_SIZE + geo.slot_offset(idx), &h);
-        tx.write(geo.slot_offset(idx), &h);
+        // Every TX word, not only the first: each word publishes itself.
+        let stamp = layout::tx_word(0, stale).to_ne_bytes();
+        let slot: Vec<u8> = stamp
+            .iter()
+            .copied()
+            .cycle()
+            .take(geo.tx_stride as usize)
+            .collect();
+        tx.write(geo.tx_slot_offset(idx), &slot);
     }
     rx.publish_fence();
     tx.publish_fence();
@@ -122,6 +137,8 @@ impl QueuePair {
             max_in_flight: 0,
             last_health: Instant::now(),
             bounce: Vec::new(),
+            words: Vec::new(),
+            ready: None,
         }
     }
 
@@ -295,19 +312,84 @@ impl QueuePair {
         Ok(n)
     }
 
-    /// True when the response to the oldest outstanding request has been published. After
-    /// `true`, the rest of the slot may be read (the load fence keeps those reads after the
-    /// owner word's on a write-combined BAR mapping).
-    fn response_ready(&self) -> bool {
+    /// True when the response to the oldest outstanding request is complete: every TX word
+    /// it occupies carries its seq. The words are then decoded into `bounce` (and `ready`
+    /// set), so later calls for the same response read nothing.
+    fn response_ready(&mut self) -> bool {
+        if self.ready.is_some() {
+            return true;
+        }
         if self.received == self.rung {
             return false;
         }
         let idx = self.index(self.received);
-        let ready = self.p.tx.load_u32(self.p.geo.slot_offset(idx)) == layout::seq_of(idx);
-        if ready {
-            self.p.tx.acquire_fence();
+        let seq = layout::seq_of(idx);
+        let off = self.p.geo.tx_slot_offset(idx);
+        // Word 0 (len) first: it says how many more words to check.
+        let w0 = self.p.tx.load_u64(off);
+        if (w0 >> 32) as u32 != seq {
+            return false;
         }
-        ready
+        let len = w0 as u32 as usize;
+        let n = self.p.geo.tx_words(len);
+        let mut words = std::mem::take(&mut self.words);
+        words.clear();
+        words.push(w0);
+        if self.p.tx.write_combined() {
+            // Reads of a BAR mapping are uncached round trips: one bulk read. Each aligned
+            // 8-byte word arrives whole (the GPU writes it in one store, the read never splits
+            // it), and each is checked below, so no fence orders these reads after word 0.
+            let mut raw = std::mem::take(&mut self.bounce);
+            raw.resize((n - 1) * layout::TX_WORD_SIZE, 0);
+            self.p.tx.read(off + layout::TX_WORD_SIZE, &mut raw);
+            words.extend(
+                raw.chunks_exact(8)
+                    .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))),
+            );
+            self.bounce = raw;
+        } else {
+            words.extend((1..n).map(|k| self.p.tx.load_u64(off + k * layout::TX_WORD_SIZE)));
+        }
+        let complete = words.iter().all(|&w| (w >> 32) as u32 == seq);
+        if complete {
+            let tag = (words[1] & 0xffff_ffff) | (words[2] << 32);
+            let copy = len.min(self.max_msg());
+            self.bounce.clear();
+            for w in &words[layout::TX_HEADER_WORDS..] {
+                self.bounce.extend_from_slice(&(*w as u32).to_ne_bytes());
+            }
+            self.bounce.truncate(copy);
+            self.ready = Some((len, tag));
+        }
+        self.words = words;
+        complete
+    }
+
+    /// Done with the TX slot of message `received` (the worker writes it again only for
+    /// message received + slots, which cannot be sent before `received` advances).
+    ///
+    /// A word the worker has not rewritten for 2^32 messages would carry a current seq
+    /// again; so once per 2^31 messages of each slot (when its index is below `slots` modulo
+    /// 2^31) every word of the slot is stamped with this message's seq, which no message of
+    /// the next 2^32 - 1 indexes carries.
+    fn retire_slot(&mut self) {
+        let idx = self.index(self.received);
+        self.ready = None;
+        if idx & 0x7fff_ffff < self.p.geo.slots {
+            let off = self.p.geo.tx_slot_offset(idx);
+            let stamp = layout::tx_word(0, layout::seq_of(idx)).to_ne_bytes();
+            let slot: Vec<u8> = stamp
+                .iter()
+                .copied()
+                .cycle()
+                .take(self.p.geo.tx_stride as usize)
+                .collect();
+            self.p.tx.write(off, &slot);
+            // On a BAR mapping these stores must land before the next request can make the
+            // worker write this slot again.
+            self.p.tx.publish_fence();
+        }
+        self.received += 1;
     }
 
     /// Takes the oldest response if it is there, handing its payload to `f`.
@@ -315,12 +397,7 @@ impl QueuePair {
         if !self.response_ready() {
             return Ok(None);
         }
-        let idx = self.index(self.received);
-        let off = self.p.geo.slot_offset(idx);
-        let mut h = [0u8; 12];
-        self.p.tx.read(off + 4, &mut h);
-        let len = u32::from_ne_bytes(h[0..4].try_into().expect("4 bytes")) as usize;
-        let tag = u64::from_ne_bytes(h[4..12].try_into().expect("8 bytes"));
+        let (len, tag) = self.ready.expect("response_ready sets it");
         if tag != self.received {
             return Err(MqError::Protocol {
                 queue: self.p.id,
@@ -332,40 +409,24 @@ impl QueuePair {
         }
         let index = self.received;
         if len > self.max_msg() {
-            self.received += 1;
+            self.retire_slot();
             return Err(MqError::ResponseTooLong {
                 index,
                 len,
                 max: self.max_msg(),
             });
         }
-        let r = if self.p.tx.write_combined() {
-            // CPU reads of a BAR mapping are slow and uncached: read once into a bounce buffer.
-            let mut b = std::mem::take(&mut self.bounce);
-            b.resize(len, 0);
-            self.p.tx.read(off + SLOT_HEADER_SIZE, &mut b);
-            let r = f(&b);
-            self.bounce = b;
-            r
-        } else {
-            // SAFETY: the slot holds the response to message `received`; the worker writes this
-            // slot again only for message received + slots, which cannot be sent before
-            // `received` advances (below, after the slice is gone).
-            f(unsafe { self.p.tx.slice(off + SLOT_HEADER_SIZE, len) })
-        };
-        self.received += 1;
+        let r = f(&self.bounce[..len]);
+        self.retire_slot();
         Ok(Some(r))
     }
 
     /// Length of the oldest response if it has arrived.
-    fn ready_len(&self) -> Option<usize> {
+    fn ready_len(&mut self) -> Option<usize> {
         if !self.response_ready() {
             return None;
         }
-        let off = self.p.geo.slot_offset(self.index(self.received));
-        let mut b = [0u8; 4];
-        self.p.tx.read(off + 4, &mut b);
-        Some(u32::from_ne_bytes(b) as usize)
+        self.ready.map(|(len, _)| len)
     }
 
     fn copy_into(&mut self, buf: &mut [u8]) -> Result<usize, MqError> {
@@ -398,8 +459,8 @@ impl QueuePair {
         Ok(None)
     }
 
-    /// Receives the oldest response if it has arrived, handing its bytes to `f` (no copy when
-    /// the TX ring is in host memory).
+    /// Receives the oldest response if it has arrived, handing its bytes to `f` (the decoded
+    /// payload, borrowed: no allocation).
     pub fn try_recv_with<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, MqError> {
         match self.take(f)? {
             Some(r) => Ok(Some(r)),
@@ -442,7 +503,7 @@ impl QueuePair {
     fn wait(
         &mut self,
         what: &'static str,
-        mut ready: impl FnMut(&Self) -> Result<bool, MqError>,
+        mut ready: impl FnMut(&mut Self) -> Result<bool, MqError>,
     ) -> Result<(), MqError> {
         let start = Instant::now();
         let mut spins = 0u32;
@@ -510,5 +571,118 @@ impl QueuePair {
             reason,
             in_flight: self.in_flight_report(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mq::memory::PlainMemory;
+    use rand::{Rng, RngCore};
+
+    struct Alive;
+    impl WorkerLink for Alive {
+        fn poll(&self) -> Result<bool, String> {
+            Ok(true)
+        }
+    }
+
+    /// A queue pair over plain memory with no worker: the test plays the worker.
+    fn bare(slots: u32, max_msg: u32, first_index: u32) -> QueuePair {
+        let geo = Geometry::new(slots, max_msg).unwrap();
+        let mem = |n| Region::whole(Arc::new(PlainMemory::new(n).unwrap()));
+        let (rx, tx) = (mem(geo.rx_bytes()), mem(geo.tx_bytes()));
+        init_rings(&geo, &rx, &tx, first_index);
+        QueuePair::new(QueueParts {
+            id: 0,
+            geo,
+            rx,
+            tx,
+            status: mem(layout::STATUS_SIZE),
+            first_index,
+            wait_timeout: Duration::from_millis(50),
+            link: Arc::new(Alive),
+        })
+    }
+
+    /// Writes the response to message `count` as the worker would, leaving word `skip`
+    /// (if any) as it was.
+    fn answer(q: &QueuePair, count: u64, payload: &[u8], skip: Option<usize>) {
+        let idx = q.index(count);
+        let seq = layout::seq_of(idx);
+        let off = q.p.geo.tx_slot_offset(idx);
+        let mut data = vec![payload.len() as u32, count as u32, (count >> 32) as u32, 0];
+        let mut padded = payload.to_vec();
+        padded.resize(payload.len().next_multiple_of(8), 0);
+        data.extend(
+            padded
+                .chunks_exact(4)
+                .map(|c| u32::from_ne_bytes(c.try_into().unwrap())),
+        );
+        for (k, d) in data.into_iter().enumerate() {
+            if Some(k) != skip {
+                q.p.tx.store_u64(off + 8 * k, layout::tx_word(d, seq));
+            }
+        }
+    }
+
+    #[test]
+    fn a_response_is_ready_only_when_every_word_is_current() {
+        let mut rng = rand::thread_rng();
+        let mut q = bare(4, 64, rng.gen());
+        let mut msg = vec![0u8; 61];
+        rng.fill_bytes(&mut msg);
+        q.send(&msg).unwrap();
+        let mut out = vec![0xa5u8; 64];
+        let idx = q.index(0);
+        let off = q.p.geo.tx_slot_offset(idx);
+        let stale = layout::tx_word(0, layout::seq_of(idx.wrapping_sub(4)));
+        for skip in [0, 1, 2, 3, 4, 19] {
+            for k in 0..20 {
+                q.p.tx.store_u64(off + 8 * k, stale);
+            }
+            answer(&q, 0, &msg, Some(skip));
+            assert_eq!(q.try_recv(&mut out).unwrap(), None, "word {skip} stale");
+        }
+        answer(&q, 0, &msg, None);
+        assert_eq!(q.try_recv(&mut out).unwrap(), Some(61));
+        assert_eq!(&out[..61], &msg[..]);
+        assert_eq!(out[61..], [0xa5; 3]);
+        assert_eq!(q.try_recv(&mut out).unwrap(), None);
+    }
+
+    #[test]
+    fn a_wrong_tag_is_a_protocol_error() {
+        let mut q = bare(4, 64, 7);
+        q.send(b"x").unwrap();
+        answer(&q, 0, b"y", None);
+        let off = q.p.geo.tx_slot_offset(7);
+        q.p.tx
+            .store_u64(off + 8, layout::tx_word(5, layout::seq_of(7)));
+        assert!(matches!(
+            q.try_recv(&mut [0u8; 8]),
+            Err(MqError::Protocol { .. })
+        ));
+    }
+
+    #[test]
+    fn slots_are_restamped_once_per_2_pow_31_messages() {
+        let slots = 4u32;
+        let first = (1u32 << 31) - 2;
+        let mut q = bare(slots, 64, first);
+        let long = [0x11u8; 64];
+        let mut out = [0u8; 64];
+        // Messages first .. first + 8: the ones at 2^31 .. 2^31 + 3 restamp their slot.
+        for count in 0..8u64 {
+            let msg: &[u8] = if count < 2 { &long } else { b"ab" };
+            q.send(msg).unwrap();
+            answer(&q, count, msg, None);
+            assert_eq!(q.try_recv(&mut out).unwrap(), Some(msg.len()));
+            let idx = q.index(count);
+            let off = q.p.geo.tx_slot_offset(idx);
+            let last = q.p.tx.load_u64(off + q.p.geo.tx_stride as usize - 8);
+            let stamped = (last >> 32) as u32 == layout::seq_of(idx);
+            assert_eq!(stamped, idx & 0x7fff_ffff < slots, "message {idx:#x}");
+        }
     }
 }
