@@ -40,6 +40,10 @@ enum Command {
     Dma(cmd::dma::Args),
     /// Message queues to persistent GPU workers: `gdr mq bench`
     Mq(cmd::mq::Args),
+    /// UDP server whose requests go straight into GPU queues (or the host-centric baseline)
+    Serve(cmd::serve::Args),
+    /// Load generator for `gdr serve`: closed or open loop, loss and latency percentiles
+    Load(cmd::load::Args),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +62,8 @@ fn main() -> ExitCode {
         Command::Topo(a) => cmd::topo::run(a),
         Command::Dma(a) => cmd::dma::run(a),
         Command::Mq(a) => cmd::mq::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
+        Command::Load(a) => cmd::load::run(a),
     };
     match result {
         Ok(code) => code,

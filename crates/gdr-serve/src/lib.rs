@@ -13,6 +13,7 @@ pub mod hist;
 pub mod lenet;
 pub mod load;
 pub mod net;
+pub mod run;
 pub mod server;
 pub mod signal;
 pub mod wire;
