@@ -133,17 +133,33 @@ impl Generator {
             Payload::Raw { app, .. } => (app, Vec::new()),
             Payload::Lenet { seed, images } => {
                 let w = lenet::weights(seed);
-                let imgs = (0..images.max(1) as u64)
-                    .map(|k| {
-                        let img = lenet::image(seed, k);
-                        let l = if verify {
-                            lenet::forward(&w, &img)
-                        } else {
-                            [0.0; 10]
-                        };
-                        (img, l)
-                    })
-                    .collect();
+                let n = images.max(1) as u64;
+                // References for many images: on every core.
+                let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as u64;
+                let chunk = n.div_ceil(cores);
+                let imgs = std::thread::scope(|s| {
+                    let hs: Vec<_> = (0..cores)
+                        .map(|c| {
+                            let w = &w;
+                            s.spawn(move || {
+                                (c * chunk..((c + 1) * chunk).min(n))
+                                    .map(|k| {
+                                        let img = lenet::image(seed, k);
+                                        let l = if verify {
+                                            lenet::forward(w, &img)
+                                        } else {
+                                            [0.0; 10]
+                                        };
+                                        (img, l)
+                                    })
+                                    .collect::<Vec<_>>()
+                            })
+                        })
+                        .collect();
+                    hs.into_iter()
+                        .flat_map(|h| h.join().expect("reference thread"))
+                        .collect()
+                });
                 (apps::ID_LENET, imgs)
             }
         };
