@@ -371,15 +371,17 @@ impl<'s, 'a> NetThread<'s, 'a> {
                 match rx.recv(self.fd) {
                     Ok(n) if n > 0 => {
                         work += n;
+                        // Before dispatch: a stats query in this batch must see the drops
+                        // its own datagram reports.
+                        if let Some(d) = rx.kernel_drops() {
+                            self.shared
+                                .kernel_drops
+                                .fetch_max(d as u64, Ordering::Relaxed);
+                        }
                         self.dispatch(&rx, n)?;
                     }
                     Ok(_) => {}
                     Err(e) => break Err(ServeError::Io("recvmmsg".into(), e)),
-                }
-                if let Some(d) = rx.kernel_drops() {
-                    self.shared
-                        .kernel_drops
-                        .fetch_max(d as u64, Ordering::Relaxed);
                 }
             }
             match self.collect() {
