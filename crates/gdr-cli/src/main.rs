@@ -42,6 +42,10 @@ enum Command {
     Mq(cmd::mq::Args),
     /// Cost of export/pin, map, unmap, unpin by size for each backend, and the cache's hit/miss
     Apiperf(cmd::apiperf::Args),
+    /// UDP server whose requests go straight into GPU queues (or the host-centric baseline)
+    Serve(cmd::serve::Args),
+    /// Load generator for `gdr serve`: closed or open loop, loss and latency percentiles
+    Load(cmd::load::Args),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +65,8 @@ fn main() -> ExitCode {
         Command::Dma(a) => cmd::dma::run(a),
         Command::Mq(a) => cmd::mq::run(a),
         Command::Apiperf(a) => cmd::apiperf::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
+        Command::Load(a) => cmd::load::run(a),
     };
     match result {
         Ok(code) => code,

@@ -7,11 +7,13 @@ pub mod copylat;
 pub mod dma;
 pub mod gpu;
 pub mod info;
+pub mod load;
 pub mod measure;
 pub mod mq;
 pub mod plot;
 pub mod pplat;
 pub mod sanity;
+pub mod serve;
 pub mod table;
 pub mod topo;
 

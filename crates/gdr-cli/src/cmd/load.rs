@@ -1,0 +1,143 @@
+//! `gdr load`: a load generator for `gdr serve`: closed loop (N outstanding) or open loop (a
+//! rate); throughput, loss and latency percentiles; answers checked on request.
+
+use super::CmdResult;
+use gdr_serve::load::{self, LoadConfig, LoadMode, LoadReport, Payload};
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Server address
+    #[arg(long, default_value = "127.0.0.1:9000")]
+    target: std::net::SocketAddr,
+    /// What to send: echo, lenet, vecadd, or raw (bytes to --app-id, unchecked)
+    #[arg(long, default_value = "echo")]
+    app: String,
+    /// App id for --app raw
+    #[arg(long, default_value_t = gdr_serve::apps::ID_USER)]
+    app_id: u16,
+    /// Payload bytes (echo, raw)
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// f32 pairs per vecadd request
+    #[arg(long, default_value_t = 64)]
+    n: usize,
+    /// Distinct lenet images
+    #[arg(long, default_value_t = 256)]
+    images: usize,
+    /// LeNet weight seed (must match the server's for --verify)
+    #[arg(long, default_value_t = gdr_serve::apps::DEFAULT_SEED)]
+    seed: u32,
+    /// Closed loop: requests outstanding per thread
+    #[arg(long, default_value_t = 1)]
+    outstanding: usize,
+    /// Open loop: requests per second in total (overrides --outstanding)
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Seconds of sending
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Stop after this many requests in total
+    #[arg(long)]
+    requests: Option<u64>,
+    /// Client threads (one socket each)
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// A request unanswered this long is lost (ms)
+    #[arg(long, default_value_t = 1000)]
+    timeout_ms: u64,
+    /// Check every answer (echo bytes, vecadd sums, lenet logits against the CPU reference)
+    #[arg(long)]
+    verify: bool,
+    /// Datagrams per sendmmsg/recvmmsg
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Do not ask the server for its counters
+    #[arg(long)]
+    no_server_stats: bool,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> CmdResult {
+    let payload = match a.app.as_str() {
+        "echo" => Payload::Echo { size: a.size },
+        "lenet" => Payload::Lenet {
+            seed: a.seed,
+            images: a.images.max(1),
+        },
+        "vecadd" => Payload::Vecadd { n: a.n.max(1) },
+        "raw" => Payload::Raw {
+            app: a.app_id,
+            size: a.size,
+        },
+        other => return Err(format!("unknown app {other:?} (echo, lenet, vecadd, raw)").into()),
+    };
+    if !(a.duration > 0.0 && a.duration.is_finite()) {
+        return Err("--duration must be a positive number of seconds".into());
+    }
+    let cfg = LoadConfig {
+        target: a.target,
+        payload,
+        mode: match a.rate {
+            Some(rate) => LoadMode::Open { rate },
+            None => LoadMode::Closed {
+                outstanding: a.outstanding,
+            },
+        },
+        duration: Duration::from_secs_f64(a.duration),
+        requests: a.requests,
+        threads: a.threads,
+        timeout: Duration::from_millis(a.timeout_ms.max(1)),
+        verify: a.verify,
+        batch: a.batch,
+        server_stats: !a.no_server_stats,
+    };
+    let stop = gdr_serve::signal::stop_flag();
+    let r = load::run(&cfg, stop)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print_report(&r);
+    }
+    Ok(if r.verify_failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn print_report(r: &LoadReport) {
+    println!(
+        "gdr load: {:?}, {:?}, {} thread(s), {:.2} s",
+        r.mode.expect("set by run"),
+        r.payload.as_ref().expect("set by run"),
+        r.threads,
+        r.elapsed_s
+    );
+    println!(
+        "  sent {}  ok {}  errors {:?}  lost {}  stray {}  client drops {}",
+        r.sent, r.ok, r.errors, r.lost, r.stray, r.client_drops
+    );
+    if r.verified + r.verify_failed > 0 {
+        println!("  verified {}  WRONG {}", r.verified, r.verify_failed);
+    }
+    let l = &r.latency;
+    println!(
+        "  throughput {:.0} req/s   latency us: p50 {:.2}  p99 {:.2}  p999 {:.2}  max {:.2}",
+        r.throughput_rps, l.p50_us, l.p99_us, l.p999_us, l.max_us
+    );
+    if let Some(s) = &r.server {
+        println!(
+            "  server: accepted {}  responses {}  shed {}  kernel drops {}  bad {}  (dropped total {})",
+            s.accepted,
+            s.responses,
+            s.shed,
+            s.kernel_drops,
+            s.bad_replied + s.bad_dropped,
+            s.dropped()
+        );
+    }
+}

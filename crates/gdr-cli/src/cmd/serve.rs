@@ -1,0 +1,213 @@
+//! `gdr serve`: the accelerator-centric UDP server (or its host-centric baseline). Runs until
+//! SIGINT/SIGTERM or `--duration`, drains in-flight requests, prints totals.
+
+use super::CmdResult;
+use gdr::mq::Placement;
+use gdr_serve::gpu::GpuShape;
+use gdr_serve::run::{serve, Mode, ServeOptions};
+use gdr_serve::wire::Framing;
+use gdr_serve::{App, ServeReport, ServerConfig};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// App: echo, lenet, vecadd (or --app-file)
+    #[arg(long, default_value = "echo")]
+    app: String,
+    /// A user app: CUDA C defining gdr_serve_app (see docs/serve.md)
+    #[arg(long)]
+    app_file: Option<std::path::PathBuf>,
+    /// Wire id of the user app
+    #[arg(long, default_value_t = gdr_serve::apps::ID_USER)]
+    app_id: u16,
+    /// Largest request payload for echo, vecadd and user apps (bytes)
+    #[arg(long, default_value_t = 1024)]
+    max_payload: usize,
+    /// Repeat each request's computation N times (a heavier app, same answers)
+    #[arg(long, default_value_t = 1)]
+    work: u32,
+    /// LeNet weight seed
+    #[arg(long, default_value_t = gdr_serve::apps::DEFAULT_SEED)]
+    seed: u32,
+    /// gpu-queue (persistent GPU workers), host-centric (copy-launch-copy-sync), or cpu
+    #[arg(long, default_value = "gpu-queue")]
+    mode: String,
+    /// Address to listen on
+    #[arg(long, default_value = "0.0.0.0:9000")]
+    listen: std::net::SocketAddr,
+    /// GPU ordinals sharing the load (round robin), comma-separated
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    gpus: Vec<usize>,
+    /// Network threads (CPU cores on the data path)
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Datagrams per recvmmsg/sendmmsg
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Slots per GPU queue (power of two)
+    #[arg(long, default_value_t = 1024)]
+    slots: u32,
+    /// Most requests in flight per queue; beyond it requests are shed (counted)
+    #[arg(long, default_value_t = 256)]
+    max_in_flight: usize,
+    /// Warps per worker block (power of two up to 32)
+    #[arg(long, default_value_t = 16)]
+    warps: u32,
+    /// Worker blocks (SMs) per queue
+    #[arg(long, default_value_t = 1)]
+    blocks_per_queue: u32,
+    /// Queue placement: lynx, host, gpu, crossed
+    #[arg(long, default_value = "lynx")]
+    placement: String,
+    /// Host-centric: requests in flight (streams) per thread and GPU
+    #[arg(long, default_value_t = 4)]
+    streams: usize,
+    /// Wire framing: gdr, or sockperf (sockperf's 16-byte header in front, returned)
+    #[arg(long, default_value = "gdr")]
+    framing: String,
+    /// Drop bad input silently instead of answering with an error code (still counted)
+    #[arg(long)]
+    drop_bad: bool,
+    /// Never sleep when idle (one core per network thread at 100 %)
+    #[arg(long)]
+    busy_poll: bool,
+    /// Stop after this many seconds (default: until SIGINT)
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Print the totals as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> CmdResult {
+    let app = match &a.app_file {
+        Some(p) => {
+            let src = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            App::user(&name, src, a.app_id, a.work, a.max_payload)?
+        }
+        None if a.app == "lenet" => App::lenet(a.seed, a.work)?,
+        None => App::builtin(&a.app, a.work, a.max_payload)?,
+    };
+    let mode = Mode::parse(&a.mode)
+        .ok_or_else(|| format!("unknown mode {:?} (gpu-queue, host-centric, cpu)", a.mode))?;
+    let placement = Placement::parse(&a.placement).ok_or_else(|| {
+        format!(
+            "unknown placement {:?} (lynx, host, gpu, crossed)",
+            a.placement
+        )
+    })?;
+    let framing = Framing::parse(&a.framing)
+        .ok_or_else(|| format!("unknown framing {:?} (gdr, sockperf)", a.framing))?;
+    if a.batch == 0 || a.max_in_flight == 0 || a.streams == 0 {
+        return Err("--batch, --max-in-flight and --streams must be at least 1".into());
+    }
+    let opts = ServeOptions {
+        listen: a.listen,
+        mode,
+        gpus: a.gpus.clone(),
+        threads: a.threads,
+        shape: GpuShape {
+            slots: a.slots,
+            placement,
+            warps: a.warps,
+            blocks_per_queue: a.blocks_per_queue,
+        },
+        max_in_flight: a.max_in_flight,
+        streams: a.streams,
+        server: ServerConfig {
+            framing,
+            reply_errors: !a.drop_bad,
+            batch: a.batch,
+            idle_sleep: if a.busy_poll {
+                Duration::ZERO
+            } else {
+                Duration::from_micros(50)
+            },
+            ..Default::default()
+        },
+    };
+    let stop = gdr_serve::signal::stop_flag();
+    let duration = a.duration.map(Duration::from_secs_f64);
+    let report = std::thread::scope(|s| {
+        let timer = duration.map(|d| {
+            s.spawn(move || {
+                let start = std::time::Instant::now();
+                while start.elapsed() < d && !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                stop.store(true, Ordering::Release);
+            })
+        });
+        let r = serve(&app, &opts, stop, &mut |addr| {
+            eprintln!(
+                "gdr serve: ready on {addr}: app {} (id {}, work {}), mode {}, {} thread(s), GPU(s) {:?}",
+                app.name(),
+                app.id(),
+                app.work(),
+                mode.name(),
+                opts.threads,
+                opts.gpus
+            );
+        });
+        stop.store(true, Ordering::Release);
+        if let Some(t) = timer {
+            let _ = t.join();
+        }
+        r
+    })?;
+    if a.json {
+        let v = serde_json::json!({
+            "mode": mode.name(),
+            "gpus": a.gpus,
+            "threads": a.threads,
+            "work": a.work,
+            "report": report,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print_totals(mode, &report);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_totals(mode: Mode, r: &ServeReport) {
+    let c = &r.counters;
+    println!(
+        "gdr serve: {} in {} mode, {} thread(s), {:.1} s",
+        r.app,
+        mode.name(),
+        r.threads,
+        r.elapsed_s
+    );
+    println!(
+        "  datagrams {}  accepted {}  answered {}  responses {}  app failed {}  no reply asked {}",
+        c.datagrams, c.accepted, c.answered, c.responses, c.app_failed, c.no_reply
+    );
+    println!(
+        "  bad input {} (empty {}, truncated {}, oversized {}, unknown app {}, bad header {}): \
+         answered {}, dropped {}",
+        c.empty + c.truncated + c.oversized + c.unknown_app + c.bad_header,
+        c.empty,
+        c.truncated,
+        c.oversized,
+        c.unknown_app,
+        c.bad_header,
+        c.bad_replied,
+        c.bad_dropped
+    );
+    println!(
+        "  shed {}  kernel drops {}  send failed {}  abandoned {}  stats queries {}",
+        c.shed, c.kernel_drops, c.send_failed, c.abandoned, c.stats_queries
+    );
+    let t = &r.server_time;
+    println!(
+        "  server time (received -> handed to socket) us: p50 {:.2}  p99 {:.2}  p999 {:.2}  max {:.2}  ({} answers)",
+        t.p50_us, t.p99_us, t.p999_us, t.max_us, t.count
+    );
+}

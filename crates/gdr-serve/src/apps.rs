@@ -1,0 +1,333 @@
+//! The apps a server runs: `echo`, `lenet`, `vecadd`, or a user's CUDA C file; each with its
+//! request checks, a CPU implementation (the reference tests compare against, and the CPU
+//! backend), and its device source.
+
+use crate::lenet;
+use crate::wire::Status;
+use crate::ServeError;
+use std::sync::Arc;
+
+/// App ids on the wire.
+pub const ID_ECHO: u16 = 1;
+pub const ID_LENET: u16 = 2;
+pub const ID_VECADD: u16 = 3;
+/// Default id of a user app.
+pub const ID_USER: u16 = 100;
+
+/// Default weight seed of `lenet`.
+pub const DEFAULT_SEED: u32 = 1;
+
+const SERVE_CUH: &str = include_str!("cuda/serve.cuh");
+const LENET_CUH: &str = include_str!("cuda/lenet.cuh");
+const KERNELS_CU: &str = include_str!("cuda/kernels.cu");
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AppKind {
+    Echo,
+    Lenet {
+        seed: u32,
+    },
+    Vecadd,
+    /// CUDA C defining `gdr_serve_app` (see `docs/serve.md`).
+    User {
+        source: String,
+    },
+}
+
+/// An app and its limits.
+#[derive(Clone)]
+pub struct App {
+    kind: AppKind,
+    name: String,
+    id: u16,
+    work: u32,
+    max_request: usize,
+    weights: Option<Arc<Vec<f32>>>,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("name", &self.name)
+            .field("id", &self.id)
+            .field("work", &self.work)
+            .field("max_request", &self.max_request)
+            .finish()
+    }
+}
+
+impl App {
+    /// A built-in app by name: `echo` and `vecadd` take requests up to `max_payload` bytes;
+    /// `lenet` exactly 784. `work` >= 1 repeats the computation that many times (same answer)
+    /// to make a request heavier.
+    pub fn builtin(name: &str, work: u32, max_payload: usize) -> Result<App, ServeError> {
+        let (kind, id, max_request) = match name {
+            "echo" => (AppKind::Echo, ID_ECHO, max_payload),
+            "lenet" => (
+                AppKind::Lenet { seed: DEFAULT_SEED },
+                ID_LENET,
+                lenet::IMAGE_BYTES,
+            ),
+            "vecadd" => (AppKind::Vecadd, ID_VECADD, max_payload / 8 * 8),
+            other => {
+                return Err(ServeError::Config(format!(
+                    "unknown app `{other}` (echo, lenet, vecadd, or --app-file FILE.cu)"
+                )))
+            }
+        };
+        App::new(kind, name, id, work, max_request)
+    }
+
+    /// `lenet` with another weight seed.
+    pub fn lenet(seed: u32, work: u32) -> Result<App, ServeError> {
+        App::new(
+            AppKind::Lenet { seed },
+            "lenet",
+            ID_LENET,
+            work,
+            lenet::IMAGE_BYTES,
+        )
+    }
+
+    /// A user app: `source` defines `gdr_serve_app`; requests up to `max_request` bytes,
+    /// responses up to the same.
+    pub fn user(
+        name: &str,
+        source: String,
+        id: u16,
+        work: u32,
+        max_request: usize,
+    ) -> Result<App, ServeError> {
+        if !source.contains("gdr_serve_app") {
+            return Err(ServeError::Config(format!(
+                "{name}: the source must define `__device__ unsigned int gdr_serve_app(const \
+                 gdr_serve_group &g, const unsigned char *req, unsigned int len, unsigned char \
+                 *resp, unsigned int cap)`"
+            )));
+        }
+        App::new(AppKind::User { source }, name, id, work, max_request)
+    }
+
+    fn new(
+        kind: AppKind,
+        name: &str,
+        id: u16,
+        work: u32,
+        max_request: usize,
+    ) -> Result<App, ServeError> {
+        if work == 0 || work > 1_000_000 {
+            return Err(ServeError::Config(format!(
+                "--work must be in 1..=1000000, got {work}"
+            )));
+        }
+        if max_request == 0 || max_request > crate::wire::MAX_DATAGRAM - crate::wire::HEADER_LEN {
+            return Err(ServeError::Config(format!(
+                "bad request size limit {max_request}"
+            )));
+        }
+        let weights = match kind {
+            AppKind::Lenet { seed } => Some(Arc::new(lenet::weights(seed))),
+            _ => None,
+        };
+        Ok(App {
+            kind,
+            name: name.into(),
+            id,
+            work,
+            max_request,
+            weights,
+        })
+    }
+
+    pub fn kind(&self) -> &AppKind {
+        &self.kind
+    }
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+    pub fn work(&self) -> u32 {
+        self.work
+    }
+    pub fn max_request(&self) -> usize {
+        self.max_request
+    }
+
+    /// Largest response in bytes.
+    pub fn max_response(&self) -> usize {
+        match self.kind {
+            AppKind::Lenet { .. } => lenet::LOGITS_BYTES,
+            AppKind::Vecadd => self.max_request / 2,
+            _ => self.max_request,
+        }
+    }
+
+    /// Payload bytes a queue slot must hold (requests and responses share a slot size).
+    pub fn slot_payload(&self) -> usize {
+        self.max_request
+            .max(self.max_response())
+            .next_multiple_of(16)
+    }
+
+    /// Whether a request payload of `len` bytes is acceptable.
+    pub fn check(&self, len: usize) -> Result<(), Status> {
+        match self.kind {
+            AppKind::Lenet { .. } if len < lenet::IMAGE_BYTES => Err(Status::Truncated),
+            AppKind::Lenet { .. } if len > lenet::IMAGE_BYTES => Err(Status::Oversized),
+            AppKind::Vecadd if len == 0 || !len.is_multiple_of(8) => Err(Status::Truncated),
+            _ if len > self.max_request => Err(Status::Oversized),
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs the app on the CPU: the reference for tests and the CPU backend. Returns the
+    /// response length, or None when there is no CPU version (user apps) or it failed.
+    pub fn run_cpu(&self, req: &[u8], resp: &mut [u8]) -> Option<usize> {
+        match self.kind {
+            AppKind::Echo => {
+                let out = resp.get_mut(..req.len())?;
+                for _ in 0..self.work {
+                    out.copy_from_slice(req);
+                }
+                Some(req.len())
+            }
+            AppKind::Vecadd => {
+                let n = req.len() / 8;
+                if !req.len().is_multiple_of(8) || resp.len() < n * 4 {
+                    return None;
+                }
+                let f = |b: &[u8], i: usize| {
+                    f32::from_le_bytes(b[i * 4..i * 4 + 4].try_into().expect("4"))
+                };
+                for i in 0..n {
+                    let c = f(req, i) + f(req, n + i);
+                    resp[i * 4..i * 4 + 4].copy_from_slice(&c.to_le_bytes());
+                }
+                Some(n * 4)
+            }
+            AppKind::Lenet { .. } => {
+                let img: &[u8; lenet::IMAGE_BYTES] = req.try_into().ok()?;
+                let w = self.weights.as_ref()?;
+                let l = lenet::forward(w, img);
+                resp.get_mut(..lenet::LOGITS_BYTES)?
+                    .copy_from_slice(&lenet::logits_bytes(&l));
+                Some(lenet::LOGITS_BYTES)
+            }
+            AppKind::User { .. } => None,
+        }
+    }
+
+    /// The CPU weights of `lenet`.
+    pub fn lenet_weights(&self) -> Option<&[f32]> {
+        self.weights.as_deref().map(|v| &v[..])
+    }
+
+    /// The device program body (after gdr::mq's device header): app, kernels, and the
+    /// renaming that makes mq launch our block-wide worker.
+    pub fn device_source(&self) -> String {
+        let mut s = format!("#define GDR_SERVE_WORK {}u\n{SERVE_CUH}\n", self.work);
+        match &self.kind {
+            AppKind::Echo => s += "#define GDR_SERVE_APP gdr_app_echo\n",
+            AppKind::Vecadd => s += "#define GDR_SERVE_APP gdr_app_vecadd\n",
+            AppKind::Lenet { seed } => {
+                let layers: Vec<String> = lenet::LAYERS
+                    .iter()
+                    .map(|&(start, count, fan_in)| {
+                        format!(
+                            "{{{start}u, {count}u, 0x{:08x}u}}",
+                            lenet::layer_scale2(fan_in).to_bits()
+                        )
+                    })
+                    .collect();
+                s += &format!(
+                    "#define GDR_LENET_SEED {seed}u\n#define GDR_LENET_LAYERS {{{}}}\n{LENET_CUH}\n\
+                     #define GDR_SERVE_APP gdr_app_lenet\n#define GDR_SERVE_APP_INIT gdr_lenet_init\n",
+                    layers.join(", ")
+                );
+            }
+            AppKind::User { source } => {
+                s += &format!(
+                    "#line 1 \"{}\"\n{source}\n#define GDR_SERVE_APP gdr_serve_app\n",
+                    self.name.replace(['"', '\\', '\n'], "_")
+                );
+            }
+        }
+        s += "#line 1 \"gdr-serve/kernels.cu\"\n";
+        s += KERNELS_CU;
+        s
+    }
+
+    /// The mq handler whose program carries our kernels.
+    pub fn handler(&self) -> gdr::mq::Handler {
+        gdr::mq::Handler::new(&format!("serve_{}", self.name), &self.device_source())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_checks_per_app() {
+        let echo = App::builtin("echo", 1, 1024).unwrap();
+        assert_eq!(echo.check(0), Ok(()));
+        assert_eq!(echo.check(1024), Ok(()));
+        assert_eq!(echo.check(1025), Err(Status::Oversized));
+        let l = App::builtin("lenet", 1, 1024).unwrap();
+        assert_eq!(l.check(784), Ok(()));
+        assert_eq!(l.check(783), Err(Status::Truncated));
+        assert_eq!(l.check(785), Err(Status::Oversized));
+        assert_eq!(l.max_response(), 40);
+        assert_eq!(l.slot_payload(), 784);
+        let v = App::builtin("vecadd", 1, 1024).unwrap();
+        assert_eq!(v.check(16), Ok(()));
+        assert_eq!(v.check(12), Err(Status::Truncated));
+        assert_eq!(v.check(0), Err(Status::Truncated));
+        assert_eq!(v.check(1032), Err(Status::Oversized));
+        assert!(App::builtin("resnet", 1, 1024).is_err());
+        assert!(App::builtin("echo", 0, 1024).is_err());
+        assert!(App::user("u", "nothing here".into(), 100, 1, 64).is_err());
+    }
+
+    #[test]
+    fn cpu_versions_compute_their_answers() {
+        use rand::Rng;
+        let mut rng = rand::thread_rng();
+        let echo = App::builtin("echo", 3, 1024).unwrap();
+        let req: Vec<u8> = (0..333).map(|_| rng.gen()).collect();
+        let mut resp = vec![0xeeu8; 1024];
+        assert_eq!(echo.run_cpu(&req, &mut resp), Some(333));
+        assert_eq!(&resp[..333], &req[..]);
+        let v = App::builtin("vecadd", 1, 1024).unwrap();
+        let a: Vec<f32> = (0..20).map(|_| rng.gen_range(-1e3..1e3)).collect();
+        let b: Vec<f32> = (0..20).map(|_| rng.gen_range(-1e3..1e3)).collect();
+        let req: Vec<u8> = a.iter().chain(&b).flat_map(|x| x.to_le_bytes()).collect();
+        let mut resp = vec![0u8; 512];
+        assert_eq!(v.run_cpu(&req, &mut resp), Some(80));
+        for i in 0..20 {
+            let c = f32::from_le_bytes(resp[i * 4..i * 4 + 4].try_into().unwrap());
+            assert_eq!(c, a[i] + b[i]);
+        }
+        let l = App::builtin("lenet", 1, 1024).unwrap();
+        let img = lenet::image(5, 9);
+        let mut resp = vec![0u8; 64];
+        assert_eq!(l.run_cpu(&img, &mut resp), Some(40));
+        let want = lenet::forward(&lenet::weights(DEFAULT_SEED), &img);
+        assert_eq!(lenet::parse_logits(&resp[..40]).unwrap(), want);
+        assert_eq!(l.run_cpu(&img[..700], &mut resp), None);
+    }
+
+    #[test]
+    fn device_source_names_the_app_and_work() {
+        let l = App::builtin("lenet", 7, 1024).unwrap();
+        let s = l.device_source();
+        assert!(s.contains("#define GDR_SERVE_WORK 7u"));
+        assert!(s.contains("#define GDR_SERVE_APP gdr_app_lenet"));
+        assert!(s.contains(&format!("0x{:08x}u", lenet::layer_scale2(150).to_bits())));
+        assert!(s
+            .trim_end()
+            .ends_with("#define gdr_mq_worker gdr_serve_spare_worker"));
+    }
+}

@@ -1,0 +1,58 @@
+// gdr-serve, device side: the group an app runs on, and the built-in apps' helpers.
+// Spliced by the host after gdr::mq's device.cuh (so gdr_ld_volatile_v4 & co. are here).
+//
+// An app runs on a *group*: a set of whole warps of one block that work on one request
+// together. It is called by every thread of the group with the same arguments and must
+// return the same response length in every thread (the group's thread 0 is the one used).
+// A request arrives 16-byte aligned, in GPU memory written by the host (read it with
+// gdr_serve_load16 or plain loads); the response buffer is 16-byte aligned, `cap` bytes.
+
+#ifndef GDR_SERVE_WORK
+#define GDR_SERVE_WORK 1
+#endif
+#define GDR_SERVE_MAX_GROUPS 4
+#define GDR_SERVE_GROUP_FLOATS 2112
+#define GDR_SERVE_FAILED 0xffffffffu
+
+struct gdr_serve_group {
+    unsigned int rank;  // this thread's index in the group
+    unsigned int size;  // threads in the group, a multiple of 32
+    unsigned int bar;   // the group's named barrier (1..15)
+    float *smem;        // GDR_SERVE_GROUP_FLOATS floats of shared memory, the group's own
+};
+
+// Barrier over the group's threads only.
+__device__ __forceinline__ void gdr_serve_sync(const gdr_serve_group &g) {
+    asm volatile("bar.sync %0, %1;" ::"r"(g.bar), "r"(g.size) : "memory");
+}
+
+// 16 request bytes, past any cache (the host wrote them through BAR1).
+__device__ __forceinline__ uint4 gdr_serve_load16(const unsigned char *p) {
+    return gdr_ld_volatile_v4(p);
+}
+
+// ---- echo: the request back -------------------------------------------------------------
+__device__ unsigned int gdr_app_echo(const gdr_serve_group &g, const unsigned char *req,
+                                     unsigned int len, unsigned char *resp, unsigned int cap) {
+    if (len > cap) return GDR_SERVE_FAILED;
+    const unsigned int words = (len + 15u) / 16u;
+    for (unsigned int rep = 0; rep < GDR_SERVE_WORK; rep++)
+        for (unsigned int i = g.rank; i < words; i += g.size)
+            ((uint4 *)resp)[i] = gdr_serve_load16(req + 16u * i);
+    return len;
+}
+
+// ---- vecadd: n f32 a, then n f32 b -> n f32 a + b -----------------------------------------
+__device__ unsigned int gdr_app_vecadd(const gdr_serve_group &g, const unsigned char *req,
+                                       unsigned int len, unsigned char *resp, unsigned int cap) {
+    const unsigned int n = len / 8u;
+    if (len % 8u != 0u || n * 4u > cap) return GDR_SERVE_FAILED;
+    const unsigned int *a = (const unsigned int *)req;
+    const unsigned int *b = a + n;
+    float *c = (float *)resp;
+    for (unsigned int rep = 0; rep < GDR_SERVE_WORK; rep++)
+        for (unsigned int i = g.rank; i < n; i += g.size)
+            c[i] = __fadd_rn(__uint_as_float(gdr_ld_volatile_u32(a + i)),
+                             __uint_as_float(gdr_ld_volatile_u32(b + i)));
+    return n * 4u;
+}

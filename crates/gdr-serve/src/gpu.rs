@@ -1,0 +1,244 @@
+//! The GPU backends: persistent workers behind `gdr::mq` queues (one queue set per GPU, one
+//! queue per network thread), and the host-centric baseline (copy in, launch, copy out,
+//! synchronise, per request, over several streams).
+
+use crate::apps::App;
+use crate::exec::{Answer, AppFailure, Executor};
+use crate::ServeError;
+use gdr::cuda::{Context, DeviceBuffer, DeviceMemory, HostBuffer, LaunchConfig, Module, Stream};
+use gdr::mq::{GpuConfig, GpuWorkers, Placement, QueueConfig};
+use std::ffi::c_void;
+use std::time::Duration;
+
+/// Shape of the GPU side.
+#[derive(Clone, Debug)]
+pub struct GpuShape {
+    /// Slots per queue (power of two).
+    pub slots: u32,
+    pub placement: Placement,
+    /// Threads of one worker block = warps * 32 (a power of two up to 32 warps).
+    pub warps: u32,
+    /// Blocks (SMs) per queue.
+    pub blocks_per_queue: u32,
+}
+
+impl Default for GpuShape {
+    fn default() -> Self {
+        GpuShape {
+            slots: 1024,
+            placement: Placement::LYNX,
+            warps: 16,
+            blocks_per_queue: 1,
+        }
+    }
+}
+
+/// Launches the persistent workers of `app` on `ctx`: `queues` queue pairs.
+pub fn launch_workers(
+    ctx: &Context,
+    app: &App,
+    queues: u32,
+    shape: &GpuShape,
+) -> Result<GpuWorkers, ServeError> {
+    if !shape.warps.is_power_of_two() || shape.warps > 32 {
+        return Err(ServeError::Config(format!(
+            "warps per block must be a power of two up to 32, got {}",
+            shape.warps
+        )));
+    }
+    let cfg = GpuConfig {
+        queue: QueueConfig {
+            slots: shape.slots,
+            max_msg: app.slot_payload() as u32,
+            placement: shape.placement,
+            wait_timeout: Duration::from_secs(5),
+            first_index: 0,
+        },
+        queues,
+        blocks_per_queue: shape.blocks_per_queue,
+        warps_per_block: shape.warps,
+        // A server stays up through idle hours; it stops the workers itself.
+        idle_timeout: Duration::from_secs(7 * 24 * 3600),
+    };
+    Ok(GpuWorkers::launch(ctx, &app.handler(), &cfg)?)
+}
+
+/// Offset of the response in the host-centric output buffer (its length word comes first).
+const OUT_OFF: usize = 16;
+
+struct HcSlot {
+    stream: Stream,
+    req_host: HostBuffer,
+    out_host: HostBuffer,
+    req_dev: DeviceBuffer,
+    out_dev: DeviceBuffer,
+}
+
+/// The host-centric baseline as an executor: every request is copied in, the app kernel is
+/// launched (one block, the same block size and app code as the GPU-queue workers), the
+/// answer copied out, and the stream waited on; `streams` requests may be in flight at once.
+pub struct HostCentricExec {
+    ctx: Context,
+    module: Module,
+    slots: Vec<HcSlot>,
+    head: usize,
+    busy: usize,
+    threads: u32,
+    resp_cap: usize,
+    label: String,
+}
+
+// SAFETY: every CUDA handle in here (context, module, streams, buffers) may be used from any
+// thread once the context is bound, which every method does first.
+unsafe impl Send for HostCentricExec {}
+
+impl HostCentricExec {
+    pub fn new(
+        ctx: &Context,
+        app: &App,
+        streams: usize,
+        warps: u32,
+        label: String,
+    ) -> Result<Self, ServeError> {
+        ctx.bind()?;
+        let module = app.handler().load(ctx)?;
+        let req_cap = app.max_request().next_multiple_of(16).max(16);
+        let resp_cap = app.max_response().next_multiple_of(16).max(16);
+        let mut slots = Vec::new();
+        for _ in 0..streams.max(1) {
+            slots.push(HcSlot {
+                stream: Stream::new(ctx)?,
+                req_host: HostBuffer::new(ctx, req_cap)?,
+                out_host: HostBuffer::new(ctx, OUT_OFF + resp_cap)?,
+                req_dev: DeviceBuffer::new(ctx, req_cap)?,
+                out_dev: DeviceBuffer::new(ctx, OUT_OFF + resp_cap)?,
+            });
+        }
+        // One-time app setup (LeNet weights) in this module.
+        let init = module.function("gdr_serve_init")?;
+        // SAFETY: gdr_serve_init takes no parameters.
+        unsafe {
+            init.launch(
+                &slots[0].stream,
+                LaunchConfig::linear(1, warps * 32),
+                &mut [],
+            )?
+        };
+        slots[0].stream.synchronize()?;
+        Ok(HostCentricExec {
+            ctx: ctx.clone(),
+            module,
+            slots,
+            head: 0,
+            busy: 0,
+            threads: warps * 32,
+            resp_cap,
+            label,
+        })
+    }
+
+    fn enqueue(&mut self, i: usize, payload: &[u8]) -> Result<(), ServeError> {
+        let s = &mut self.slots[i];
+        s.req_host.as_mut_slice()[..payload.len()].copy_from_slice(payload);
+        let f = self.module.function("gdr_serve_oneshot")?;
+        // SAFETY: the pinned host buffers belong to this slot and are not touched again until
+        // the stream has been seen idle (poll), or are kept alive by self until drop, which
+        // synchronises each stream first.
+        unsafe {
+            s.stream
+                .memcpy_htod_async(&s.req_dev, 0, &s.req_host.as_slice()[..payload.len()])?;
+        }
+        let (mut req, mut len, mut out, mut cap, mut olen) = (
+            s.req_dev.device_ptr(),
+            payload.len() as u32,
+            s.out_dev.device_ptr() + OUT_OFF as u64,
+            self.resp_cap as u32,
+            s.out_dev.device_ptr(),
+        );
+        let mut params = [
+            &mut req as *mut u64 as *mut c_void,
+            &mut len as *mut u32 as *mut c_void,
+            &mut out as *mut u64 as *mut c_void,
+            &mut cap as *mut u32 as *mut c_void,
+            &mut olen as *mut u64 as *mut c_void,
+        ];
+        // SAFETY: parameters match gdr_serve_oneshot(const u8*, u32, u8*, u32, u32*); the
+        // device buffers belong to this slot.
+        unsafe {
+            f.launch(
+                &s.stream,
+                LaunchConfig::linear(1, self.threads),
+                &mut params,
+            )?;
+            let dst =
+                std::slice::from_raw_parts_mut(s.out_host.host_ptr(), OUT_OFF + self.resp_cap);
+            s.stream.memcpy_dtoh_async(dst, &s.out_dev, 0)?;
+        }
+        Ok(())
+    }
+}
+
+impl Executor for HostCentricExec {
+    fn name(&self) -> String {
+        self.label.clone()
+    }
+
+    fn room(&self) -> usize {
+        self.slots.len() - self.busy
+    }
+
+    fn submit(&mut self, payloads: &[&[u8]]) -> Result<usize, ServeError> {
+        self.ctx.bind()?;
+        let mut n = 0;
+        for p in payloads {
+            if self.busy == self.slots.len() {
+                break;
+            }
+            let i = (self.head + self.busy) % self.slots.len();
+            self.enqueue(i, p)?;
+            self.busy += 1;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn poll(&mut self, max: usize, done: &mut dyn FnMut(Answer<'_>)) -> Result<usize, ServeError> {
+        if self.busy == 0 {
+            return Ok(0);
+        }
+        self.ctx.bind()?;
+        let mut n = 0;
+        while n < max && self.busy > 0 {
+            let s = &self.slots[self.head];
+            if !s.stream.query()? {
+                break;
+            }
+            let out = s.out_host.as_slice();
+            let len = u32::from_ne_bytes(out[..4].try_into().expect("4 bytes")) as usize;
+            if len <= self.resp_cap {
+                done(Ok(&out[OUT_OFF..OUT_OFF + len]));
+            } else {
+                done(Err(AppFailure));
+            }
+            self.head = (self.head + 1) % self.slots.len();
+            self.busy -= 1;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn in_flight(&self) -> usize {
+        self.busy
+    }
+}
+
+impl Drop for HostCentricExec {
+    fn drop(&mut self) {
+        // The copies target our pinned buffers: let them finish before the buffers go.
+        if self.ctx.bind().is_ok() {
+            for s in &self.slots {
+                let _ = s.stream.synchronize();
+            }
+        }
+    }
+}

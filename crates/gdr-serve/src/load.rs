@@ -1,0 +1,504 @@
+//! The load generator behind `gdr load`: closed loop (N requests outstanding) or open loop (a
+//! fixed send rate), over one or more client sockets; latency from send to answer in a
+//! histogram; answers checked against the CPU reference on request.
+//!
+//! Every request is accounted for at the end: answered (ok, error code), lost (no answer
+//! within the timeout), and the client socket's own kernel drops, so that with the server's
+//! counters `sent = answered + lost` and `lost = server drops + client drops` can be checked.
+
+use crate::apps::{self, App};
+use crate::hist::{Histogram, LatencySummary};
+use crate::lenet;
+use crate::net::{self, RecvBatch, SendBatch};
+use crate::wire::{self, Status};
+use crate::ServeError;
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub enum LoadMode {
+    /// Keep this many requests outstanding per client thread.
+    Closed { outstanding: usize },
+    /// Send at this many requests per second in total.
+    Open { rate: f64 },
+}
+
+/// What to send.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub enum Payload {
+    /// `size` bytes derived from the request id (checked on the way back).
+    Echo { size: usize },
+    /// 28x28 images: `images` distinct ones, with their reference logits for checking.
+    Lenet { seed: u32, images: usize },
+    /// `n` f32 pairs.
+    Vecadd { n: usize },
+    /// `size` bytes to app `app`, answers not checked.
+    Raw { app: u16, size: usize },
+}
+
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    pub target: SocketAddr,
+    pub payload: Payload,
+    pub mode: LoadMode,
+    /// Sending stops after this long, or after `requests` in total, whichever is first.
+    pub duration: Duration,
+    pub requests: Option<u64>,
+    /// Client threads (each its own socket).
+    pub threads: usize,
+    /// A request unanswered for this long is lost.
+    pub timeout: Duration,
+    /// Check answers (echo bytes, vecadd sums, lenet logits within 1e-4).
+    pub verify: bool,
+    /// Datagrams per sendmmsg / recvmmsg.
+    pub batch: usize,
+    /// Ask the server for its counters before and after.
+    pub server_stats: bool,
+}
+
+impl Default for LoadConfig {
+    fn default() -> Self {
+        LoadConfig {
+            target: "127.0.0.1:9000".parse().expect("literal"),
+            payload: Payload::Echo { size: 64 },
+            mode: LoadMode::Closed { outstanding: 1 },
+            duration: Duration::from_secs(5),
+            requests: None,
+            threads: 1,
+            timeout: Duration::from_secs(1),
+            verify: false,
+            batch: 32,
+            server_stats: true,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct LoadReport {
+    pub mode: Option<LoadMode>,
+    pub payload: Option<Payload>,
+    pub threads: usize,
+    pub elapsed_s: f64,
+    pub sent: u64,
+    /// Answers with status ok.
+    pub ok: u64,
+    /// Answers with an error status, by name.
+    pub errors: BTreeMap<String, u64>,
+    /// No answer within the timeout.
+    pub lost: u64,
+    /// Answers for requests already counted lost, or not ours.
+    pub stray: u64,
+    /// Datagrams the client's own sockets dropped (buffer full).
+    pub client_drops: u64,
+    pub verified: u64,
+    pub verify_failed: u64,
+    /// Ok answers per second over the sending period.
+    pub throughput_rps: f64,
+    pub latency: LatencySummary,
+    /// The server's counters, after minus before (when it answered the queries).
+    pub server: Option<crate::server::Counters>,
+}
+
+impl LoadReport {
+    pub fn answered(&self) -> u64 {
+        self.ok + self.errors.values().sum::<u64>()
+    }
+}
+
+/// Request bytes and the expected answer, by request number.
+struct Generator {
+    payload: Payload,
+    app: u16,
+    /// lenet: images and their logits.
+    images: Vec<([u8; lenet::IMAGE_BYTES], [f32; lenet::CLASSES])>,
+}
+
+fn fill(seed: u64, out: &mut Vec<u8>, n: usize) {
+    let base = lenet::hash(seed as u32, (seed >> 32) as u32);
+    for i in 0..n.div_ceil(4) {
+        out.extend_from_slice(&lenet::hash(base, i as u32).to_le_bytes());
+    }
+    out.truncate(out.len() - (n.div_ceil(4) * 4 - n));
+}
+
+impl Generator {
+    fn new(p: &Payload, verify: bool) -> Generator {
+        let (app, images) = match *p {
+            Payload::Echo { .. } => (apps::ID_ECHO, Vec::new()),
+            Payload::Vecadd { .. } => (apps::ID_VECADD, Vec::new()),
+            Payload::Raw { app, .. } => (app, Vec::new()),
+            Payload::Lenet { seed, images } => {
+                let w = lenet::weights(seed);
+                let n = images.max(1) as u64;
+                // References for many images: on every core.
+                let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as u64;
+                let chunk = n.div_ceil(cores);
+                let imgs = std::thread::scope(|s| {
+                    let hs: Vec<_> = (0..cores)
+                        .map(|c| {
+                            let w = &w;
+                            s.spawn(move || {
+                                (c * chunk..((c + 1) * chunk).min(n))
+                                    .map(|k| {
+                                        let img = lenet::image(seed, k);
+                                        let l = if verify {
+                                            lenet::forward(w, &img)
+                                        } else {
+                                            [0.0; 10]
+                                        };
+                                        (img, l)
+                                    })
+                                    .collect::<Vec<_>>()
+                            })
+                        })
+                        .collect();
+                    hs.into_iter()
+                        .flat_map(|h| h.join().expect("reference thread"))
+                        .collect()
+                });
+                (apps::ID_LENET, imgs)
+            }
+        };
+        Generator {
+            payload: p.clone(),
+            app,
+            images,
+        }
+    }
+
+    /// The request datagram for request `id`.
+    fn request(&self, id: u64, out: &mut Vec<u8>) {
+        let mut body = Vec::new();
+        match self.payload {
+            Payload::Echo { size } | Payload::Raw { size, .. } => fill(id, &mut body, size),
+            Payload::Vecadd { n } => {
+                for i in 0..2 * n as u64 {
+                    let v = (lenet::hash(id as u32, i as u32) % 2000) as f32 / 8.0 - 125.0;
+                    body.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            Payload::Lenet { .. } => {
+                body.extend_from_slice(&self.images[(id % self.images.len() as u64) as usize].0)
+            }
+        }
+        wire::encode_request(out, self.app, id, &body);
+    }
+
+    /// Whether `answer` is right for request `id`.
+    fn check(&self, id: u64, answer: &[u8]) -> bool {
+        match self.payload {
+            Payload::Echo { size } => {
+                let mut want = Vec::new();
+                fill(id, &mut want, size);
+                answer == &want[..]
+            }
+            Payload::Vecadd { n } => {
+                let mut req = Vec::new();
+                self.request(id, &mut req);
+                let app = App::builtin("vecadd", 1, 65000).expect("built-in");
+                let mut want = vec![0u8; n * 4];
+                app.run_cpu(&req[wire::HEADER_LEN..], &mut want) == Some(n * 4)
+                    && answer == &want[..]
+            }
+            Payload::Lenet { .. } => {
+                let want = &self.images[(id % self.images.len() as u64) as usize].1;
+                lenet::parse_logits(answer).is_some_and(|got| lenet::logits_match(&got, want, 1e-4))
+            }
+            Payload::Raw { .. } => true,
+        }
+    }
+}
+
+#[derive(Default)]
+struct ThreadResult {
+    sent: u64,
+    ok: u64,
+    errors: BTreeMap<String, u64>,
+    lost: u64,
+    stray: u64,
+    client_drops: u64,
+    verified: u64,
+    verify_failed: u64,
+    hist: Histogram,
+    send_elapsed: Duration,
+}
+
+/// Asks the server at `target` for its counters (None if it does not answer in time).
+pub fn server_counters(target: SocketAddr, wait: Duration) -> Option<crate::server::Counters> {
+    let s = net::bind(unspecified_for(target), 1 << 16).ok()?;
+    s.connect(target).ok()?;
+    let id = 0x5747_u64 << 48 | std::process::id() as u64;
+    let start = Instant::now();
+    let mut buf = vec![0u8; 65536];
+    let mut last_send = None::<Instant>;
+    while start.elapsed() < wait {
+        if last_send.is_none_or(|t| t.elapsed() > Duration::from_millis(100)) {
+            let _ = s.send(&wire::encode_stats_query(id));
+            last_send = Some(Instant::now());
+        }
+        match s.recv(&mut buf) {
+            Ok(n) => {
+                if let Some(r) = wire::decode_response(&buf[..n]) {
+                    if r.id == id && r.status == Status::Ok {
+                        return serde_json::from_slice(r.payload).ok();
+                    }
+                }
+            }
+            Err(_) => std::thread::sleep(Duration::from_micros(200)),
+        }
+    }
+    None
+}
+
+fn unspecified_for(t: SocketAddr) -> SocketAddr {
+    match t {
+        SocketAddr::V4(_) => "0.0.0.0:0".parse().expect("literal"),
+        SocketAddr::V6(_) => "[::]:0".parse().expect("literal"),
+    }
+}
+
+fn diff(
+    after: crate::server::Counters,
+    before: crate::server::Counters,
+) -> crate::server::Counters {
+    let a = serde_json::to_value(after).expect("plain struct");
+    let b = serde_json::to_value(before).expect("plain struct");
+    let mut out = serde_json::Map::new();
+    if let (Some(a), Some(b)) = (a.as_object(), b.as_object()) {
+        for (k, v) in a {
+            let d = v
+                .as_u64()
+                .unwrap_or(0)
+                .saturating_sub(b.get(k).and_then(|x| x.as_u64()).unwrap_or(0));
+            out.insert(k.clone(), d.into());
+        }
+    }
+    serde_json::from_value(out.into()).unwrap_or_default()
+}
+
+/// Runs the load; `stop` ends sending early (SIGINT).
+pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<LoadReport, ServeError> {
+    if cfg.threads == 0 || cfg.batch == 0 {
+        return Err(ServeError::Config(
+            "threads and batch must be at least 1".into(),
+        ));
+    }
+    if let LoadMode::Closed { outstanding: 0 } = cfg.mode {
+        return Err(ServeError::Config(
+            "--outstanding must be at least 1".into(),
+        ));
+    }
+    if let LoadMode::Open { rate } = cfg.mode {
+        if !(rate > 0.0 && rate.is_finite()) {
+            return Err(ServeError::Config(format!("bad rate {rate}")));
+        }
+    }
+    let before = if cfg.server_stats {
+        server_counters(cfg.target, Duration::from_millis(500))
+    } else {
+        None
+    };
+    let gen = Arc::new(Generator::new(&cfg.payload, cfg.verify));
+    let start = Instant::now();
+    let results: Vec<Result<ThreadResult, ServeError>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..cfg.threads)
+            .map(|t| {
+                let gen = gen.clone();
+                s.spawn(move || client_thread(cfg, &gen, t, stop))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(ServeError::Backend("load thread panicked".into())))
+            })
+            .collect()
+    });
+    let elapsed = start.elapsed();
+    let mut rep = LoadReport {
+        mode: Some(cfg.mode),
+        payload: Some(cfg.payload.clone()),
+        threads: cfg.threads,
+        elapsed_s: elapsed.as_secs_f64(),
+        ..Default::default()
+    };
+    let mut hist = Histogram::new();
+    let mut send_time = Duration::ZERO;
+    for r in results {
+        let r = r?;
+        rep.sent += r.sent;
+        rep.ok += r.ok;
+        for (k, v) in r.errors {
+            *rep.errors.entry(k).or_default() += v;
+        }
+        rep.lost += r.lost;
+        rep.stray += r.stray;
+        rep.client_drops += r.client_drops;
+        rep.verified += r.verified;
+        rep.verify_failed += r.verify_failed;
+        hist.merge(&r.hist);
+        send_time = send_time.max(r.send_elapsed);
+    }
+    rep.latency = hist.summary();
+    rep.throughput_rps = rep.ok as f64 / send_time.as_secs_f64().max(1e-9);
+    if let Some(b) = before {
+        rep.server = server_counters(cfg.target, Duration::from_millis(500)).map(|a| diff(a, b));
+    }
+    Ok(rep)
+}
+
+fn client_thread(
+    cfg: &LoadConfig,
+    gen: &Generator,
+    t: usize,
+    stop: &AtomicBool,
+) -> Result<ThreadResult, ServeError> {
+    let sock = net::bind(unspecified_for(cfg.target), 8 << 20)
+        .map_err(|e| ServeError::Io("client socket".into(), e))?;
+    sock.connect(cfg.target)
+        .map_err(|e| ServeError::Io(format!("connect {}", cfg.target), e))?;
+    let fd = sock.as_raw_fd();
+    let mut tx = SendBatch::new(cfg.batch);
+    let mut rx = RecvBatch::new(cfg.batch, 65536);
+    let mut out = ThreadResult::default();
+    let mut outstanding: HashMap<u64, Instant> = HashMap::new();
+    let mut next_seq = 0u64;
+    let id_base = (t as u64) << 48;
+    // Requests are shared out over threads: thread t sends numbers t, t + T, ...
+    let quota = cfg
+        .requests
+        .map(|r| r / cfg.threads as u64 + u64::from((t as u64) < r % cfg.threads as u64));
+    let per_thread_rate = match cfg.mode {
+        LoadMode::Open { rate } => rate / cfg.threads as f64,
+        _ => 0.0,
+    };
+    let start = Instant::now();
+    let mut sending = true;
+    let mut send_end = start;
+    let mut last_sweep = start;
+    let mut reqbuf = Vec::new();
+    loop {
+        let now = Instant::now();
+        if sending
+            && (now.duration_since(start) >= cfg.duration
+                || quota.is_some_and(|q| next_seq >= q)
+                || stop.load(Ordering::Relaxed))
+        {
+            sending = false;
+            send_end = now;
+        }
+        if !sending && outstanding.is_empty() {
+            break;
+        }
+        // Send.
+        if sending {
+            let want = match cfg.mode {
+                LoadMode::Closed { outstanding: n } => n.saturating_sub(outstanding.len()),
+                LoadMode::Open { .. } => {
+                    let due = (now.duration_since(start).as_secs_f64() * per_thread_rate) as u64;
+                    due.saturating_sub(next_seq) as usize
+                }
+            };
+            let want = want.min(cfg.batch);
+            let want = match quota {
+                Some(q) => want.min((q - next_seq) as usize),
+                None => want,
+            };
+            if want > 0 {
+                let t_send = Instant::now();
+                for _ in 0..want {
+                    let id = id_base | next_seq;
+                    next_seq += 1;
+                    gen.request(id, &mut reqbuf);
+                    tx.push(None).extend_from_slice(&reqbuf);
+                    outstanding.insert(id, t_send);
+                }
+                let (sent, failed) = tx.flush(fd, Duration::from_millis(50));
+                out.sent += sent as u64;
+                // Not sent: not outstanding either (newest ids, given back).
+                for k in 0..failed as u64 {
+                    outstanding.remove(&(id_base | (next_seq - 1 - k)));
+                }
+            }
+        }
+        // Receive.
+        let n = rx
+            .recv(fd)
+            .map_err(|e| ServeError::Io("client recvmmsg".into(), e))?;
+        if n > 0 {
+            let now = Instant::now();
+            for i in 0..n {
+                let (d, _) = rx.datagram(i);
+                let Some(r) = wire::decode_response(d) else {
+                    out.stray += 1;
+                    continue;
+                };
+                let Some(t0) = outstanding.remove(&r.id) else {
+                    out.stray += 1;
+                    continue;
+                };
+                out.hist.record(now.duration_since(t0).as_nanos() as u64);
+                if r.status == Status::Ok {
+                    out.ok += 1;
+                    if cfg.verify {
+                        if gen.check(r.id, r.payload) {
+                            out.verified += 1;
+                        } else {
+                            out.verify_failed += 1;
+                        }
+                    }
+                } else {
+                    *out.errors.entry(r.status.name().into()).or_default() += 1;
+                }
+            }
+        }
+        if let Some(d) = rx.kernel_drops() {
+            out.client_drops = d as u64;
+        }
+        // Expire.
+        if now.duration_since(last_sweep) > Duration::from_millis(10) {
+            last_sweep = now;
+            let before = outstanding.len();
+            outstanding.retain(|_, t0| now.duration_since(*t0) < cfg.timeout);
+            out.lost += (before - outstanding.len()) as u64;
+        }
+        if n == 0 && !sending {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+    out.send_elapsed = send_end.duration_since(start);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_requests_check_against_themselves_and_fail_when_poisoned() {
+        for p in [
+            Payload::Echo { size: 61 },
+            Payload::Vecadd { n: 9 },
+            Payload::Lenet { seed: 3, images: 4 },
+        ] {
+            let g = Generator::new(&p, true);
+            let mut req = Vec::new();
+            g.request(77, &mut req);
+            let app = match p {
+                Payload::Echo { .. } => App::builtin("echo", 1, 1024).unwrap(),
+                Payload::Vecadd { .. } => App::builtin("vecadd", 1, 1024).unwrap(),
+                _ => App::lenet(3, 1).unwrap(),
+            };
+            let mut resp = vec![0u8; 1024];
+            let n = app.run_cpu(&req[wire::HEADER_LEN..], &mut resp).unwrap();
+            assert!(g.check(77, &resp[..n]), "{p:?}");
+            resp[n - 1] ^= 0x40;
+            assert!(!g.check(77, &resp[..n]), "{p:?} poisoned");
+            assert!(!g.check(78, &resp[..n]) || matches!(p, Payload::Lenet { .. }));
+        }
+    }
+}

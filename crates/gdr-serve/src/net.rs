@@ -1,0 +1,367 @@
+//! UDP sockets with batched, non-blocking receive and send (`recvmmsg` / `sendmmsg`), and the
+//! kernel's count of datagrams it dropped for want of socket buffer (`SO_RXQ_OVFL`), so that
+//! losses on the way in are counted, not guessed.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+
+/// Control buffer per message: room for one `SO_RXQ_OVFL` cmsg (a u32) with headers.
+const CMSG_ROOM: usize = 64;
+
+/// A peer address as the kernel gave it.
+#[derive(Clone, Copy)]
+pub struct Addr {
+    storage: libc::sockaddr_storage,
+    len: libc::socklen_t,
+}
+
+impl Addr {
+    fn empty() -> Addr {
+        Addr {
+            // SAFETY: sockaddr_storage is plain bytes; all-zero is a valid (AF_UNSPEC) value.
+            storage: unsafe { std::mem::zeroed() },
+            len: 0,
+        }
+    }
+
+    /// The address as a std type (None for a family other than IPv4/IPv6).
+    pub fn to_std(&self) -> Option<SocketAddr> {
+        match self.storage.ss_family as i32 {
+            libc::AF_INET => {
+                // SAFETY: the family says the storage holds a sockaddr_in.
+                let a = unsafe { &*(&self.storage as *const _ as *const libc::sockaddr_in) };
+                Some(SocketAddr::from((
+                    u32::from_be(a.sin_addr.s_addr).to_be_bytes(),
+                    u16::from_be(a.sin_port),
+                )))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the family says the storage holds a sockaddr_in6.
+                let a = unsafe { &*(&self.storage as *const _ as *const libc::sockaddr_in6) };
+                Some(SocketAddr::from((
+                    a.sin6_addr.s6_addr,
+                    u16::from_be(a.sin6_port),
+                )))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Addr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.to_std())
+    }
+}
+
+fn setsockopt_int(fd: RawFd, level: i32, name: i32, v: i32) -> io::Result<()> {
+    // SAFETY: a valid fd and a pointer to a live int of the length given.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Opens a non-blocking UDP socket bound to `addr`, with large buffers (as large as the
+/// system allows) and drop counting on.
+pub fn bind(addr: SocketAddr, buffer_bytes: usize) -> io::Result<UdpSocket> {
+    let s = UdpSocket::bind(addr)?;
+    s.set_nonblocking(true)?;
+    let fd = s.as_raw_fd();
+    let b = buffer_bytes.min(i32::MAX as usize) as i32;
+    for (force, plain) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        // FORCE works for root and ignores rmem_max; otherwise the capped request.
+        if setsockopt_int(fd, libc::SOL_SOCKET, force, b).is_err() {
+            let _ = setsockopt_int(fd, libc::SOL_SOCKET, plain, b);
+        }
+    }
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1)?;
+    Ok(s)
+}
+
+/// A batch of receive buffers for one `recvmmsg`.
+pub struct RecvBatch {
+    cap: usize,
+    bufs: Vec<u8>,
+    addrs: Vec<Addr>,
+    lens: Vec<usize>,
+    truncated: Vec<bool>,
+    cmsgs: Vec<u8>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+    /// Highest kernel drop counter seen (cumulative per socket).
+    overflow: Option<u32>,
+}
+
+// SAFETY: the raw pointers in iovs/hdrs point into this struct's own Vecs and are rebuilt
+// before every use; nothing is shared.
+unsafe impl Send for RecvBatch {}
+
+impl RecvBatch {
+    /// `n` datagrams of up to `cap` bytes each; longer ones are reported truncated.
+    pub fn new(n: usize, cap: usize) -> RecvBatch {
+        let n = n.max(1);
+        RecvBatch {
+            cap,
+            bufs: vec![0; n * cap],
+            addrs: vec![Addr::empty(); n],
+            lens: vec![0; n],
+            truncated: vec![false; n],
+            cmsgs: vec![0; n * CMSG_ROOM],
+            // SAFETY: iovec and mmsghdr are plain C structs; zero is a valid starting value.
+            iovs: vec![unsafe { std::mem::zeroed() }; n],
+            // SAFETY: as above.
+            hdrs: vec![unsafe { std::mem::zeroed() }; n],
+            overflow: None,
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// Receives up to a batch without blocking: Ok(0) when nothing is waiting.
+    pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        let n = self.lens.len();
+        for i in 0..n {
+            self.iovs[i] = libc::iovec {
+                iov_base: self.bufs[i * self.cap..].as_mut_ptr().cast(),
+                iov_len: self.cap,
+            };
+            let h = &mut self.hdrs[i].msg_hdr;
+            h.msg_name = (&mut self.addrs[i].storage as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = &mut self.iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = self.cmsgs[i * CMSG_ROOM..].as_mut_ptr().cast();
+            h.msg_controllen = CMSG_ROOM as _;
+            h.msg_flags = 0;
+        }
+        // SAFETY: every header points at live buffers of the lengths given, owned by self
+        // and not moved during the call.
+        let got = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                n as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if got < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                // ICMP errors surfacing on the socket: not ours to handle here.
+                io::ErrorKind::ConnectionRefused => Ok(0),
+                _ => Err(e),
+            };
+        }
+        let got = got as usize;
+        for i in 0..got {
+            let h = &self.hdrs[i];
+            self.lens[i] = (h.msg_len as usize).min(self.cap);
+            self.truncated[i] = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            self.addrs[i].len = h.msg_hdr.msg_namelen;
+            // SAFETY: the control buffer was filled by the kernel for this header; the CMSG
+            // macros walk it within msg_controllen.
+            unsafe {
+                let mut c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
+                while !c.is_null() {
+                    if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_RXQ_OVFL {
+                        let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const u32);
+                        self.overflow = Some(self.overflow.map_or(v, |o| o.max(v)));
+                    }
+                    c = libc::CMSG_NXTHDR(&h.msg_hdr, c);
+                }
+            }
+        }
+        Ok(got)
+    }
+
+    /// Datagram `i` of the last receive and whether the kernel cut it.
+    pub fn datagram(&self, i: usize) -> (&[u8], bool) {
+        (
+            &self.bufs[i * self.cap..i * self.cap + self.lens[i]],
+            self.truncated[i],
+        )
+    }
+
+    pub fn addr(&self, i: usize) -> &Addr {
+        &self.addrs[i]
+    }
+
+    /// The kernel's drop counter for this socket, as last reported (cumulative).
+    pub fn kernel_drops(&self) -> Option<u32> {
+        self.overflow
+    }
+}
+
+/// Outgoing datagrams gathered for one `sendmmsg`.
+pub struct SendBatch {
+    bufs: Vec<Vec<u8>>,
+    addrs: Vec<Option<Addr>>,
+    len: usize,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: as RecvBatch: the raw pointers are rebuilt from owned Vecs before each call.
+unsafe impl Send for SendBatch {}
+
+impl SendBatch {
+    pub fn new(n: usize) -> SendBatch {
+        let n = n.max(1);
+        SendBatch {
+            bufs: (0..n).map(|_| Vec::with_capacity(2048)).collect(),
+            addrs: vec![None; n],
+            len: 0,
+            // SAFETY: plain C structs, zero is valid.
+            iovs: vec![unsafe { std::mem::zeroed() }; n],
+            // SAFETY: as above.
+            hdrs: vec![unsafe { std::mem::zeroed() }; n],
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.len == self.bufs.len()
+    }
+
+    /// A cleared buffer for the next datagram, to `to` (None on a connected socket). The
+    /// caller flushes first when the batch is full.
+    pub fn push(&mut self, to: Option<&Addr>) -> &mut Vec<u8> {
+        assert!(!self.is_full(), "flush a full send batch first");
+        let i = self.len;
+        self.len += 1;
+        self.addrs[i] = to.copied();
+        let b = &mut self.bufs[i];
+        b.clear();
+        b
+    }
+
+    /// Sends everything gathered. Returns (sent, failed); a full socket buffer is retried for
+    /// up to `patience`, then the rest counts as failed. The batch is empty afterwards.
+    pub fn flush(&mut self, fd: RawFd, patience: std::time::Duration) -> (usize, usize) {
+        let n = self.len;
+        for i in 0..n {
+            self.iovs[i] = libc::iovec {
+                iov_base: self.bufs[i].as_mut_ptr().cast(),
+                iov_len: self.bufs[i].len(),
+            };
+            let h = &mut self.hdrs[i].msg_hdr;
+            match &mut self.addrs[i] {
+                Some(a) => {
+                    h.msg_name = (&mut a.storage as *mut libc::sockaddr_storage).cast();
+                    h.msg_namelen = a.len;
+                }
+                None => {
+                    h.msg_name = std::ptr::null_mut();
+                    h.msg_namelen = 0;
+                }
+            }
+            h.msg_iov = &mut self.iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
+        }
+        let (mut done, mut failed) = (0usize, 0usize);
+        let start = std::time::Instant::now();
+        while done + failed < n {
+            // SAFETY: headers [done+failed, n) point at live buffers owned by self.
+            let rc = unsafe {
+                libc::sendmmsg(
+                    fd,
+                    self.hdrs[done + failed..].as_mut_ptr(),
+                    (n - done - failed) as u32,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if rc > 0 {
+                done += rc as usize;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    if start.elapsed() < patience =>
+                {
+                    std::hint::spin_loop()
+                }
+                // This one datagram cannot go (peer gone, too large, buffer full too long).
+                _ => failed += 1,
+            }
+        }
+        self.len = 0;
+        (done, failed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn batches_cross_loopback_with_addresses_and_truncation() {
+        let a = bind("127.0.0.1:0".parse().unwrap(), 1 << 20).unwrap();
+        let b = bind("127.0.0.1:0".parse().unwrap(), 1 << 20).unwrap();
+        let mut tx = SendBatch::new(8);
+        let to = {
+            let mut rx = RecvBatch::new(1, 64);
+            // Learn b's address as an Addr by sending one datagram from b to a.
+            b.send_to(b"hi", a.local_addr().unwrap()).unwrap();
+            let start = std::time::Instant::now();
+            while rx.recv(a.as_raw_fd()).unwrap() == 0 {
+                assert!(start.elapsed() < Duration::from_secs(5));
+            }
+            assert_eq!(rx.datagram(0), (&b"hi"[..], false));
+            assert_eq!(rx.addr(0).to_std(), Some(b.local_addr().unwrap()));
+            *rx.addr(0)
+        };
+        for i in 0..5u8 {
+            tx.push(Some(&to))
+                .extend_from_slice(&vec![i; 10 + i as usize * 20]);
+        }
+        assert_eq!(tx.flush(a.as_raw_fd(), Duration::from_millis(100)), (5, 0));
+        assert!(tx.is_empty());
+        let mut rx = RecvBatch::new(8, 64);
+        let mut got = Vec::new();
+        let start = std::time::Instant::now();
+        while got.len() < 5 {
+            assert!(start.elapsed() < Duration::from_secs(5));
+            let n = rx.recv(b.as_raw_fd()).unwrap();
+            for i in 0..n {
+                let (d, t) = rx.datagram(i);
+                got.push((d.to_vec(), t));
+            }
+        }
+        for (i, (d, t)) in got.iter().enumerate() {
+            let full = 10 + i * 20;
+            assert_eq!(*t, full > 64, "datagram {i}");
+            assert_eq!(d.len(), full.min(64));
+            assert!(d.iter().all(|&x| x == i as u8));
+        }
+    }
+}

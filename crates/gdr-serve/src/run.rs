@@ -1,0 +1,153 @@
+//! A whole server run in one call: the backends built for a mode, the network threads
+//! started, stopped by a flag, drained, the workers stopped. Used by `gdr serve` and the GPU
+//! tests.
+
+use crate::apps::App;
+use crate::exec::{cpu_workers, split_queues, Executor};
+use crate::gpu::{launch_workers, GpuShape, HostCentricExec};
+use crate::server::{ServeReport, Server, ServerConfig};
+use crate::ServeError;
+use gdr::cuda::Context;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+/// Where requests are executed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Mode {
+    /// Payloads straight into GPU queues, persistent GPU workers (the Lynx design).
+    GpuQueue,
+    /// Copy in, launch, copy out, synchronise, per request.
+    HostCentric,
+    /// CPU threads behind the same queues (no GPU; for tests and as a reference).
+    Cpu,
+}
+
+impl Mode {
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "gpu-queue" | "gpu" | "lynx" => Some(Mode::GpuQueue),
+            "host-centric" | "host" => Some(Mode::HostCentric),
+            "cpu" => Some(Mode::Cpu),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::GpuQueue => "gpu-queue",
+            Mode::HostCentric => "host-centric",
+            Mode::Cpu => "cpu",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub listen: SocketAddr,
+    pub mode: Mode,
+    /// GPU ordinals; requests go round robin over them (CPU mode: that many CPU queue sets).
+    pub gpus: Vec<usize>,
+    /// Network threads (CPU cores on the data path).
+    pub threads: usize,
+    pub shape: GpuShape,
+    /// Most requests in flight per queue (bounds queueing delay; the rest is shed).
+    pub max_in_flight: usize,
+    /// Host-centric: streams (requests in flight) per network thread and GPU.
+    pub streams: usize,
+    pub server: ServerConfig,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            listen: "0.0.0.0:9000".parse().expect("literal"),
+            mode: Mode::GpuQueue,
+            gpus: vec![0],
+            threads: 1,
+            shape: GpuShape::default(),
+            max_in_flight: 256,
+            streams: 4,
+            server: ServerConfig::default(),
+        }
+    }
+}
+
+/// Builds the backends, serves until `stop`, drains and tears down. `on_ready` gets the
+/// bound address once requests can be served.
+pub fn serve(
+    app: &App,
+    o: &ServeOptions,
+    stop: &AtomicBool,
+    on_ready: &mut dyn FnMut(SocketAddr),
+) -> Result<ServeReport, ServeError> {
+    if o.threads == 0 || o.gpus.is_empty() {
+        return Err(ServeError::Config(
+            "need at least one thread and one GPU".into(),
+        ));
+    }
+    let server = Server::bind(o.listen, &o.server)?;
+    let addr = server.local_addr()?;
+    match o.mode {
+        Mode::GpuQueue => {
+            let mut sets = Vec::new();
+            for &g in &o.gpus {
+                let ctx = Context::on(g)?;
+                sets.push((g, launch_workers(&ctx, app, o.threads as u32, &o.shape)?));
+            }
+            let lanes = split_queues(
+                sets.iter_mut()
+                    .map(|(g, w)| (format!("gpu{g}"), w.queues_mut()))
+                    .collect(),
+                o.threads,
+                o.max_in_flight,
+            )?;
+            on_ready(addr);
+            let report = server.run(&o.server, app, lanes, stop);
+            for (g, w) in &mut sets {
+                if let Err(e) = w.stop(Duration::from_secs(5)) {
+                    eprintln!("gdr-serve: stopping the workers on GPU {g}: {e}");
+                }
+            }
+            report
+        }
+        Mode::HostCentric => {
+            let mut lanes: Vec<Vec<Box<dyn Executor>>> = Vec::new();
+            let ctxs = o
+                .gpus
+                .iter()
+                .map(|&g| Context::on(g))
+                .collect::<Result<Vec<_>, _>>()?;
+            for t in 0..o.threads {
+                let mut l: Vec<Box<dyn Executor>> = Vec::new();
+                for (ctx, g) in ctxs.iter().zip(&o.gpus) {
+                    l.push(Box::new(HostCentricExec::new(
+                        ctx,
+                        app,
+                        o.streams,
+                        o.shape.warps,
+                        format!("gpu{g}/hc{t}"),
+                    )?));
+                }
+                lanes.push(l);
+            }
+            on_ready(addr);
+            server.run(&o.server, app, lanes, stop)
+        }
+        Mode::Cpu => {
+            let mut sets = (0..o.gpus.len())
+                .map(|_| cpu_workers(app, o.threads, o.shape.slots))
+                .collect::<Result<Vec<_>, _>>()?;
+            let lanes = split_queues(
+                sets.iter_mut()
+                    .enumerate()
+                    .map(|(i, w)| (format!("cpu{i}"), w.queues_mut()))
+                    .collect(),
+                o.threads,
+                o.max_in_flight,
+            )?;
+            on_ready(addr);
+            server.run(&o.server, app, lanes, stop)
+        }
+    }
+}

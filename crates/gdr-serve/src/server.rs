@@ -1,0 +1,555 @@
+//! The UDP server: network threads that receive in batches, dispatch each request's payload
+//! to an executor (a GPU queue: the payload goes straight into an RX slot) while its control
+//! part (reply address, request id, receive time) stays on the CPU, collect answers in
+//! order and send them in batches.
+//!
+//! Accounting: every datagram is counted once as a request that was accepted, bad input
+//! (answered with an error code or dropped, by flag), shed for want of room, or a stats
+//! query. Every accepted request is answered exactly once (a response, an app failure, or —
+//! sockperf under-load mode — deliberately no datagram), unless the server is stopped with
+//! requests still in flight after the drain timeout (`abandoned`, counted).
+
+use crate::apps::App;
+use crate::exec::Executor;
+use crate::hist::{Histogram, LatencySummary};
+use crate::net::{self, Addr, RecvBatch, SendBatch};
+use crate::wire::{self, Control, Framing, Parsed, Status};
+use crate::ServeError;
+use std::collections::VecDeque;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How the server behaves.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub framing: Framing,
+    /// Answer bad input with an error code (true) or drop it silently (false); both counted.
+    pub reply_errors: bool,
+    /// Datagrams per recvmmsg / sendmmsg.
+    pub batch: usize,
+    /// After stop, how long in-flight requests may take to finish.
+    pub drain_timeout: Duration,
+    /// Socket buffer size asked for (both directions).
+    pub socket_buffer: usize,
+    /// Sleep this long when idle for a millisecond with nothing in flight (zero: pure busy
+    /// polling, one core per network thread at 100 %).
+    pub idle_sleep: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            framing: Framing::Gdr,
+            reply_errors: true,
+            batch: 32,
+            drain_timeout: Duration::from_secs(5),
+            socket_buffer: 16 << 20,
+            idle_sleep: Duration::from_micros(50),
+        }
+    }
+}
+
+macro_rules! counters {
+    ($($(#[$m:meta])* $f:ident),* $(,)?) => {
+        /// What the server saw and did, totals over all network threads.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+        pub struct Counters { $($(#[$m])* pub $f: u64,)* }
+        impl Counters {
+            fn add(&mut self, o: &Counters) { $(self.$f += o.$f;)* }
+            fn sub(&mut self, o: &Counters) { $(self.$f -= o.$f;)* }
+        }
+    };
+}
+
+counters! {
+    /// Datagrams received.
+    datagrams,
+    /// Requests handed to an executor.
+    accepted,
+    /// Accepted requests whose answer (or app failure) came back.
+    answered,
+    /// Answers sent as datagrams.
+    responses,
+    /// Answers not sent because the client asked for none (sockperf under-load mode).
+    no_reply,
+    /// Answered with `app_failed`.
+    app_failed,
+    /// Bad input, by kind.
+    empty, truncated, oversized, unknown_app, bad_header,
+    /// Bad input answered with an error code / dropped.
+    bad_replied, bad_dropped,
+    /// Requests dropped because every executor of the thread was full.
+    shed,
+    /// Datagrams the kernel dropped because the socket buffer was full (SO_RXQ_OVFL).
+    kernel_drops,
+    /// Datagrams that could not be sent.
+    send_failed,
+    stats_queries,
+    /// In flight when the drain timed out or their executor failed.
+    abandoned,
+}
+
+impl Counters {
+    /// Requests that never got an answer datagram although one was due: what a client
+    /// sees as lost, from the server's side.
+    pub fn dropped(&self) -> u64 {
+        self.shed + self.kernel_drops + self.bad_dropped + self.send_failed + self.abandoned
+    }
+
+    fn count_bad(&mut self, s: Status) {
+        match s {
+            Status::Empty => self.empty += 1,
+            Status::Truncated => self.truncated += 1,
+            Status::Oversized => self.oversized += 1,
+            Status::UnknownApp => self.unknown_app += 1,
+            _ => self.bad_header += 1,
+        }
+    }
+}
+
+/// What a run of the server did.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ServeReport {
+    pub app: String,
+    pub threads: usize,
+    pub executors: Vec<String>,
+    pub elapsed_s: f64,
+    pub counters: Counters,
+    /// Datagram received -> response handed to the socket, for answered requests.
+    pub server_time: LatencySummary,
+    #[serde(skip)]
+    pub histogram: Histogram,
+}
+
+struct Shared {
+    counters: Mutex<Counters>,
+    kernel_drops: AtomicU64,
+}
+
+/// A bound server socket.
+pub struct Server {
+    sock: UdpSocket,
+    shared: Shared,
+}
+
+impl Server {
+    pub fn bind(addr: SocketAddr, cfg: &ServerConfig) -> Result<Server, ServeError> {
+        let sock = net::bind(addr, cfg.socket_buffer)
+            .map_err(|e| ServeError::Io(format!("cannot bind UDP {addr}"), e))?;
+        Ok(Server {
+            sock,
+            shared: Shared {
+                counters: Mutex::new(Counters::default()),
+                kernel_drops: AtomicU64::new(0),
+            },
+        })
+    }
+
+    pub fn local_addr(&self) -> Result<SocketAddr, ServeError> {
+        self.sock
+            .local_addr()
+            .map_err(|e| ServeError::Io("local address".into(), e))
+    }
+
+    /// Counters so far (published by the threads after every busy loop turn).
+    pub fn counters(&self) -> Counters {
+        snapshot(&self.shared)
+    }
+
+    /// Serves until `stop` is set, then drains. `lanes[t]` are network thread t's executors
+    /// (one per GPU: requests go round robin over them).
+    pub fn run<'a>(
+        &self,
+        cfg: &ServerConfig,
+        app: &App,
+        lanes: Vec<Vec<Box<dyn Executor + 'a>>>,
+        stop: &AtomicBool,
+    ) -> Result<ServeReport, ServeError> {
+        if lanes.is_empty() || lanes.iter().any(|l| l.is_empty()) {
+            return Err(ServeError::Config(
+                "every network thread needs an executor".into(),
+            ));
+        }
+        let names: Vec<String> = lanes.iter().flatten().map(|e| e.name()).collect();
+        let threads = lanes.len();
+        let start = Instant::now();
+        let fd = self.sock.as_raw_fd();
+        let results: Vec<Result<Histogram, ServeError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = lanes
+                .into_iter()
+                .enumerate()
+                .map(|(t, execs)| {
+                    let shared = &self.shared;
+                    std::thread::Builder::new()
+                        .name(format!("serve-net-{t}"))
+                        .spawn_scoped(s, move || {
+                            let r = NetThread::new(fd, cfg, app, execs, shared).run(stop);
+                            if r.is_err() {
+                                // One thread failing stops the others (they drain).
+                                stop.store(true, Ordering::Release);
+                            }
+                            r
+                        })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| match h {
+                    Ok(h) => h.join().unwrap_or_else(|_| {
+                        Err(ServeError::Backend("a network thread panicked".into()))
+                    }),
+                    Err(e) => Err(ServeError::Io("cannot start a network thread".into(), e)),
+                })
+                .collect()
+        });
+        let mut hist = Histogram::new();
+        for r in results {
+            hist.merge(&r?);
+        }
+        Ok(ServeReport {
+            app: app.name().into(),
+            threads,
+            executors: names,
+            elapsed_s: start.elapsed().as_secs_f64(),
+            counters: snapshot(&self.shared),
+            server_time: hist.summary(),
+            histogram: hist,
+        })
+    }
+}
+
+fn snapshot(sh: &Shared) -> Counters {
+    let mut c = *sh.counters.lock().unwrap_or_else(|p| p.into_inner());
+    c.kernel_drops = sh.kernel_drops.load(Ordering::Relaxed);
+    c
+}
+
+/// Outgoing datagrams with the receive time of the request each answers.
+struct Outbox {
+    fd: RawFd,
+    tx: SendBatch,
+    t0: Vec<Option<Instant>>,
+    hist: Histogram,
+    answers_sent: u64,
+    other_sent: u64,
+    failed: u64,
+}
+
+impl Outbox {
+    fn push(&mut self, to: &Addr, t0: Option<Instant>) -> &mut Vec<u8> {
+        if self.tx.is_full() {
+            self.flush();
+        }
+        self.t0[self.tx.len()] = t0;
+        self.tx.push(Some(to))
+    }
+
+    fn flush(&mut self) {
+        if self.tx.is_empty() {
+            return;
+        }
+        // "Handed to the socket": the moment the batch goes to sendmmsg.
+        let now = Instant::now();
+        let n = self.tx.len();
+        let mut answers = 0;
+        for t in &mut self.t0[..n] {
+            if let Some(t0) = t.take() {
+                self.hist.record(now.duration_since(t0).as_nanos() as u64);
+                answers += 1;
+            }
+        }
+        let (_sent, failed) = self.tx.flush(self.fd, Duration::from_millis(2));
+        // Failures cannot be told apart by kind; count them, and the rest as sent.
+        self.failed += failed as u64;
+        let ok = (n - failed) as u64;
+        let ans_ok = (answers as u64).min(ok);
+        self.answers_sent += ans_ok;
+        self.other_sent += ok - ans_ok;
+    }
+}
+
+struct Pending {
+    control: Control,
+    t0: Instant,
+    addr: Addr,
+}
+
+struct NetThread<'s, 'a> {
+    fd: RawFd,
+    cfg: &'s ServerConfig,
+    app: &'s App,
+    execs: Vec<Box<dyn Executor + 'a>>,
+    dead: Vec<bool>,
+    pending: Vec<VecDeque<Pending>>,
+    staged: Vec<Vec<usize>>,
+    shared: &'s Shared,
+    c: Counters,
+    published: Counters,
+    out: Outbox,
+    rr: usize,
+}
+
+impl<'s, 'a> NetThread<'s, 'a> {
+    fn new(
+        fd: RawFd,
+        cfg: &'s ServerConfig,
+        app: &'s App,
+        execs: Vec<Box<dyn Executor + 'a>>,
+        shared: &'s Shared,
+    ) -> Self {
+        let n = execs.len();
+        let batch = cfg.batch.max(1);
+        NetThread {
+            fd,
+            cfg,
+            app,
+            execs,
+            dead: vec![false; n],
+            pending: (0..n).map(|_| VecDeque::new()).collect(),
+            staged: (0..n).map(|_| Vec::new()).collect(),
+            shared,
+            c: Counters::default(),
+            published: Counters::default(),
+            out: Outbox {
+                fd,
+                tx: SendBatch::new(batch),
+                t0: vec![None; batch],
+                hist: Histogram::new(),
+                answers_sent: 0,
+                other_sent: 0,
+                failed: 0,
+            },
+            rr: 0,
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.pending.iter().map(|p| p.len()).sum()
+    }
+
+    fn publish(&mut self) {
+        self.c.responses = self.out.answers_sent;
+        self.c.send_failed = self.out.failed;
+        if self.c == self.published {
+            return;
+        }
+        let mut delta = self.c;
+        delta.sub(&self.published);
+        self.shared
+            .counters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(&delta);
+        self.published = self.c;
+    }
+
+    fn run(mut self, stop: &AtomicBool) -> Result<Histogram, ServeError> {
+        // One extra byte: a datagram that fills it is longer than any request may be.
+        let cap = self.app.max_request() + wire::HEADER_LEN + 1;
+        let mut rx = RecvBatch::new(self.cfg.batch, cap);
+        let mut drain_deadline: Option<Instant> = None;
+        let mut idle_since: Option<Instant> = None;
+        let result = loop {
+            let stopping = stop.load(Ordering::Acquire);
+            if stopping {
+                let now = Instant::now();
+                let d = *drain_deadline.get_or_insert(now + self.cfg.drain_timeout);
+                let left = self.in_flight();
+                if left == 0 {
+                    break Ok(());
+                }
+                if now > d {
+                    self.c.abandoned += left as u64;
+                    break Ok(());
+                }
+            }
+            let mut work = 0;
+            if !stopping {
+                match rx.recv(self.fd) {
+                    Ok(n) if n > 0 => {
+                        work += n;
+                        // Before dispatch: a stats query in this batch must see the drops
+                        // its own datagram reports.
+                        if let Some(d) = rx.kernel_drops() {
+                            self.shared
+                                .kernel_drops
+                                .fetch_max(d as u64, Ordering::Relaxed);
+                        }
+                        self.dispatch(&rx, n)?;
+                    }
+                    Ok(_) => {}
+                    Err(e) => break Err(ServeError::Io("recvmmsg".into(), e)),
+                }
+            }
+            match self.collect() {
+                Ok(n) => work += n,
+                Err(e) => break Err(e),
+            }
+            self.out.flush();
+            if work > 0 {
+                self.publish();
+                idle_since = None;
+            } else if self.in_flight() == 0 && !self.cfg.idle_sleep.is_zero() {
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_millis(1) {
+                    self.publish();
+                    std::thread::sleep(self.cfg.idle_sleep);
+                }
+            } else {
+                std::hint::spin_loop();
+            }
+        };
+        self.out.flush();
+        self.publish();
+        result.map(|_| self.out.hist)
+    }
+
+    fn reply_bad(&mut self, status: Status, control: Option<Control>, addr: &Addr) {
+        self.c.count_bad(status);
+        let wants = control.as_ref().is_none_or(|c| c.wants_reply());
+        if !self.cfg.reply_errors || !wants {
+            self.c.bad_dropped += 1;
+            return;
+        }
+        self.c.bad_replied += 1;
+        let b = self.out.push(addr, None);
+        match control {
+            Some(c) => wire::encode_response_header(b, &c, status),
+            None => wire::anonymous_error(b, status),
+        }
+    }
+
+    /// Sorts one received batch: requests to executors, the rest answered or counted.
+    fn dispatch(&mut self, rx: &RecvBatch, n: usize) -> Result<(), ServeError> {
+        let t0 = Instant::now();
+        let framing = self.cfg.framing;
+        let app_id = self.app.id();
+        for i in 0..n {
+            self.c.datagrams += 1;
+            let (d, trunc) = rx.datagram(i);
+            match wire::parse(framing, d, trunc, |a| a == app_id) {
+                Parsed::Stats { id } => {
+                    self.c.stats_queries += 1;
+                    self.publish();
+                    let json = serde_json::to_vec(&snapshot(self.shared)).unwrap_or_default();
+                    let b = self.out.push(rx.addr(i), None);
+                    wire::encode_response_header(b, &Control::Gdr { app: 0, id }, Status::Ok);
+                    b.extend_from_slice(&json);
+                }
+                Parsed::Bad { status, control } => self.reply_bad(status, control, rx.addr(i)),
+                Parsed::Request { control, payload } => {
+                    if let Err(status) = self.app.check(payload.len()) {
+                        self.reply_bad(status, Some(control), rx.addr(i));
+                        continue;
+                    }
+                    let ne = self.execs.len();
+                    let pick = (0..ne)
+                        .map(|k| (self.rr + k) % ne)
+                        .find(|&e| !self.dead[e] && self.execs[e].room() > self.staged[e].len());
+                    match pick {
+                        None => self.c.shed += 1,
+                        Some(e) => {
+                            self.staged[e].push(i);
+                            self.pending[e].push_back(Pending {
+                                control,
+                                t0,
+                                addr: *rx.addr(i),
+                            });
+                            self.rr = e + 1;
+                        }
+                    }
+                }
+            }
+        }
+        let hdr = match framing {
+            Framing::Gdr | Framing::Sockperf => wire::HEADER_LEN,
+        };
+        for e in 0..self.execs.len() {
+            if self.staged[e].is_empty() {
+                continue;
+            }
+            let payloads: Vec<&[u8]> = self.staged[e]
+                .iter()
+                .map(|&i| &rx.datagram(i).0[hdr..])
+                .collect();
+            let took = match self.execs[e].submit(&payloads) {
+                Ok(t) => t,
+                Err(err) => {
+                    self.fail_executor(e, &err);
+                    0
+                }
+            };
+            let extra = payloads.len() - took;
+            // Not taken after all: shed, newest first (they were queued last).
+            for _ in 0..extra {
+                if self.pending[e].pop_back().is_some() {
+                    self.c.shed += 1;
+                }
+            }
+            self.c.accepted += took as u64;
+            self.staged[e].clear();
+        }
+        Ok(())
+    }
+
+    /// An executor that failed answers nothing more: its in-flight requests get `app_failed`
+    /// replies (counted abandoned) and it takes no new ones.
+    fn fail_executor(&mut self, e: usize, err: &ServeError) {
+        eprintln!("gdr-serve: executor {} failed: {err}", self.execs[e].name());
+        self.dead[e] = true;
+        while let Some(p) = self.pending[e].pop_front() {
+            self.c.abandoned += 1;
+            if p.control.wants_reply() {
+                let b = self.out.push(&p.addr, None);
+                wire::encode_response_header(b, &p.control, Status::AppFailed);
+            }
+        }
+    }
+
+    /// Takes finished answers from every executor and queues their datagrams.
+    fn collect(&mut self) -> Result<usize, ServeError> {
+        let mut total = 0;
+        for e in 0..self.execs.len() {
+            if self.dead[e] || self.pending[e].is_empty() {
+                continue;
+            }
+            let (pending, out, c) = (&mut self.pending[e], &mut self.out, &mut self.c);
+            let r = self.execs[e].poll(self.cfg.batch, &mut |ans| {
+                let Some(p) = pending.pop_front() else {
+                    return;
+                };
+                c.answered += 1;
+                let status = if ans.is_ok() {
+                    Status::Ok
+                } else {
+                    Status::AppFailed
+                };
+                if ans.is_err() {
+                    c.app_failed += 1;
+                }
+                if !p.control.wants_reply() {
+                    c.no_reply += 1;
+                    return;
+                }
+                let b = out.push(&p.addr, Some(p.t0));
+                wire::encode_response_header(b, &p.control, status);
+                if let Ok(bytes) = ans {
+                    b.extend_from_slice(bytes);
+                }
+            });
+            match r {
+                Ok(n) => total += n,
+                Err(err) => self.fail_executor(e, &err),
+            }
+        }
+        if self.dead.iter().all(|&d| d) {
+            return Err(ServeError::Backend(
+                "every executor of a network thread failed".into(),
+            ));
+        }
+        Ok(total)
+    }
+}

@@ -1,0 +1,65 @@
+//! Every gdr-serve device program compiles with NVRTC for Hopper (sm_90), each well under a
+//! second. Needs NVRTC, no GPU (`GDR_NVRTC` may point at a libnvrtc.so); skipped without it.
+
+use gdr::cuda::nvrtc;
+use gdr::testing::skip_or_fail;
+use gdr_serve::App;
+use std::time::{Duration, Instant};
+
+const USER_APP: &str = r#"
+// Negates every byte; shows the group API.
+__device__ unsigned int gdr_serve_app(const gdr_serve_group &g, const unsigned char *req,
+                                      unsigned int len, unsigned char *resp, unsigned int cap) {
+    if (len > cap) return GDR_SERVE_FAILED;
+    for (unsigned int i = g.rank; i < len; i += g.size) resp[i] = (unsigned char)~req[i];
+    gdr_serve_sync(g);
+    return len;
+}
+"#;
+
+#[test]
+fn every_app_program_compiles_quickly_for_sm_90() {
+    if let Err(e) = nvrtc::version() {
+        skip_or_fail::<()>(
+            "every_app_program_compiles_quickly_for_sm_90",
+            &e.to_string(),
+        );
+        return;
+    }
+    let apps = [
+        App::builtin("echo", 1, 1024).unwrap(),
+        App::builtin("lenet", 1, 1024).unwrap(),
+        App::builtin("lenet", 50, 1024).unwrap(),
+        App::builtin("vecadd", 1, 1024).unwrap(),
+        App::user("negate.cu", USER_APP.into(), 100, 1, 512).unwrap(),
+    ];
+    for app in apps {
+        let t = Instant::now();
+        let prog = app.handler().program();
+        match nvrtc::compile(app.name(), &prog, "90") {
+            Ok(cubin) => assert!(cubin.starts_with(b"\x7fELF"), "{}: not a cubin", app.name()),
+            Err(e) => panic!("{}: {e}", app.name()),
+        }
+        let took = t.elapsed();
+        println!("{} (work {}): {took:?}", app.name(), app.work());
+        assert!(took < Duration::from_secs(3), "{}: {took:?}", app.name());
+    }
+}
+
+#[test]
+fn a_user_app_with_an_error_reports_it_by_file_name() {
+    if nvrtc::version().is_err() {
+        return; // reported above
+    }
+    let bad = "__device__ unsigned int gdr_serve_app(const gdr_serve_group &g, const unsigned \
+               char *req, unsigned int len, unsigned char *resp, unsigned int cap) { return \
+               nope; }";
+    let app = App::user("broken_app.cu", bad.into(), 100, 1, 64).unwrap();
+    let err = nvrtc::compile("broken", &app.handler().program(), "90")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("broken_app.cu") && err.contains("nope"),
+        "{err}"
+    );
+}

@@ -1,0 +1,172 @@
+//! GPU tests (skipped without a GPU, fail under GDR_REQUIRE_GPU=1): LeNet answers through the
+//! GPU-queue mode match the CPU reference for 10^5 images, echo comes back unchanged, and
+//! both modes are measured in one run (server-side and end-to-end latency printed).
+
+use gdr::testing::gpu_context;
+use gdr_serve::load::{self, LoadConfig, LoadMode, LoadReport, Payload};
+use gdr_serve::run::{serve, Mode, ServeOptions};
+use gdr_serve::{App, ServeReport};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Serves `app` in `mode` on loopback while `body` runs; bounded: a server that is not ready
+/// in 60 s or does not stop in 30 s fails the test.
+fn with_gpu_server<R: Send>(
+    app: &App,
+    mode: Mode,
+    threads: usize,
+    body: impl FnOnce(SocketAddr) -> R + Send,
+) -> (R, ServeReport) {
+    let opts = ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        mode,
+        threads,
+        ..Default::default()
+    };
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let (tx, rx) = mpsc::channel();
+        let (o, st) = (&opts, &stop);
+        let h = s.spawn(move || {
+            let r = serve(app, o, st, &mut |a| {
+                let _ = tx.send(a);
+            });
+            let _ = tx.send("0.0.0.0:0".parse().unwrap()); // unblocks a failed start
+            r
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("server ready in 60 s");
+        assert_ne!(
+            addr.port(),
+            0,
+            "server failed to start: {:?}",
+            h.join().unwrap().err()
+        );
+        let r = body(addr);
+        stop.store(true, Ordering::Release);
+        let (dtx, drx) = mpsc::channel();
+        let rep = s.spawn(move || {
+            let rep = h.join();
+            let _ = dtx.send(());
+            rep
+        });
+        drx.recv_timeout(Duration::from_secs(30))
+            .expect("server stopped within 30 s");
+        (r, rep.join().unwrap().unwrap().unwrap())
+    })
+}
+
+fn load(addr: SocketAddr, payload: Payload, outstanding: usize, requests: u64) -> LoadReport {
+    let no = AtomicBool::new(false);
+    load::run(
+        &LoadConfig {
+            target: addr,
+            payload,
+            mode: LoadMode::Closed { outstanding },
+            duration: Duration::from_secs(120),
+            requests: Some(requests),
+            timeout: Duration::from_secs(2),
+            verify: true,
+            ..Default::default()
+        },
+        &no,
+    )
+    .unwrap()
+}
+
+#[test]
+fn lenet_on_the_gpu_queues_matches_the_cpu_reference_for_100k_images() {
+    if gpu_context("lenet_gpu_queue").is_none() {
+        return;
+    }
+    let app = App::builtin("lenet", 1, 1024).unwrap();
+    let (rep, srv) = with_gpu_server(&app, Mode::GpuQueue, 2, |addr| {
+        let no = AtomicBool::new(false);
+        load::run(
+            &LoadConfig {
+                target: addr,
+                payload: Payload::Lenet {
+                    seed: 1,
+                    images: 100_000,
+                },
+                mode: LoadMode::Closed { outstanding: 32 },
+                duration: Duration::from_secs(120),
+                requests: Some(100_000),
+                threads: 2,
+                timeout: Duration::from_secs(2),
+                verify: true,
+                ..Default::default()
+            },
+            &no,
+        )
+        .unwrap()
+    });
+    println!("gpu-queue lenet 10^5: {rep:?}");
+    assert_eq!(rep.sent, 100_000);
+    assert_eq!(
+        (rep.ok, rep.verified, rep.verify_failed),
+        (100_000, 100_000, 0)
+    );
+    assert_eq!(srv.counters.accepted, 100_000);
+    assert_eq!(srv.counters.responses, 100_000);
+}
+
+#[test]
+fn echo_through_the_gpu_queues_is_unchanged() {
+    if gpu_context("echo_gpu_queue").is_none() {
+        return;
+    }
+    let app = App::builtin("echo", 1, 1024).unwrap();
+    let (reps, _) = with_gpu_server(&app, Mode::GpuQueue, 1, |addr| {
+        [0usize, 1, 15, 16, 17, 100, 1000, 1024]
+            .map(|size| load(addr, Payload::Echo { size }, 8, 2000))
+    });
+    for r in reps {
+        assert_eq!(
+            (r.ok, r.verified, r.verify_failed),
+            (2000, 2000, 0),
+            "{r:?}"
+        );
+    }
+}
+
+#[test]
+fn both_modes_measured_in_one_run_with_correct_answers() {
+    if gpu_context("both_modes").is_none() {
+        return;
+    }
+    let app = App::builtin("lenet", 1, 1024).unwrap();
+    let mut rows = Vec::new();
+    for mode in [Mode::GpuQueue, Mode::HostCentric] {
+        let (rep, srv) = with_gpu_server(&app, mode, 1, |addr| {
+            load(
+                addr,
+                Payload::Lenet {
+                    seed: 1,
+                    images: 512,
+                },
+                1,
+                5000,
+            )
+        });
+        assert_eq!((rep.ok, rep.verify_failed), (5000, 0), "{mode:?}: {rep:?}");
+        rows.push((mode, srv.server_time, rep.latency));
+    }
+    for (mode, server, e2e) in &rows {
+        println!(
+            "{:<13} server p50 {:7.2} us p99 {:7.2} us | end-to-end p50 {:7.2} us p99 {:7.2} us",
+            mode.name(),
+            server.p50_us,
+            server.p99_us,
+            e2e.p50_us,
+            e2e.p99_us
+        );
+    }
+    println!(
+        "server-side p50 ratio host-centric / gpu-queue: {:.2}x",
+        rows[1].1.p50_us / rows[0].1.p50_us
+    );
+}

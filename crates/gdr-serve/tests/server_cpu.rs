@@ -1,0 +1,320 @@
+//! The server over loopback with the CPU backend (no GPU): answers, bad input, overload,
+//! drain on stop, and exactly-one-response accounting.
+
+mod common;
+
+use common::{quick_cfg, with_server};
+use gdr_serve::load::{self, LoadConfig, LoadMode, Payload};
+use gdr_serve::wire::{self, Framing, Status};
+use gdr_serve::App;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+fn client(addr: SocketAddr) -> UdpSocket {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
+}
+
+fn ask(s: &UdpSocket, d: &[u8]) -> Vec<u8> {
+    s.send(d).unwrap();
+    let mut b = vec![0u8; 65536];
+    let n = s.recv(&mut b).expect("an answer within 5 s");
+    b.truncate(n);
+    b
+}
+
+fn never(flag: &AtomicBool) -> &AtomicBool {
+    flag
+}
+
+#[test]
+fn echo_and_vecadd_answers_are_exact_over_loopback() {
+    let echo = App::builtin("echo", 1, 1024).unwrap();
+    let (rep, srv) = with_server(&echo, 2, 1, 256, quick_cfg(), |addr, _, _| {
+        let no = AtomicBool::new(false);
+        let cfg = LoadConfig {
+            target: addr,
+            payload: Payload::Echo { size: 999 },
+            mode: LoadMode::Closed { outstanding: 16 },
+            duration: Duration::from_secs(30),
+            requests: Some(3000),
+            threads: 2,
+            verify: true,
+            ..Default::default()
+        };
+        load::run(&cfg, never(&no)).unwrap()
+    });
+    assert_eq!((rep.sent, rep.ok, rep.lost, rep.stray), (3000, 3000, 0, 0));
+    assert_eq!((rep.verified, rep.verify_failed), (3000, 0));
+    let c = srv.counters;
+    assert_eq!(c.accepted, 3000);
+    assert_eq!(c.responses, 3000);
+    assert_eq!(rep.server.unwrap().accepted, 3000);
+    assert_eq!(srv.server_time.count, 3000);
+    assert!(srv.server_time.p50_us > 0.0);
+
+    let vecadd = App::builtin("vecadd", 1, 1024).unwrap();
+    let (rep, _) = with_server(&vecadd, 1, 2, 64, quick_cfg(), |addr, _, _| {
+        let no = AtomicBool::new(false);
+        let cfg = LoadConfig {
+            target: addr,
+            payload: Payload::Vecadd { n: 100 },
+            mode: LoadMode::Closed { outstanding: 8 },
+            requests: Some(500),
+            verify: true,
+            ..Default::default()
+        };
+        load::run(&cfg, &no).unwrap()
+    });
+    assert_eq!((rep.ok, rep.verified, rep.verify_failed), (500, 500, 0));
+}
+
+#[test]
+fn lenet_answers_match_the_reference_through_the_queue_path() {
+    let app = App::builtin("lenet", 1, 1024).unwrap();
+    let (rep, srv) = with_server(&app, 1, 2, 64, quick_cfg(), |addr, _, _| {
+        let no = AtomicBool::new(false);
+        let cfg = LoadConfig {
+            target: addr,
+            payload: Payload::Lenet {
+                seed: 1,
+                images: 64,
+            },
+            mode: LoadMode::Closed { outstanding: 4 },
+            requests: Some(200),
+            timeout: Duration::from_secs(5),
+            verify: true,
+            ..Default::default()
+        };
+        load::run(&cfg, &no).unwrap()
+    });
+    assert_eq!((rep.ok, rep.verified, rep.verify_failed), (200, 200, 0));
+    assert_eq!(srv.counters.accepted, 200);
+    // A server with other weights gives other logits: the check is not vacuous.
+    let other = App::lenet(2, 1).unwrap();
+    let (rep, _) = with_server(&other, 1, 1, 64, quick_cfg(), |addr, _, _| {
+        let no = AtomicBool::new(false);
+        let cfg = LoadConfig {
+            target: addr,
+            payload: Payload::Lenet { seed: 1, images: 8 },
+            requests: Some(20),
+            verify: true,
+            ..Default::default()
+        };
+        load::run(&cfg, &no).unwrap()
+    });
+    assert_eq!((rep.ok, rep.verify_failed), (20, 20));
+}
+
+#[test]
+fn bad_input_is_answered_with_its_code_and_counted() {
+    let app = App::builtin("lenet", 1, 1024).unwrap();
+    let (_, srv) = with_server(&app, 1, 1, 64, quick_cfg(), |addr, _, _| {
+        let s = client(addr);
+        let status = |d: &[u8]| {
+            let r = ask(&s, d);
+            wire::decode_response(&r).expect("our header").status
+        };
+        assert_eq!(status(&[]), Status::Empty);
+        assert_eq!(status(b"gq\x01\x00\x02"), Status::Truncated);
+        assert_eq!(status(b"HTTP/1.1 200 OK\r\n\r\n"), Status::BadHeader);
+        let mut d = Vec::new();
+        wire::encode_request(&mut d, 7, 11, &[0; 784]);
+        let r = ask(&s, &d);
+        let r = wire::decode_response(&r).unwrap();
+        assert_eq!((r.status, r.app, r.id), (Status::UnknownApp, 7, 11));
+        wire::encode_request(&mut d, 2, 12, &[0; 700]);
+        assert_eq!(status(&d), Status::Truncated);
+        wire::encode_request(&mut d, 2, 13, &[0; 785]);
+        assert_eq!(status(&d), Status::Oversized);
+        wire::encode_request(&mut d, 2, 14, &vec![0; 9000]);
+        assert_eq!(status(&d), Status::Oversized);
+        // Still serving after all that.
+        wire::encode_request(&mut d, 2, 15, &[128; 784]);
+        let r = ask(&s, &d);
+        let r = wire::decode_response(&r).unwrap();
+        assert_eq!((r.status, r.id, r.payload.len()), (Status::Ok, 15, 40));
+    });
+    let c = srv.counters;
+    assert_eq!(
+        (
+            c.empty,
+            c.truncated,
+            c.bad_header,
+            c.unknown_app,
+            c.oversized
+        ),
+        (1, 2, 1, 1, 2)
+    );
+    assert_eq!(
+        (c.bad_replied, c.bad_dropped, c.accepted, c.responses),
+        (7, 0, 1, 1)
+    );
+}
+
+#[test]
+fn bad_input_is_dropped_silently_by_flag() {
+    let app = App::builtin("echo", 1, 256).unwrap();
+    let mut cfg = quick_cfg();
+    cfg.reply_errors = false;
+    let (_, srv) = with_server(&app, 1, 1, 64, cfg, |addr, _, _| {
+        let s = client(addr);
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        for d in [
+            &b""[..],
+            b"xx",
+            b"gq\x01\x00\x09\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00",
+        ] {
+            s.send(d).unwrap();
+        }
+        let mut b = [0u8; 64];
+        assert!(s.recv(&mut b).is_err(), "no answer to dropped input");
+        let mut d = Vec::new();
+        wire::encode_request(&mut d, 1, 5, b"still here");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let r = ask(&s, &d);
+        assert_eq!(wire::decode_response(&r).unwrap().payload, b"still here");
+    });
+    let c = srv.counters;
+    assert_eq!((c.bad_dropped, c.bad_replied, c.responses), (3, 0, 1));
+}
+
+#[test]
+fn sockperf_framing_returns_the_header_and_honours_no_reply() {
+    let app = App::builtin("echo", 1, 1024).unwrap();
+    let mut cfg = quick_cfg();
+    cfg.framing = Framing::Sockperf;
+    let (_, srv) = with_server(&app, 1, 1, 64, cfg, |addr, _, _| {
+        let s = client(addr);
+        let mut d = vec![0u8; 64];
+        d[0..8].copy_from_slice(&99u64.to_be_bytes());
+        d[8..10].copy_from_slice(&3u16.to_be_bytes()); // client | pong request
+        d[10..14].copy_from_slice(&64u32.to_be_bytes());
+        d[16..]
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = i as u8);
+        let r = ask(&s, &d);
+        assert_eq!(r.len(), 64);
+        assert_eq!(&r[0..8], &d[0..8]);
+        assert_eq!(u16::from_be_bytes([r[8], r[9]]), 2);
+        assert_eq!(&r[10..], &d[10..]);
+        // Without the pong request flag: processed, no datagram back.
+        d[8..10].copy_from_slice(&1u16.to_be_bytes());
+        s.send(&d).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut b = [0u8; 128];
+        assert!(s.recv(&mut b).is_err());
+    });
+    assert_eq!(
+        (
+            srv.counters.accepted,
+            srv.counters.responses,
+            srv.counters.no_reply
+        ),
+        (2, 1, 1)
+    );
+}
+
+#[test]
+fn overload_is_shed_and_every_request_is_accounted_for() {
+    // Each echo request copies its bytes 3000 times on the CPU: a few hundred per second.
+    let app = App::builtin("echo", 3000, 1024).unwrap();
+    let (rep, srv) = with_server(&app, 1, 1, 4, quick_cfg(), |addr, _, _| {
+        let no = AtomicBool::new(false);
+        let cfg = LoadConfig {
+            target: addr,
+            payload: Payload::Echo { size: 1024 },
+            mode: LoadMode::Open { rate: 20_000.0 },
+            duration: Duration::from_millis(500),
+            timeout: Duration::from_secs(2),
+            verify: true,
+            ..Default::default()
+        };
+        load::run(&cfg, &no).unwrap()
+    });
+    let c = rep.server.expect("server counters");
+    assert!(c.shed > 0, "a flood must be shed: {c:?}");
+    assert!(rep.ok > 0 && rep.verify_failed == 0);
+    // Client view = server view.
+    assert_eq!(rep.sent, rep.ok + rep.lost);
+    assert_eq!(rep.lost, c.dropped() + rep.client_drops, "{rep:?}");
+    // (The closing stats query is itself a datagram.)
+    assert_eq!(c.datagrams - c.stats_queries + c.kernel_drops, rep.sent);
+    assert_eq!(c.accepted, c.responses);
+    // What is served waited behind at most 4 others: bounded latency.
+    assert!(srv.server_time.max_us < 1e6, "{:?}", srv.server_time);
+}
+
+#[test]
+fn stop_drains_in_flight_requests_and_answers_them() {
+    let app = App::builtin("echo", 2000, 1024).unwrap();
+    let (sent, srv) = with_server(&app, 1, 2, 32, quick_cfg(), |addr, server, stop| {
+        let s = client(addr);
+        let mut d = Vec::new();
+        for id in 0..40u64 {
+            wire::encode_request(&mut d, 1, id, &[id as u8; 1024]);
+            s.send(&d).unwrap();
+        }
+        // Stop while they are in flight (the server has accepted some and queued the rest).
+        let t = Instant::now();
+        while server.counters().accepted == 0 {
+            assert!(t.elapsed() < Duration::from_secs(5));
+            std::thread::yield_now();
+        }
+        stop.store(true, Ordering::Release);
+        // Every accepted request is answered before run returns.
+        let mut got = 0;
+        let mut b = vec![0u8; 2048];
+        s.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        while let Ok(n) = s.recv(&mut b) {
+            let r = wire::decode_response(&b[..n]).unwrap();
+            assert_eq!(r.payload, &[r.id as u8; 1024][..]);
+            got += 1;
+        }
+        got
+    });
+    let c = srv.counters;
+    assert!(c.accepted > 0);
+    assert_eq!(c.abandoned, 0);
+    assert_eq!(c.answered, c.accepted);
+    assert_eq!(c.responses, c.accepted);
+    assert_eq!(sent as u64, c.responses);
+}
+
+#[test]
+fn a_hundred_thousand_requests_get_exactly_one_response_each() {
+    let app = App::builtin("echo", 1, 256).unwrap();
+    let (rep, srv) = with_server(&app, 2, 2, 512, quick_cfg(), |addr, _, _| {
+        let no = AtomicBool::new(false);
+        let cfg = LoadConfig {
+            target: addr,
+            payload: Payload::Echo { size: 32 },
+            mode: LoadMode::Closed { outstanding: 64 },
+            duration: Duration::from_secs(100),
+            requests: Some(100_000),
+            threads: 2,
+            timeout: Duration::from_secs(5),
+            verify: true,
+            ..Default::default()
+        };
+        load::run(&cfg, &no).unwrap()
+    });
+    assert_eq!(rep.sent, 100_000);
+    assert_eq!(
+        (rep.ok, rep.lost, rep.stray, rep.verify_failed),
+        (100_000, 0, 0, 0)
+    );
+    let c = srv.counters;
+    assert_eq!(
+        (c.accepted, c.answered, c.responses),
+        (100_000, 100_000, 100_000)
+    );
+    assert_eq!(c.dropped(), 0);
+}

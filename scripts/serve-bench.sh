@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The gdr serve measurements on a GPU host, from the bundle; about 2-4 minutes.
+# Usage: scripts/serve-bench.sh OUTDIR [GDR]   (GDR: the gdr binary, default bundle/gdr, or ./gdr
+# next to this script). Writes per-run JSON (server totals, load report) and summary.json with
+# the ratios the targets are about:
+#   lenet at low load: server-side p50 host-centric / gpu-queue (>= 3), end-to-end p50 (>= 1.5)
+#   lenet peak throughput, same server cores: gpu-queue / host-centric (>= 1.2)
+#   10^6 requests under load: sent = answered + lost, lost = server drops + client drops
+#   2 GPUs vs 1 with a heavy app (--work), when the host has 2 GPUs (>= 1.7)
+# Environment: SERVE_THREADS (server network threads = cores, default 2), SERVE_CPUS (cores
+# for the server, default 2-(1+threads)), LOAD_CPUS (default the rest), HEAVY_WORK (default 40).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:?usage: serve-bench.sh OUTDIR [GDR]}
+g=${2:-}
+if [ -z "$g" ]; then
+  for c in "$here/../bundle/gdr" "$here/gdr" "$(command -v gdr || true)"; do
+    [ -n "$c" ] && [ -x "$c" ] && { g=$c; break; }
+  done
+fi
+[ -x "$g" ] || { echo "no gdr binary (pass it as the second argument)"; exit 2; }
+mkdir -p "$out"
+# Vulkan loader for the BAR1 mapping (as run-gpu.sh does).
+if ! ldconfig -p | grep -q libvulkan.so.1 && [ -d "$here/gl" ]; then
+  for f in "$here"/gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+fi
+icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+[ -f "$icd" ] && export VK_DRIVER_FILES=${VK_DRIVER_FILES:-$icd}
+
+ncpu=$(nproc)
+T=${SERVE_THREADS:-2}
+SCPUS=${SERVE_CPUS:-2-$((1 + T))}
+LCPUS=${LOAD_CPUS:-$((2 + T))-$((ncpu - 1))}
+HEAVY=${HEAVY_WORK:-40}
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); ngpu=${ngpu:-0}
+port=9400
+pid=
+echo "gdr: $g; server cores $SCPUS ($T threads), load cores $LCPUS, $ngpu GPU(s)"
+
+start_server() { # name, serve args...
+  local name=$1; shift
+  port=$((port + 1))
+  taskset -c "$SCPUS" "$g" serve --listen 127.0.0.1:$port --threads "$T" --busy-poll \
+    --duration 120 --json "$@" >"$out/$name.server.json" 2>"$out/$name.server.log" &
+  pid=$!
+  for _ in $(seq 600); do
+    grep -q "ready on" "$out/$name.server.log" 2>/dev/null && return 0
+    kill -0 $pid 2>/dev/null || { echo "$name: server died: $(tail -1 "$out/$name.server.log")"; return 1; }
+    sleep 0.1
+  done
+  echo "$name: server not ready in 60 s"; kill -INT $pid; return 1
+}
+stop_server() {
+  [ -n "$pid" ] || return 0
+  kill -INT $pid 2>/dev/null
+  for _ in $(seq 150); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+  kill -0 $pid 2>/dev/null && { echo "server did not stop in 15 s (hang)"; kill -KILL $pid; }
+  wait $pid 2>/dev/null; pid=
+}
+load() { # name, load args...
+  local name=$1; shift
+  timeout 90 taskset -c "$LCPUS" "$g" load --target 127.0.0.1:$port --json "$@" \
+    >"$out/$name.load.json" 2>"$out/$name.load.log" || echo "$name: load failed: $(tail -1 "$out/$name.load.log")"
+}
+run() { # name, "serve args", load args...
+  local name=$1 sargs=$2; shift 2
+  echo "== $name"
+  # shellcheck disable=SC2086
+  if start_server "$name" $sargs; then
+    load "$name.warm" --duration 1 "$@" >/dev/null
+    load "$name" "$@"
+    stop_server
+  fi
+}
+
+for mode in gpu-queue host-centric; do
+  run "lenet-low-$mode" "--app lenet --mode $mode" --app lenet --outstanding 1 --duration 5 --verify
+done
+for mode in gpu-queue host-centric; do
+  run "lenet-peak-$mode" "--app lenet --mode $mode --max-in-flight 512 --streams 8" \
+    --app lenet --outstanding 64 --threads 4 --duration 6 --verify
+done
+run "million-gpu-queue" "--app lenet --mode gpu-queue" \
+  --app lenet --rate 400000 --requests 1000000 --threads 4 --duration 60 --timeout-ms 2000
+if [ "$ngpu" -ge 2 ]; then
+  for gpus in 0 0,1; do
+    run "heavy-gpus-${gpus/,/-}" "--app lenet --work $HEAVY --mode gpu-queue --gpus $gpus --max-in-flight 512" \
+      --app lenet --outstanding 128 --threads 4 --duration 6 --verify
+  done
+fi
+if command -v sockperf >/dev/null; then
+  echo "== sockperf ping-pong against echo (sockperf framing)"
+  if start_server sockperf "--app echo --mode gpu-queue --framing sockperf"; then
+    timeout 30 taskset -c "$LCPUS" sockperf ping-pong -i 127.0.0.1 -p $port -m 64 -t 5 \
+      >"$out/sockperf.txt" 2>&1 || echo "sockperf failed: $(tail -1 "$out/sockperf.txt")"
+    stop_server
+  fi
+fi
+
+python3 - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+def j(name):
+    try:
+        with open(os.path.join(out, name)) as f: return json.load(f)
+    except Exception as e:
+        return None
+s = {}
+def ratio(a, b):
+    return round(a / b, 3) if a and b else None
+gl, hl = j("lenet-low-gpu-queue.server.json"), j("lenet-low-host-centric.server.json")
+gL, hL = j("lenet-low-gpu-queue.load.json"), j("lenet-low-host-centric.load.json")
+if gl and hl:
+    s["low_server_p50_us"] = {"gpu_queue": gl["report"]["server_time"]["p50_us"], "host_centric": hl["report"]["server_time"]["p50_us"]}
+    s["low_server_p50_ratio"] = ratio(hl["report"]["server_time"]["p50_us"], gl["report"]["server_time"]["p50_us"])
+if gL and hL:
+    s["low_e2e_p50_us"] = {"gpu_queue": gL["latency"]["p50_us"], "host_centric": hL["latency"]["p50_us"]}
+    s["low_e2e_p50_ratio"] = ratio(hL["latency"]["p50_us"], gL["latency"]["p50_us"])
+gp, hp = j("lenet-peak-gpu-queue.load.json"), j("lenet-peak-host-centric.load.json")
+if gp and hp:
+    s["peak_rps"] = {"gpu_queue": gp["throughput_rps"], "host_centric": hp["throughput_rps"]}
+    s["peak_ratio"] = ratio(gp["throughput_rps"], hp["throughput_rps"])
+m = j("million-gpu-queue.load.json")
+if m:
+    answered = m["ok"] + sum(m["errors"].values())
+    srv = m.get("server") or {}
+    drops = sum(srv.get(k, 0) for k in ("shed", "kernel_drops", "bad_dropped", "send_failed", "abandoned"))
+    s["million"] = {"sent": m["sent"], "answered": answered, "lost": m["lost"], "server_drops": drops,
+                    "client_drops": m["client_drops"],
+                    "sent_eq_answered_plus_lost": m["sent"] == answered + m["lost"],
+                    "lost_eq_counted_drops": m["lost"] == drops + m["client_drops"]}
+h1, h2 = j("heavy-gpus-0.load.json"), j("heavy-gpus-0-1.load.json")
+if h1 and h2:
+    s["two_gpu_rps"] = {"one": h1["throughput_rps"], "two": h2["throughput_rps"]}
+    s["two_gpu_ratio"] = ratio(h2["throughput_rps"], h1["throughput_rps"])
+wrong = {}
+for f in os.listdir(out):
+    if f.endswith(".load.json"):
+        r = j(f)
+        if r and r.get("verify_failed"): wrong[f] = r["verify_failed"]
+s["verify_failures"] = wrong
+with open(os.path.join(out, "summary.json"), "w") as f: json.dump(s, f, indent=2)
+print(json.dumps(s, indent=2))
+PY
