@@ -59,6 +59,7 @@ pub fn launch_workers(
         warps_per_block: shape.warps,
         // A server stays up through idle hours; it stops the workers itself.
         idle_timeout: Duration::from_secs(7 * 24 * 3600),
+        profile: false,
     };
     Ok(GpuWorkers::launch(ctx, &app.handler(), &cfg)?)
 }
