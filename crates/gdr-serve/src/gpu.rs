@@ -16,7 +16,7 @@ pub struct GpuShape {
     /// Slots per queue (power of two).
     pub slots: u32,
     pub placement: Placement,
-    /// Threads of one worker block = warps * 32 (a power of two up to 32 warps).
+    /// Threads of one worker block = warps * 32 (a power of two up to 16 warps).
     pub warps: u32,
     /// Blocks (SMs) per queue.
     pub blocks_per_queue: u32,
@@ -40,9 +40,10 @@ pub fn launch_workers(
     queues: u32,
     shape: &GpuShape,
 ) -> Result<GpuWorkers, ServeError> {
-    if !shape.warps.is_power_of_two() || shape.warps > 32 {
+    // kernels.cu's __launch_bounds__(GDR_SERVE_MAX_THREADS = 512).
+    if !shape.warps.is_power_of_two() || shape.warps > 16 {
         return Err(ServeError::Config(format!(
-            "warps per block must be a power of two up to 32, got {}",
+            "warps per block must be a power of two up to 16, got {}",
             shape.warps
         )));
     }

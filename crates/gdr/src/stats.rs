@@ -80,6 +80,9 @@ pub fn time_per_call_us<E>(
 /// Least time an operation runs untimed before each of its timed batches.
 pub const WARM_UP: Duration = Duration::from_micros(200);
 
+/// Operations at least this long are not warmed up before their timed batches.
+pub const LONG_OP: Duration = Duration::from_millis(2);
+
 /// An operation to time: returns an error to abort the measurement.
 pub type Op<'a, E> = Box<dyn FnMut() -> Result<(), E> + 'a>;
 
@@ -98,6 +101,7 @@ pub fn time_interleaved_us<E>(
     budget: Duration,
 ) -> Result<Vec<Summary>, E> {
     let mut batches = Vec::with_capacity(ops.len());
+    let mut per_call = Vec::with_capacity(ops.len());
     for op in ops.iter_mut() {
         let mut batch = 1usize;
         loop {
@@ -105,7 +109,9 @@ pub fn time_interleaved_us<E>(
             for _ in 0..batch {
                 op()?;
             }
-            if t.elapsed() >= min_batch || batch >= 1 << 20 {
+            let el = t.elapsed();
+            if el >= min_batch || batch >= 1 << 20 {
+                per_call.push(el / batch as u32);
                 break;
             }
             batch *= 2;
@@ -114,18 +120,22 @@ pub fn time_interleaved_us<E>(
     }
     let start = Instant::now();
     let mut out: Vec<Vec<f64>> = vec![Vec::with_capacity(samples); ops.len()];
-    // At least 5 rounds even past the budget: a median of fewer swings with one slow sample.
-    let floor = samples.min(5);
+    // At least 9 rounds even past the budget: a median of fewer swings with one slow sample.
+    let floor = samples.min(9);
     while out[0].len() < samples && (out[0].len() < floor || start.elapsed() < budget) {
         for (i, op) in ops.iter_mut().enumerate() {
             // Warm up for a whole batch and at least WARM_UP, so threads parked by the
             // previous operation are awake again before the clock starts (waking an idle vCPU
             // in a VM can take tens of microseconds).
-            let w = Instant::now();
-            let mut n = 0;
-            while n < batches[i] || (w.elapsed() < WARM_UP && n < 64 * batches[i]) {
-                op()?;
-                n += 1;
+            // Operations of milliseconds skip it: a wake-up is noise against them, and
+            // warming would double the time of the largest copies.
+            if per_call[i] < LONG_OP {
+                let w = Instant::now();
+                let mut n = 0;
+                while n < batches[i] || (w.elapsed() < WARM_UP && n < 64 * batches[i]) {
+                    op()?;
+                    n += 1;
+                }
             }
             let t = Instant::now();
             for _ in 0..batches[i] {

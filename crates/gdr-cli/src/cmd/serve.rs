@@ -52,7 +52,7 @@ pub struct Args {
     /// Most requests in flight per queue; beyond it requests are shed (counted)
     #[arg(long, default_value_t = 256)]
     max_in_flight: usize,
-    /// Warps per worker block (power of two up to 32)
+    /// Warps per worker block (power of two up to 16)
     #[arg(long, default_value_t = 16)]
     warps: u32,
     /// Worker blocks (SMs) per queue

@@ -44,7 +44,10 @@ extern "C" __global__ void gdr_serve_oneshot(const unsigned char *req, gdr_u32 r
 }
 
 // The persistent worker, launched by gdr::mq::GpuWorkers under mq's kernel name and signature.
-extern "C" __global__ void gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32 nqueues,
+// At most GDR_SERVE_MAX_THREADS threads a block (gpu.rs refuses more): without the bound the
+// compiler used 168 registers a thread, more than a 512-thread block can have.
+#define GDR_SERVE_MAX_THREADS 512
+extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS) gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32 nqueues,
                                          gdr_u32 blocks_per_queue, gdr_u64 idle_ns) {
     __shared__ float smem[GDR_SERVE_MAX_GROUPS * GDR_SERVE_GROUP_FLOATS];
     __shared__ const unsigned char *reqs[GDR_MQ_WARP_BATCH];
