@@ -437,6 +437,16 @@ __device__ gdr_u32 gdr_mq_recv(gdr_mq_worker &w, gdr_mq_batch &b, gdr_u64 idle_n
     return 0;
 }
 
+// One 16-byte TX store of message `idx`: store j of its slot (0 and 1 the header words, j >= 2
+// payload bytes 8(j-2) .. 8(j-2)+7 of `resp`).
+__device__ __forceinline__ uint4 gdr_mq_tx_pair(gdr_u32 j, gdr_u32 seq, gdr_u32 len, gdr_u64 tag,
+                                                const unsigned char *resp) {
+    if (j == 0) return make_uint4(len, seq, (gdr_u32)tag, seq);
+    if (j == 1) return make_uint4((gdr_u32)(tag >> 32), seq, 0u, seq);
+    const uint2 d = ((const uint2 *)resp)[j - 2u];
+    return make_uint4(d.x, seq, d.y, seq);
+}
+
 // Warp-collective send: lane i (< b.n) publishes `resp_len` bytes of `resp` as the answer to
 // request b.first + i (len above max_msg is recorded as such and the payload cut), then the
 // batch retires in index order and the consumer index is written back.
@@ -446,32 +456,77 @@ __device__ gdr_u32 gdr_mq_recv(gdr_mq_worker &w, gdr_mq_batch &b, gdr_u64 idle_n
 // carries two whole words, and the host checks every word's seq, so the words may land in
 // any order: no __threadfence_system() (a PCIe round trip) on the response path. Nothing
 // after the stores waits for them either; they drain on their own.
+//
+// The warp writes the slots together, one message at a time: lane k makes the k-th 16-byte
+// store of the slot, so one store instruction covers 512 contiguous bytes and leaves the GPU
+// as a few large PCIe writes instead of one 16-byte write per lane per instruction (each lane
+// in its own slot). That needs every `resp` readable by the other lanes (global or shared
+// memory); if a lane passes a local-memory buffer, each lane writes its own slot instead.
 __device__ void gdr_mq_send(gdr_mq_worker &w, const gdr_mq_batch &b, const unsigned char *resp,
                             gdr_u32 resp_len) {
-    if (w.lane < b.n) {
-        const gdr_u32 idx = b.first + w.lane;
-        const gdr_u32 seq = idx + 1u;
-        uint4 *slot = (uint4 *)gdr_mq_tx_slot(w, idx);
-        const gdr_u32 copy = resp_len < w.q.max_msg ? resp_len : w.q.max_msg;
-        gdr_st_volatile_v4(slot, make_uint4(resp_len, seq, (gdr_u32)b.tag, seq));
-        gdr_st_volatile_v4(slot + 1, make_uint4((gdr_u32)(b.tag >> 32), seq, 0u, seq));
-        // `resp` is this lane's own scratch, written by this thread: plain loads (L1 may
-        // serve them), eight 8-byte pieces in flight before their stores.
-        const uint2 *src = (const uint2 *)resp;
-        const gdr_u32 pairs = (copy + 7u) / 8u;
-        for (gdr_u32 base = 0; base < pairs; base += 8) {
-            uint2 r[8];
+    const gdr_u32 full = 0xffffffffu;
+    const bool mine = w.lane < b.n;
+    const gdr_u32 copy = resp_len < w.q.max_msg ? resp_len : w.q.max_msg;
+    // 16-byte stores of this lane's response: 2 of header, one per 8 payload bytes.
+    const gdr_u32 stores = mine ? 2u + (copy + 7u) / 8u : 0u;
+    if (__ballot_sync(full, mine && __isLocal(resp)) == 0u) {
+        __syncwarp();  // every lane's response is written before any lane reads it
+        // Rounds of the warp per message, and their exclusive prefix over the lanes: unit u
+        // of the batch is round u - excl[m] of the message m with the last excl[m] <= u.
+        const gdr_u32 units = (stores + 31u) / 32u;
+        gdr_u32 incl = units;
 #pragma unroll
-            for (int k = 0; k < 8; k++)
-                if (base + k < pairs) r[k] = src[base + k];
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                if (base + k < pairs)
-                    gdr_st_volatile_v4(slot + 2 + base + k, make_uint4(r[k].x, seq, r[k].y, seq));
+        for (gdr_u32 d = 1; d < 32u; d <<= 1) {
+            const gdr_u32 t = __shfl_up_sync(full, incl, d);
+            if (w.lane >= d) incl += t;
         }
-        gdr_mq_prof(w, 2);
-        gdr_mq_prof(w, 3);  // the TX fence stage: empty since the word format
+        const gdr_u32 excl = incl - units;
+        const gdr_u32 total = __shfl_sync(full, incl, 31);
+        const gdr_u64 rp = (gdr_u64)resp;
+        // Eight units' loads (another lane's scratch: one L1/L2 round trip) in flight before
+        // their stores.
+        for (gdr_u32 base = 0; base < total; base += 8u) {
+            uint4 v[8];
+            uint4 *dst[8];
+#pragma unroll
+            for (gdr_u32 k = 0; k < 8u; k++) {
+                dst[k] = 0;
+                const gdr_u32 u = base + k;
+                if (u < total) {  // uniform
+                    const gdr_u32 m = 31u - __clz(__ballot_sync(full, mine && excl <= u));
+                    const gdr_u32 j = (u - __shfl_sync(full, excl, m)) * 32u + w.lane;
+                    const gdr_u32 m_stores = __shfl_sync(full, stores, m);
+                    const gdr_u32 m_len = __shfl_sync(full, resp_len, m);
+                    const gdr_u64 m_tag = __shfl_sync(full, b.tag, m);
+                    const gdr_u64 m_resp = __shfl_sync(full, rp, m);
+                    if (j < m_stores) {
+                        const gdr_u32 idx = b.first + m;
+                        v[k] = gdr_mq_tx_pair(j, idx + 1u, m_len, m_tag,
+                                              (const unsigned char *)m_resp);
+                        dst[k] = (uint4 *)gdr_mq_tx_slot(w, idx) + j;
+                    }
+                }
+            }
+#pragma unroll
+            for (gdr_u32 k = 0; k < 8u; k++)
+                if (dst[k]) gdr_st_volatile_v4(dst[k], v[k]);
+        }
+    } else if (mine) {
+        const gdr_u32 idx = b.first + w.lane;
+        uint4 *slot = (uint4 *)gdr_mq_tx_slot(w, idx);
+        // Eight stores' loads in flight before their stores.
+        for (gdr_u32 base = 0; base < stores; base += 8u) {
+            uint4 r[8];
+#pragma unroll
+            for (gdr_u32 k = 0; k < 8u; k++)
+                if (base + k < stores) r[k] = gdr_mq_tx_pair(base + k, idx + 1u, resp_len, b.tag, resp);
+#pragma unroll
+            for (gdr_u32 k = 0; k < 8u; k++)
+                if (base + k < stores) gdr_st_volatile_v4(slot + base + k, r[k]);
+        }
     }
+    gdr_mq_prof(w, 2);
+    gdr_mq_prof(w, 3);  // the TX fence stage: empty since the word format
     __syncwarp();
     if (w.lane == 0) {
         gdr_mq_status *st = gdr_mq_st(w);

@@ -221,6 +221,32 @@ impl Region {
         unsafe { AtomicU64::from_ptr(self.at(off, 8).cast()) }.load(Ordering::Relaxed)
     }
 
+    /// Relaxed loads of the `count` 8-byte words from `off`, in order, each handed to `f`
+    /// with its position until `f` returns false; returns how many `f` accepted. One bounds
+    /// check for the whole run, so a response's words cost a load and a compare each (the
+    /// TX words are self-checking: no load needs ordering against another).
+    #[inline]
+    pub fn scan_u64(
+        &self,
+        off: usize,
+        count: usize,
+        mut f: impl FnMut(usize, u64) -> bool,
+    ) -> usize {
+        assert!(off.is_multiple_of(8), "unaligned ring word at {off}");
+        let bytes = count.checked_mul(8).expect("word count overflows");
+        let p = self.at(off, bytes).cast::<u64>();
+        for k in 0..count {
+            // SAFETY: word k is inside the checked run, 8-aligned (the region base is
+            // 16-aligned), valid while self holds the memory; shared words are only ever
+            // accessed atomically.
+            let w = unsafe { AtomicU64::from_ptr(p.add(k)) }.load(Ordering::Relaxed);
+            if !f(k, w) {
+                return k;
+            }
+        }
+        count
+    }
+
     /// Release store of the 32-bit word at `off`. On write-combined memory call
     /// [`publish_fence`](Self::publish_fence) before (to order the payload) and
     /// [`flush`](Self::flush) after (to push the word out now).

@@ -68,11 +68,18 @@ pub struct QueuePair {
     full: u64,
     max_in_flight: u64,
     last_health: Instant,
-    /// The decoded payload of the oldest response once `ready` (TX words carry 4 payload
-    /// bytes each, so responses are always decoded, never read in place).
+    /// The decoded payload of the oldest response (TX words carry 4 payload bytes each, so
+    /// responses are always decoded, never read in place); `max_msg` rounded up to 8 bytes.
     bounce: Vec<u8>,
-    /// TX words of the oldest response, as read.
-    words: Vec<u64>,
+    /// Raw TX words read in bulk from a BAR mapping before they are checked.
+    raw: Vec<u8>,
+    /// Leading TX words of the oldest response already checked current and decoded (0: not
+    /// even word 0). Once current, a word stays so until the host retires the slot, so a
+    /// poll resumes where the last one stopped and never reads a word twice.
+    checked: usize,
+    /// `len` and `tag` of the oldest response, valid as far as `checked` reaches.
+    cur_len: usize,
+    cur_tag: u64,
     /// `(len, tag)` of the oldest response once all its words are current.
     ready: Option<(usize, u64)>,
 }
@@ -127,6 +134,7 @@ fn header_bytes(h: &SlotHeader) -> [u8; SLOT_HEADER_SIZE] {
 
 impl QueuePair {
     pub(crate) fn new(p: QueueParts) -> QueuePair {
+        let bounce = vec![0; (p.geo.max_msg as usize).next_multiple_of(8)];
         QueuePair {
             p,
             sent: 0,
@@ -136,8 +144,11 @@ impl QueuePair {
             full: 0,
             max_in_flight: 0,
             last_health: Instant::now(),
-            bounce: Vec::new(),
-            words: Vec::new(),
+            bounce,
+            raw: Vec::new(),
+            checked: 0,
+            cur_len: 0,
+            cur_tag: 0,
             ready: None,
         }
     }
@@ -313,8 +324,9 @@ impl QueuePair {
     }
 
     /// True when the response to the oldest outstanding request is complete: every TX word
-    /// it occupies carries its seq. The words are then decoded into `bounce` (and `ready`
-    /// set), so later calls for the same response read nothing.
+    /// it occupies carries its seq. Words are checked and decoded into `bounce` in one pass,
+    /// as far as they are current; the next call resumes at the first word that was not (a
+    /// response still arriving is never re-read), and once `ready` is set nothing is read.
     fn response_ready(&mut self) -> bool {
         if self.ready.is_some() {
             return true;
@@ -325,44 +337,61 @@ impl QueuePair {
         let idx = self.index(self.received);
         let seq = layout::seq_of(idx);
         let off = self.p.geo.tx_slot_offset(idx);
-        // Word 0 (len) first: it says how many more words to check.
-        let w0 = self.p.tx.load_u64(off);
-        if (w0 >> 32) as u32 != seq {
+        if self.checked == 0 {
+            // Word 0 (len) first: it says how many words to check.
+            let w0 = self.p.tx.load_u64(off);
+            if (w0 >> 32) as u32 != seq {
+                return false;
+            }
+            self.cur_len = w0 as u32 as usize;
+            self.cur_tag = 0;
+            self.checked = 1;
+        }
+        let n = self.p.geo.tx_words(self.cur_len);
+        let from = self.checked;
+        let (bounce, tag) = (&mut self.bounce, &mut self.cur_tag);
+        // Checks word `k` (absolute) and decodes its data half.
+        let mut take = |k: usize, w: u64| -> bool {
+            if (w >> 32) as u32 != seq {
+                return false;
+            }
+            let d = w as u32;
+            if k >= layout::TX_HEADER_WORDS {
+                let at = 4 * (k - layout::TX_HEADER_WORDS);
+                bounce[at..at + 4].copy_from_slice(&d.to_ne_bytes());
+            } else if k == 1 {
+                *tag |= u64::from(d);
+            } else if k == 2 {
+                *tag |= u64::from(d) << 32;
+            }
+            true
+        };
+        let good = if self.p.tx.write_combined() {
+            // Reads of a BAR mapping are uncached round trips: one bulk read of the words
+            // not yet seen. Each aligned 8-byte word arrives whole (the GPU writes it in one
+            // store, the read never splits it) and is checked, so no fence orders the reads.
+            let raw = &mut self.raw;
+            raw.resize((n - from) * layout::TX_WORD_SIZE, 0);
+            self.p.tx.read(off + from * layout::TX_WORD_SIZE, raw);
+            raw.chunks_exact(8)
+                .enumerate()
+                .take_while(|&(i, c)| {
+                    take(from + i, u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+                })
+                .count()
+        } else {
+            self.p
+                .tx
+                .scan_u64(off + from * layout::TX_WORD_SIZE, n - from, |i, w| {
+                    take(from + i, w)
+                })
+        };
+        self.checked = from + good;
+        if self.checked < n {
             return false;
         }
-        let len = w0 as u32 as usize;
-        let n = self.p.geo.tx_words(len);
-        let mut words = std::mem::take(&mut self.words);
-        words.clear();
-        words.push(w0);
-        if self.p.tx.write_combined() {
-            // Reads of a BAR mapping are uncached round trips: one bulk read. Each aligned
-            // 8-byte word arrives whole (the GPU writes it in one store, the read never splits
-            // it), and each is checked below, so no fence orders these reads after word 0.
-            let mut raw = std::mem::take(&mut self.bounce);
-            raw.resize((n - 1) * layout::TX_WORD_SIZE, 0);
-            self.p.tx.read(off + layout::TX_WORD_SIZE, &mut raw);
-            words.extend(
-                raw.chunks_exact(8)
-                    .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))),
-            );
-            self.bounce = raw;
-        } else {
-            words.extend((1..n).map(|k| self.p.tx.load_u64(off + k * layout::TX_WORD_SIZE)));
-        }
-        let complete = words.iter().all(|&w| (w >> 32) as u32 == seq);
-        if complete {
-            let tag = (words[1] & 0xffff_ffff) | (words[2] << 32);
-            let copy = len.min(self.max_msg());
-            self.bounce.clear();
-            for w in &words[layout::TX_HEADER_WORDS..] {
-                self.bounce.extend_from_slice(&(*w as u32).to_ne_bytes());
-            }
-            self.bounce.truncate(copy);
-            self.ready = Some((len, tag));
-        }
-        self.words = words;
-        complete
+        self.ready = Some((self.cur_len, self.cur_tag));
+        true
     }
 
     /// Done with the TX slot of message `received` (the worker writes it again only for
@@ -375,6 +404,7 @@ impl QueuePair {
     fn retire_slot(&mut self) {
         let idx = self.index(self.received);
         self.ready = None;
+        self.checked = 0;
         if idx & 0x7fff_ffff < self.p.geo.slots {
             let off = self.p.geo.tx_slot_offset(idx);
             let stamp = layout::tx_word(0, layout::seq_of(idx)).to_ne_bytes();
@@ -649,6 +679,39 @@ mod tests {
         assert_eq!(&out[..61], &msg[..]);
         assert_eq!(out[61..], [0xa5; 3]);
         assert_eq!(q.try_recv(&mut out).unwrap(), None);
+    }
+
+    #[test]
+    fn a_response_arriving_in_any_word_order_is_taken_whole() {
+        let mut rng = rand::thread_rng();
+        for len in [0usize, 1, 7, 8, 33, 200, 256] {
+            let mut q = bare(8, 256, rng.gen());
+            let mut msg = vec![0u8; len];
+            rng.fill_bytes(&mut msg);
+            q.send(&msg).unwrap();
+            // The full response as words, stored one at a time in a random order.
+            let idx = q.index(0);
+            let off = q.p.geo.tx_slot_offset(idx);
+            answer(&q, 0, &msg, None);
+            let n = q.p.geo.tx_words(len);
+            let words: Vec<u64> = (0..n).map(|k| q.p.tx.load_u64(off + 8 * k)).collect();
+            let stale = layout::tx_word(0xdead_beef, layout::seq_of(idx.wrapping_sub(8)));
+            for k in 0..n {
+                q.p.tx.store_u64(off + 8 * k, stale);
+            }
+            let mut order: Vec<usize> = (0..n).collect();
+            for i in (1..n).rev() {
+                order.swap(i, rng.gen_range(0..=i));
+            }
+            let mut out = vec![0x5au8; 256];
+            for (i, &k) in order.iter().enumerate() {
+                assert_eq!(q.try_recv(&mut out).unwrap(), None, "{i} of {n} words");
+                q.p.tx.store_u64(off + 8 * k, words[k]);
+            }
+            assert_eq!(q.try_recv(&mut out).unwrap(), Some(len));
+            assert_eq!(&out[..len], &msg[..]);
+            assert!(out[len..].iter().all(|&b| b == 0x5a));
+        }
     }
 
     #[test]
