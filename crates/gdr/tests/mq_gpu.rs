@@ -45,6 +45,39 @@ __device__ unsigned int handle(const unsigned char *req, unsigned int len,
 }
 "#;
 
+/// TRANSFORM under a kernel of the test's own (`Handler::with_kernel`) that hands
+/// `gdr_mq_send` a local-memory response buffer: the send must fall back to each lane writing
+/// its own slot (other lanes cannot read that buffer).
+const OWN_KERNEL: &str = r#"
+__device__ unsigned int handle(const unsigned char *req, unsigned int len,
+                               unsigned char *resp, unsigned int cap) {
+    if (len > cap) return cap + 1;
+    const unsigned char k = (unsigned char)len;
+    for (unsigned int i = 0; i < len; i++) resp[i] = req[len - 1 - i] ^ k;
+    return len;
+}
+
+extern "C" __global__ void test_local_worker(const gdr_mq_queue_desc *descs, gdr_u32 nqueues,
+                                             gdr_u32 blocks_per_queue, gdr_u64 idle_ns) {
+    const gdr_u32 q = blockIdx.x / blocks_per_queue;
+    if (q >= nqueues) return;
+    const gdr_u32 warp = (blockIdx.x % blocks_per_queue) * (blockDim.x / 32u) + threadIdx.x / 32u;
+    struct gdr_mq_worker w;
+    gdr_mq_worker_init(w, descs[q], warp);
+    __align__(16) unsigned char out[256];
+    gdr_u32 err = 0, arg = 0, reason;
+    for (;;) {
+        gdr_mq_batch b;
+        reason = gdr_mq_recv(w, b, idle_ns, &err, &arg);
+        if (reason) break;
+        gdr_u32 n = 0;
+        if (w.lane < b.n) n = handle(b.req, b.req_len, out, w.q.max_msg < 256u ? w.q.max_msg : 256u);
+        gdr_mq_send(w, b, out, n);
+    }
+    gdr_mq_worker_exit(w, reason, err, arg);
+}
+"#;
+
 fn launch(ctx: &Context, name: &str, h: &Handler, cfg: &GpuConfig) -> Option<GpuWorkers> {
     match GpuWorkers::launch(ctx, h, cfg) {
         Ok(w) => Some(w),
@@ -176,6 +209,25 @@ fn every_placement_carries_sizes_zero_to_capacity() {
         assert_eq!(out[0].stats.worker_messages, 20_014, "{}", p.name());
         println!("{name}: {} ok", p.name());
     }
+}
+
+#[test]
+fn a_kernel_of_the_handlers_own_serves_the_queues() {
+    let name = "a_kernel_of_the_handlers_own_serves_the_queues";
+    let Some((ctx, _g)) = gpu(name) else { return };
+    let h = Handler::new("own_kernel", OWN_KERNEL).with_kernel("test_local_worker");
+    assert_eq!(h.kernel(), "test_local_worker");
+    let mut cfg = config(Placement::LYNX, 128, 200);
+    cfg.warps_per_block = 2;
+    let Some(mut w) = launch(&ctx, name, &h, &cfg) else {
+        return;
+    };
+    pump(&mut w, 0, 50_000, 200, 5);
+    let out = w.stop(Duration::from_secs(5)).unwrap();
+    assert_eq!(out[0].reason, ExitReason::Stopped);
+    assert_eq!(out[0].stats.worker_messages, 50_000);
+    let missing = Handler::new("transform", TRANSFORM).with_kernel("no_such_kernel");
+    assert!(GpuWorkers::launch(&ctx, &missing, &config(Placement::LYNX, 8, 64)).is_err());
 }
 
 #[test]
@@ -466,6 +518,7 @@ fn test_handlers_compile_with_nvrtc() {
     for h in [
         Handler::new("transform", TRANSFORM),
         Handler::new("slow", SLOW),
+        Handler::new("own_kernel", OWN_KERNEL),
         Handler::echo(),
     ] {
         let t = Instant::now();

@@ -36,7 +36,11 @@ const WORKER_SOURCE: &str = include_str!("worker.cu");
 pub struct Handler {
     name: String,
     source: String,
+    kernel: String,
 }
+
+/// The worker kernel `worker.cu` defines; [`Handler::with_kernel`] names another.
+pub const WORKER_KERNEL: &str = "gdr_mq_worker";
 
 impl Handler {
     /// `name` names the program in compile errors; `source` is spliced in after the header.
@@ -44,7 +48,26 @@ impl Handler {
         Handler {
             name: name.into(),
             source: source.into(),
+            kernel: WORKER_KERNEL.into(),
         }
+    }
+
+    /// Launches the kernel `kernel`, which the source defines, instead of `worker.cu`'s
+    /// (the source must still define `handle`, which that kernel calls). It must take
+    /// `worker.cu`'s parameters — `(const gdr_mq_queue_desc *descs, gdr_u32 nqueues, gdr_u32
+    /// blocks_per_queue, gdr_u64 idle_ns)`, one block per `blockIdx.x / blocks_per_queue`
+    /// queue — and serve its queues through `gdr_mq_worker_init`, `gdr_mq_recv`,
+    /// `gdr_mq_send` and `gdr_mq_worker_exit`, as `worker.cu` does. This is the hook for a
+    /// worker that is not one request per lane (a block on one request, say) without renaming
+    /// the library's kernel.
+    pub fn with_kernel(mut self, kernel: &str) -> Handler {
+        self.kernel = kernel.into();
+        self
+    }
+
+    /// The name of the kernel launched for this handler.
+    pub fn kernel(&self) -> &str {
+        &self.kernel
     }
 
     /// Answers every request with its own bytes. The copy issues up to eight 16-byte loads
@@ -305,7 +328,7 @@ impl GpuWorkers {
             stream.memcpy_htod_async(&descs, 0, &staging.as_slice()[..desc_bytes])?;
             stream.memcpy_htod_async(&states, 0, &staging.as_slice()[desc_bytes..])?;
         }
-        let f = module.function("gdr_mq_worker")?;
+        let f = module.function(handler.kernel())?;
         let (mut p_descs, mut p_nq, mut p_bpq, mut p_idle) = (
             descs.device_ptr(),
             cfg.queues,

@@ -23,7 +23,7 @@ mod queue;
 
 pub use cpu_worker::{CpuHandler, CpuWorkers};
 pub use error::{ExitReason, InFlight, MqError};
-pub use gpu_worker::{GpuConfig, GpuWorkers, Handler, QueueOutcome};
+pub use gpu_worker::{GpuConfig, GpuWorkers, Handler, QueueOutcome, WORKER_KERNEL};
 pub use host_centric::HostCentric;
 
 pub use memory::{PlainMemory, Region, RingMemory};
