@@ -20,6 +20,8 @@ pub const DEFAULT_SEED: u32 = 1;
 const SERVE_CUH: &str = include_str!("cuda/serve.cuh");
 const LENET_CUH: &str = include_str!("cuda/lenet.cuh");
 const KERNELS_CU: &str = include_str!("cuda/kernels.cu");
+/// The persistent worker kernel `kernels.cu` defines.
+pub const WORKER_KERNEL: &str = "gdr_serve_worker";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AppKind {
@@ -224,8 +226,7 @@ impl App {
         self.weights.as_deref().map(|v| &v[..])
     }
 
-    /// The device program body (after gdr::mq's device header): app, kernels, and the
-    /// renaming that makes mq launch our block-wide worker.
+    /// The device program body (after gdr::mq's device header): the app and our kernels.
     pub fn device_source(&self) -> String {
         let mut s = format!("#define GDR_SERVE_WORK {}u\n{SERVE_CUH}\n", self.work);
         match &self.kind {
@@ -243,7 +244,8 @@ impl App {
                     .collect();
                 s += &format!(
                     "#define GDR_LENET_SEED {seed}u\n#define GDR_LENET_LAYERS {{{}}}\n{LENET_CUH}\n\
-                     #define GDR_SERVE_APP gdr_app_lenet\n#define GDR_SERVE_APP_INIT gdr_lenet_init\n",
+                     #define GDR_SERVE_APP gdr_app_lenet\n#define GDR_SERVE_APP_INIT gdr_lenet_init\n\
+                     #define GDR_SERVE_APP_LOAD gdr_lenet_load\n",
                     layers.join(", ")
                 );
             }
@@ -259,9 +261,10 @@ impl App {
         s
     }
 
-    /// The mq handler whose program carries our kernels.
+    /// The mq handler whose program carries our kernels; mq launches our block-wide worker.
     pub fn handler(&self) -> gdr::mq::Handler {
         gdr::mq::Handler::new(&format!("serve_{}", self.name), &self.device_source())
+            .with_kernel(WORKER_KERNEL)
     }
 }
 
@@ -326,8 +329,13 @@ mod tests {
         assert!(s.contains("#define GDR_SERVE_WORK 7u"));
         assert!(s.contains("#define GDR_SERVE_APP gdr_app_lenet"));
         assert!(s.contains(&format!("0x{:08x}u", lenet::layer_scale2(150).to_bits())));
-        assert!(s
-            .trim_end()
-            .ends_with("#define gdr_mq_worker gdr_serve_spare_worker"));
+        assert!(s.contains("#define GDR_SERVE_APP_LOAD gdr_lenet_load"));
+        assert!(s.contains(&format!(
+            "void __launch_bounds__(GDR_SERVE_MAX_THREADS)\n    {WORKER_KERNEL}("
+        )));
+        assert!(!s.contains("#define gdr_mq_worker"));
+        assert_eq!(l.handler().kernel(), WORKER_KERNEL);
+        let e = App::builtin("echo", 1, 64).unwrap().device_source();
+        assert!(!e.contains("#define GDR_SERVE_APP_LOAD"));
     }
 }

@@ -22,6 +22,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// How long a network thread with answers due watches its TX rings after an empty receive,
+/// before the next receive system call (see the serve loop).
+const TX_SPIN: Duration = Duration::from_micros(2);
+
 /// How the server behaves.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -367,10 +371,12 @@ impl<'s, 'a> NetThread<'s, 'a> {
                 }
             }
             let mut work = 0;
+            let mut received = 0;
             if !stopping {
                 match rx.recv(self.fd) {
                     Ok(n) if n > 0 => {
                         work += n;
+                        received = n;
                         // Before dispatch: a stats query in this batch must see the drops
                         // its own datagram reports.
                         if let Some(d) = rx.kernel_drops() {
@@ -384,7 +390,20 @@ impl<'s, 'a> NetThread<'s, 'a> {
                     Err(e) => break Err(ServeError::Io("recvmmsg".into(), e)),
                 }
             }
-            match self.collect() {
+            // The socket was empty and answers are due: watch the TX rings (plain memory
+            // reads) for a while before the next receive system call, so an answer is not
+            // held back by a syscall's worth of time at low load.
+            let spin_until =
+                (received == 0 && self.in_flight() > 0).then(|| Instant::now() + TX_SPIN);
+            let collected = loop {
+                match self.collect() {
+                    Ok(0) if spin_until.is_some_and(|t| Instant::now() < t) => {
+                        std::hint::spin_loop()
+                    }
+                    other => break other,
+                }
+            };
+            match collected {
                 Ok(n) => work += n,
                 Err(e) => break Err(e),
             }

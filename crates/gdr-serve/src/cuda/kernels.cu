@@ -1,15 +1,23 @@
 // gdr-serve kernels. The host has defined GDR_SERVE_APP (the app function) and, if the app
-// needs one-time setup, GDR_SERVE_APP_INIT(t, n) before this file.
+// needs one-time setup, GDR_SERVE_APP_INIT(t, n) before this file; an app with shared
+// constants also GDR_SERVE_CONST_FLOATS and GDR_SERVE_APP_LOAD (serve.cuh).
 //
-// The persistent worker replaces gdr::mq's per-lane worker: the handler interface of mq runs
-// one request per lane, but a LeNet request wants a whole block. So warp 0 of each block is
+// The persistent worker (gdr_serve_worker, launched by gdr::mq through Handler::with_kernel)
+// replaces mq's per-lane worker: the handler interface of mq runs one request per lane, but
+// a LeNet request wants a whole block. So warp 0 of each block is
 // the mq worker (gdr_mq_recv / gdr_mq_send, the public warp-level calls) and the block's warps
 // are split into groups that run the app on the claimed requests: one request -> the whole
 // block on it (lowest latency); a batch -> up to GDR_SERVE_MAX_GROUPS requests at a time.
 
+#define GDR_SERVE_MAX_THREADS 512
+
 __device__ unsigned int gdr_serve_init_done;
 
-// Per-lane handler that mq's own (unused, renamed) kernels call: never launched.
+#ifndef GDR_SERVE_CONST_FLOATS
+#define GDR_SERVE_CONST_FLOATS 4
+#endif
+
+// Per-lane handler that mq's own worker kernel calls; that kernel is compiled, never launched.
 __device__ unsigned int handle(const unsigned char *, unsigned int, unsigned char *,
                                unsigned int) {
     return 0;
@@ -30,26 +38,51 @@ __device__ void gdr_serve_block_init() {
     __syncthreads();
 }
 
+// Fills the block's shared constants (after the one-time setup they are made from).
+__device__ void gdr_serve_block_consts(float *consts) {
+#ifdef GDR_SERVE_APP_LOAD
+    GDR_SERVE_APP_LOAD(consts, threadIdx.x, blockDim.x);
+    __syncthreads();
+#endif
+}
+
+// The app as a call of its own, in both kernels: its loops get the registers to themselves
+// instead of sharing them with the worker's mq state (saved once per request around the call;
+// inlined, the two spilled inside the convolutions).
+__device__ __noinline__ unsigned int gdr_serve_run(unsigned int rank, unsigned int size,
+                                                   unsigned int bar, float *smem,
+                                                   const float *consts,
+                                                   const unsigned char *req, unsigned int len,
+                                                   unsigned char *resp, unsigned int cap) {
+    const gdr_serve_group g = {rank, size, bar, smem, consts};
+    return GDR_SERVE_APP(g, req, len, resp, cap);
+}
+
 // Host-centric setup: the same one-time init, one block.
 extern "C" __global__ void gdr_serve_init() { gdr_serve_block_init(); }
 
-// Host-centric: one request per launch, the whole block on it.
-extern "C" __global__ void gdr_serve_oneshot(const unsigned char *req, gdr_u32 req_len,
-                                             unsigned char *resp, gdr_u32 resp_cap,
-                                             gdr_u32 *resp_len) {
-    __shared__ float smem[GDR_SERVE_GROUP_FLOATS];
-    gdr_serve_group g = {threadIdx.x, blockDim.x, 1u, smem};
-    const unsigned int r = GDR_SERVE_APP(g, req, req_len, resp, resp_cap);
+// Host-centric: one request per launch, the whole block on it. The same app code as the
+// worker; the shared constants are loaded on every launch (a launch keeps no state).
+extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
+    gdr_serve_oneshot(const unsigned char *req, gdr_u32 req_len, unsigned char *resp,
+                      gdr_u32 resp_cap, gdr_u32 *resp_len) {
+    __shared__ __align__(16) float smem[GDR_SERVE_GROUP_FLOATS];
+    __shared__ __align__(16) float consts[GDR_SERVE_CONST_FLOATS];
+    gdr_serve_block_consts(consts);
+    const unsigned int r =
+        gdr_serve_run(threadIdx.x, blockDim.x, 1u, smem, consts, req, req_len, resp, resp_cap);
     if (threadIdx.x == 0) *resp_len = r;
 }
 
-// The persistent worker, launched by gdr::mq::GpuWorkers under mq's kernel name and signature.
-// At most GDR_SERVE_MAX_THREADS threads a block (gpu.rs refuses more): without the bound the
-// compiler used 168 registers a thread, more than a 512-thread block can have.
-#define GDR_SERVE_MAX_THREADS 512
-extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS) gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32 nqueues,
-                                         gdr_u32 blocks_per_queue, gdr_u64 idle_ns) {
-    __shared__ float smem[GDR_SERVE_MAX_GROUPS * GDR_SERVE_GROUP_FLOATS];
+// The persistent worker, launched by gdr::mq::GpuWorkers (Handler::with_kernel) with mq's
+// worker parameters. At most GDR_SERVE_MAX_THREADS threads a block (gpu.rs refuses more):
+// without the bound the compiler used 168 registers a thread, more than a 512-thread block
+// can have.
+extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
+    gdr_serve_worker(const gdr_mq_queue_desc *descs, gdr_u32 nqueues, gdr_u32 blocks_per_queue,
+                     gdr_u64 idle_ns) {
+    __shared__ __align__(16) float smem[GDR_SERVE_MAX_GROUPS * GDR_SERVE_GROUP_FLOATS];
+    __shared__ __align__(16) float consts[GDR_SERVE_CONST_FLOATS];
     __shared__ const unsigned char *reqs[GDR_MQ_WARP_BATCH];
     __shared__ unsigned char *resps[GDR_MQ_WARP_BATCH];
     __shared__ unsigned int lens[GDR_MQ_WARP_BATCH];
@@ -62,6 +95,7 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS) gdr_mq_worke
     struct gdr_mq_worker w;
     gdr_mq_worker_init(w, descs[q], warp);
     gdr_serve_block_init();
+    gdr_serve_block_consts(consts);
     gdr_u32 err = 0, arg = 0;
     gdr_mq_batch b;
     for (;;) {
@@ -85,10 +119,11 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS) gdr_mq_worke
             groups *= 2u;
         const unsigned int wpg = wpb / groups, gid = wib / wpg;
         if (gid < groups) {
-            gdr_serve_group g = {threadIdx.x - gid * wpg * 32u, wpg * 32u, 1u + gid,
-                                 smem + gid * GDR_SERVE_GROUP_FLOATS};
+            const gdr_serve_group g = {threadIdx.x - gid * wpg * 32u, wpg * 32u, 1u + gid,
+                                       smem + gid * GDR_SERVE_GROUP_FLOATS, consts};
             for (unsigned int k = gid; k < n; k += groups) {
-                const unsigned int r = GDR_SERVE_APP(g, reqs[k], lens[k], resps[k], w.q.max_msg);
+                const unsigned int r = gdr_serve_run(g.rank, g.size, g.bar, g.smem, consts,
+                                                     reqs[k], lens[k], resps[k], w.q.max_msg);
                 if (g.rank == 0) outs[k] = r;
                 gdr_serve_sync(g);
             }
@@ -98,8 +133,3 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS) gdr_mq_worke
     }
     gdr_mq_worker_exit(w, reason_sh, wib == 0 ? err : 0u, arg);
 }
-
-// mq's worker.cu follows this file in the program; its kernel of the same name becomes an
-// unused one under another name (its body names the struct, which must stay complete).
-struct gdr_serve_spare_worker : gdr_mq_worker {};
-#define gdr_mq_worker gdr_serve_spare_worker

@@ -6,6 +6,12 @@
 // return the same response length in every thread (the group's thread 0 is the one used).
 // A request arrives 16-byte aligned, in GPU memory written by the host (read it with
 // gdr_serve_load16 or plain loads); the response buffer is 16-byte aligned, `cap` bytes.
+//
+// An app that reads the same data on every request (weights) may keep up to
+// GDR_SERVE_CONST_FLOATS floats of it in shared memory: it defines that count and
+// GDR_SERVE_APP_LOAD(consts, t, n), which fills them (thread t of n) once per block in the
+// persistent worker -- and once per launch in the host-centric kernel, which has no state
+// between requests -- and reads them through g.consts.
 
 #ifndef GDR_SERVE_WORK
 #define GDR_SERVE_WORK 1
@@ -19,6 +25,7 @@ struct gdr_serve_group {
     unsigned int size;  // threads in the group, a multiple of 32
     unsigned int bar;   // the group's named barrier (1..15)
     float *smem;        // GDR_SERVE_GROUP_FLOATS floats of shared memory, the group's own
+    const float *consts; // the block's read-only shared constants (GDR_SERVE_APP_LOAD), or unused
 };
 
 // Barrier over the group's threads only.
