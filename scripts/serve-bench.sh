@@ -90,7 +90,7 @@ if [ "$ngpu" -ge 2 ]; then
 fi
 if command -v sockperf >/dev/null; then
   echo "== sockperf ping-pong against echo (sockperf framing)"
-  if start_server sockperf "--app echo --mode gpu-queue --framing sockperf"; then
+  if start_server sockperf --app echo --mode "${SOCKPERF_MODE:-gpu-queue}" --framing sockperf; then
     timeout 30 taskset -c "$LCPUS" sockperf ping-pong -i 127.0.0.1 -p $port -m 64 -t 5 \
       >"$out/sockperf.txt" 2>&1 || echo "sockperf failed: $(tail -1 "$out/sockperf.txt")"
     stop_server
