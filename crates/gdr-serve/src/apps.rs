@@ -166,6 +166,16 @@ impl App {
         }
     }
 
+    /// Bytes of the app's resident data (`GDR_SERVE_RESIDENT_FLOATS`, see serve.cuh), which
+    /// a persistent worker block keeps in dynamic shared memory where the GPU allows: lenet's
+    /// FC weights and biases; 0 for the others.
+    pub fn resident_bytes(&self) -> u32 {
+        match self.kind {
+            AppKind::Lenet { .. } => lenet::RESIDENT_FLOATS as u32 * 4,
+            _ => 0,
+        }
+    }
+
     /// Payload bytes a queue slot must hold (requests and responses share a slot size).
     pub fn slot_payload(&self) -> usize {
         self.max_request
@@ -337,5 +347,25 @@ mod tests {
         assert_eq!(l.handler().kernel(), WORKER_KERNEL);
         let e = App::builtin("echo", 1, 64).unwrap().device_source();
         assert!(!e.contains("#define GDR_SERVE_APP_LOAD"));
+    }
+
+    /// The device's resident layout (lenet.cuh's defines) is the one the host sizes the
+    /// dynamic shared memory for.
+    #[test]
+    fn lenet_resident_size_matches_the_device_layout() {
+        let define = |name: &str| -> usize {
+            let line = LENET_CUH
+                .lines()
+                .find(|l| l.starts_with(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("{name} not defined"));
+            line.split_whitespace().nth(2).unwrap().parse().unwrap()
+        };
+        assert_eq!(define("GDR_LENET_F1W"), lenet::offsets::F1W);
+        assert_eq!(define("GDR_LENET_TOTAL"), lenet::offsets::TOTAL);
+        let w = define("GDR_LENET_W_FLOATS");
+        assert!(w >= lenet::offsets::TOTAL && (w - lenet::offsets::F1W).is_multiple_of(4));
+        let l = App::builtin("lenet", 1, 1024).unwrap();
+        assert_eq!(l.resident_bytes() as usize, (w - lenet::offsets::F1W) * 4);
+        assert_eq!(App::builtin("echo", 1, 64).unwrap().resident_bytes(), 0);
     }
 }

@@ -20,6 +20,9 @@ pub struct GpuShape {
     pub warps: u32,
     /// Blocks (SMs) per queue.
     pub blocks_per_queue: u32,
+    /// Keep the app's resident data (lenet's FC weights) in each worker block's shared memory
+    /// where the GPU has room for it; off: the workers read it from global memory.
+    pub resident: bool,
 }
 
 impl Default for GpuShape {
@@ -29,8 +32,31 @@ impl Default for GpuShape {
             placement: Placement::LYNX,
             warps: 16,
             blocks_per_queue: 1,
+            resident: true,
         }
     }
+}
+
+/// Static shared memory of a kernel is at most 48 KiB: the worker's, whatever the app.
+const STATIC_SMEM_MAX: u32 = 48 * 1024;
+
+/// Dynamic shared memory the workers of `app` get on `ctx`'s GPU: room for the app's resident
+/// data when it has some, `shape.resident` asks for it, and a block may have that much on top
+/// of the worker's static shared memory; else 0 (the app then reads the global copy).
+pub fn resident_shared_mem(ctx: &Context, app: &App, shape: &GpuShape) -> Result<u32, ServeError> {
+    let want = app.resident_bytes();
+    if !shape.resident || want == 0 {
+        return Ok(0);
+    }
+    let optin = ctx
+        .device()
+        .attribute(gdr::cuda::sys::ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+    let optin = u32::try_from(optin).unwrap_or(0);
+    Ok(if want + STATIC_SMEM_MAX <= optin {
+        want
+    } else {
+        0
+    })
 }
 
 /// Launches the persistent workers of `app` on `ctx`: `queues` queue pairs.
@@ -61,6 +87,7 @@ pub fn launch_workers(
         // A server stays up through idle hours; it stops the workers itself.
         idle_timeout: Duration::from_secs(7 * 24 * 3600),
         profile: false,
+        shared_mem: resident_shared_mem(ctx, app, shape)?,
     };
     Ok(GpuWorkers::launch(ctx, &app.handler(), &cfg)?)
 }

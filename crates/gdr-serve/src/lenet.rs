@@ -31,6 +31,10 @@ pub mod offsets {
     pub const TOTAL: usize = F3B + 10;
 }
 
+/// Floats of the GPU's resident copy (`lenet.cuh`): the FC weights and biases, from
+/// `offsets::F1W` to the end, rounded up to whole float4s.
+pub const RESIDENT_FLOATS: usize = (offsets::TOTAL - offsets::F1W).next_multiple_of(4);
+
 /// The layers as (first index, count, fan in); biases share their layer's scale.
 pub const LAYERS: [(usize, usize, usize); 10] = [
     (offsets::C1W, 150, 25),

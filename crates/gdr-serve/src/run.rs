@@ -93,6 +93,15 @@ pub fn serve(
             let mut sets = Vec::new();
             for &g in &o.gpus {
                 let ctx = Context::on(g)?;
+                if app.resident_bytes() > 0 {
+                    let smem = crate::gpu::resident_shared_mem(&ctx, app, &o.shape)?;
+                    eprintln!(
+                        "gdr serve: GPU {g}: {} resident data ({} B) in {} memory",
+                        app.name(),
+                        app.resident_bytes(),
+                        if smem > 0 { "shared" } else { "global" }
+                    );
+                }
                 sets.push((g, launch_workers(&ctx, app, o.threads as u32, &o.shape)?));
             }
             let lanes = split_queues(

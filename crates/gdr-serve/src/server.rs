@@ -124,8 +124,39 @@ pub struct ServeReport {
     pub counters: Counters,
     /// Datagram received -> response handed to the socket, for answered requests.
     pub server_time: LatencySummary,
+    /// The same time in three stages, to see where it goes.
+    pub server_stages: StageSummary,
     #[serde(skip)]
     pub histogram: Histogram,
+}
+
+/// Server time by stage, for answered requests.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StageSummary {
+    /// Datagram received -> its executor took it (parse, dispatch, the copy into the queue).
+    pub dispatch: LatencySummary,
+    /// Taken -> its answer seen by the network thread (the GPU and the PCIe trips both ways).
+    pub device: LatencySummary,
+    /// Answer seen -> response handed to the socket (encoding, waiting for the batch).
+    pub reply: LatencySummary,
+}
+
+/// A network thread's histograms: the whole server time and its stages.
+#[derive(Default)]
+struct Times {
+    total: Histogram,
+    dispatch: Histogram,
+    device: Histogram,
+    reply: Histogram,
+}
+
+impl Times {
+    fn merge(&mut self, o: &Times) {
+        self.total.merge(&o.total);
+        self.dispatch.merge(&o.dispatch);
+        self.device.merge(&o.device);
+        self.reply.merge(&o.reply);
+    }
 }
 
 struct Shared {
@@ -181,7 +212,7 @@ impl Server {
         let threads = lanes.len();
         let start = Instant::now();
         let fd = self.sock.as_raw_fd();
-        let results: Vec<Result<Histogram, ServeError>> = std::thread::scope(|s| {
+        let results: Vec<Result<Times, ServeError>> = std::thread::scope(|s| {
             let handles: Vec<_> = lanes
                 .into_iter()
                 .enumerate()
@@ -209,9 +240,9 @@ impl Server {
                 })
                 .collect()
         });
-        let mut hist = Histogram::new();
+        let mut times = Times::default();
         for r in results {
-            hist.merge(&r?);
+            times.merge(&r?);
         }
         Ok(ServeReport {
             app: app.name().into(),
@@ -219,8 +250,13 @@ impl Server {
             executors: names,
             elapsed_s: start.elapsed().as_secs_f64(),
             counters: snapshot(&self.shared),
-            server_time: hist.summary(),
-            histogram: hist,
+            server_time: times.total.summary(),
+            server_stages: StageSummary {
+                dispatch: times.dispatch.summary(),
+                device: times.device.summary(),
+                reply: times.reply.summary(),
+            },
+            histogram: times.total,
         })
     }
 }
@@ -231,19 +267,20 @@ fn snapshot(sh: &Shared) -> Counters {
     c
 }
 
-/// Outgoing datagrams with the receive time of the request each answers.
+/// Outgoing datagrams with the receive time of the request each answers and the time its
+/// answer was seen.
 struct Outbox {
     fd: RawFd,
     tx: SendBatch,
-    t0: Vec<Option<Instant>>,
-    hist: Histogram,
+    t0: Vec<Option<(Instant, Instant)>>,
+    times: Times,
     answers_sent: u64,
     other_sent: u64,
     failed: u64,
 }
 
 impl Outbox {
-    fn push(&mut self, to: &Addr, t0: Option<Instant>) -> &mut Vec<u8> {
+    fn push(&mut self, to: &Addr, t0: Option<(Instant, Instant)>) -> &mut Vec<u8> {
         if self.tx.is_full() {
             self.flush();
         }
@@ -260,8 +297,13 @@ impl Outbox {
         let n = self.tx.len();
         let mut answers = 0;
         for t in &mut self.t0[..n] {
-            if let Some(t0) = t.take() {
-                self.hist.record(now.duration_since(t0).as_nanos() as u64);
+            if let Some((t0, seen)) = t.take() {
+                self.times
+                    .total
+                    .record(now.duration_since(t0).as_nanos() as u64);
+                self.times
+                    .reply
+                    .record(now.duration_since(seen).as_nanos() as u64);
                 answers += 1;
             }
         }
@@ -277,7 +319,10 @@ impl Outbox {
 
 struct Pending {
     control: Control,
+    /// Datagram received.
     t0: Instant,
+    /// Taken by the executor.
+    taken: Instant,
     addr: Addr,
 }
 
@@ -321,7 +366,7 @@ impl<'s, 'a> NetThread<'s, 'a> {
                 fd,
                 tx: SendBatch::new(batch),
                 t0: vec![None; batch],
-                hist: Histogram::new(),
+                times: Times::default(),
                 answers_sent: 0,
                 other_sent: 0,
                 failed: 0,
@@ -350,7 +395,7 @@ impl<'s, 'a> NetThread<'s, 'a> {
         self.published = self.c;
     }
 
-    fn run(mut self, stop: &AtomicBool) -> Result<Histogram, ServeError> {
+    fn run(mut self, stop: &AtomicBool) -> Result<Times, ServeError> {
         // One extra byte: a datagram that fills it is longer than any request may be.
         let cap = self.app.max_request() + wire::HEADER_LEN + 1;
         let mut rx = RecvBatch::new(self.cfg.batch, cap);
@@ -423,7 +468,7 @@ impl<'s, 'a> NetThread<'s, 'a> {
         };
         self.out.flush();
         self.publish();
-        result.map(|_| self.out.hist)
+        result.map(|_| self.out.times)
     }
 
     fn reply_bad(&mut self, status: Status, control: Option<Control>, addr: &Addr) {
@@ -475,6 +520,7 @@ impl<'s, 'a> NetThread<'s, 'a> {
                             self.pending[e].push_back(Pending {
                                 control,
                                 t0,
+                                taken: t0,
                                 addr: *rx.addr(i),
                             });
                             self.rr = e + 1;
@@ -502,6 +548,15 @@ impl<'s, 'a> NetThread<'s, 'a> {
                 }
             };
             let extra = payloads.len() - took;
+            let taken = Instant::now();
+            let queued = self.pending[e].len();
+            for p in self.pending[e].range_mut(queued - payloads.len()..queued - extra) {
+                p.taken = taken;
+                self.out
+                    .times
+                    .dispatch
+                    .record(taken.duration_since(p.t0).as_nanos() as u64);
+            }
             // Not taken after all: shed, newest first (they were queued last).
             for _ in 0..extra {
                 if self.pending[e].pop_back().is_some() {
@@ -536,10 +591,15 @@ impl<'s, 'a> NetThread<'s, 'a> {
                 continue;
             }
             let (pending, out, c) = (&mut self.pending[e], &mut self.out, &mut self.c);
+            let mut seen: Option<Instant> = None;
             let r = self.execs[e].poll(self.cfg.batch, &mut |ans| {
                 let Some(p) = pending.pop_front() else {
                     return;
                 };
+                let now = *seen.get_or_insert_with(Instant::now);
+                out.times
+                    .device
+                    .record(now.duration_since(p.taken).as_nanos() as u64);
                 c.answered += 1;
                 let status = if ans.is_ok() {
                     Status::Ok
@@ -553,7 +613,7 @@ impl<'s, 'a> NetThread<'s, 'a> {
                     c.no_reply += 1;
                     return;
                 }
-                let b = out.push(&p.addr, Some(p.t0));
+                let b = out.push(&p.addr, Some((p.t0, now)));
                 wire::encode_response_header(b, &p.control, status);
                 if let Ok(bytes) = ans {
                     b.extend_from_slice(bytes);

@@ -25,6 +25,14 @@ fn with_gpu_server<R: Send>(
         threads,
         ..Default::default()
     };
+    with_gpu_server_opts(app, opts, body)
+}
+
+fn with_gpu_server_opts<R: Send>(
+    app: &App,
+    opts: ServeOptions,
+    body: impl FnOnce(SocketAddr) -> R + Send,
+) -> (R, ServeReport) {
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         let (tx, rx) = mpsc::channel();
@@ -112,6 +120,33 @@ fn lenet_on_the_gpu_queues_matches_the_cpu_reference_for_100k_images() {
     );
     assert_eq!(srv.counters.accepted, 100_000);
     assert_eq!(srv.counters.responses, 100_000);
+}
+
+/// The FC weights read from global memory (`--no-resident`, and any GPU without room for them
+/// in shared memory) give the same answers, also with a repeated computation.
+#[test]
+fn lenet_with_its_weights_in_global_memory_matches_the_cpu_reference() {
+    if gpu_context("lenet_global_weights").is_none() {
+        return;
+    }
+    let app = App::builtin("lenet", 3, 1024).unwrap();
+    let mut opts = ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        mode: Mode::GpuQueue,
+        threads: 1,
+        ..Default::default()
+    };
+    opts.shape.resident = false;
+    let payload = Payload::Lenet {
+        seed: 1,
+        images: 20_000,
+    };
+    let (rep, srv) = with_gpu_server_opts(&app, opts, |addr| load(addr, payload, 16, 20_000));
+    assert_eq!(
+        (rep.ok, rep.verified, rep.verify_failed),
+        (20_000, 20_000, 0)
+    );
+    assert_eq!(srv.counters.responses, 20_000);
 }
 
 #[test]

@@ -55,6 +55,19 @@ fn echo_and_vecadd_answers_are_exact_over_loopback() {
     assert_eq!(rep.server.unwrap().accepted, 3000);
     assert_eq!(srv.server_time.count, 3000);
     assert!(srv.server_time.p50_us > 0.0);
+    // Every answered request went through the three stages, and they add up to no more
+    // than the whole (each stage's mean is part of the total mean).
+    let st = &srv.server_stages;
+    assert_eq!(
+        (st.dispatch.count, st.device.count, st.reply.count),
+        (3000, 3000, 3000)
+    );
+    let parts = st.dispatch.mean_us + st.device.mean_us + st.reply.mean_us;
+    assert!(
+        (parts - srv.server_time.mean_us).abs() <= 0.01 * srv.server_time.mean_us + 0.01,
+        "stages {parts} vs total {}",
+        srv.server_time.mean_us
+    );
 
     let vecadd = App::builtin("vecadd", 1, 1024).unwrap();
     let (rep, _) = with_server(&vecadd, 1, 2, 64, quick_cfg(), |addr, _, _| {

@@ -58,6 +58,10 @@ pub struct Args {
     /// Worker blocks (SMs) per queue
     #[arg(long, default_value_t = 1)]
     blocks_per_queue: u32,
+    /// Workers read the app's resident data (lenet's FC weights) from global memory instead
+    /// of keeping it in shared memory
+    #[arg(long)]
+    no_resident: bool,
     /// Queue placement: lynx, host, gpu, crossed
     #[arg(long, default_value = "lynx")]
     placement: String,
@@ -117,6 +121,7 @@ pub fn run(a: Args) -> CmdResult {
             placement,
             warps: a.warps,
             blocks_per_queue: a.blocks_per_queue,
+            resident: !a.no_resident,
         },
         max_in_flight: a.max_in_flight,
         streams: a.streams,
@@ -209,5 +214,10 @@ fn print_totals(mode: Mode, r: &ServeReport) {
     println!(
         "  server time (received -> handed to socket) us: p50 {:.2}  p99 {:.2}  p999 {:.2}  max {:.2}  ({} answers)",
         t.p50_us, t.p99_us, t.p999_us, t.max_us, t.count
+    );
+    let st = &r.server_stages;
+    println!(
+        "  stages p50 us: dispatch {:.2}  device {:.2}  reply {:.2}",
+        st.dispatch.p50_us, st.device.p50_us, st.reply.p50_us
     );
 }

@@ -17,6 +17,15 @@ __device__ unsigned int gdr_serve_init_done;
 #define GDR_SERVE_CONST_FLOATS 4
 #endif
 
+#ifdef GDR_SERVE_RESIDENT_FLOATS
+#define GDR_SERVE_RESIDENT_GLOBAL ((const float *)(GDR_SERVE_RESIDENT_SRC))
+#else
+#define GDR_SERVE_RESIDENT_GLOBAL ((const float *)0)
+#endif
+
+// The worker's dynamic shared memory: the resident data when the launch gave room for it.
+extern __shared__ __align__(16) float gdr_serve_dyn[];
+
 // Per-lane handler that mq's own worker kernel calls; that kernel is compiled, never launched.
 __device__ unsigned int handle(const unsigned char *, unsigned int, unsigned char *,
                                unsigned int) {
@@ -46,15 +55,33 @@ __device__ void gdr_serve_block_consts(float *consts) {
 #endif
 }
 
+// Where the block's app reads its resident data (serve.cuh): copied once into dynamic shared
+// memory when the launch has enough of it (the host asks for it where the GPU allows), else
+// the global array.
+__device__ const float *gdr_serve_block_resident() {
+#ifdef GDR_SERVE_RESIDENT_FLOATS
+    unsigned int dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn >= GDR_SERVE_RESIDENT_FLOATS * 4u) {
+        const float4 *src = (const float4 *)GDR_SERVE_RESIDENT_GLOBAL;
+        for (unsigned int i = threadIdx.x; i < GDR_SERVE_RESIDENT_FLOATS / 4u; i += blockDim.x)
+            ((float4 *)gdr_serve_dyn)[i] = __ldcg(src + i);
+        __syncthreads();
+        return gdr_serve_dyn;
+    }
+#endif
+    return GDR_SERVE_RESIDENT_GLOBAL;
+}
+
 // The app as a call of its own, in both kernels: its loops get the registers to themselves
 // instead of sharing them with the worker's mq state (saved once per request around the call;
 // inlined, the two spilled inside the convolutions).
 __device__ __noinline__ unsigned int gdr_serve_run(unsigned int rank, unsigned int size,
                                                    unsigned int bar, float *smem,
-                                                   const float *consts,
+                                                   const float *consts, const float *resident,
                                                    const unsigned char *req, unsigned int len,
                                                    unsigned char *resp, unsigned int cap) {
-    const gdr_serve_group g = {rank, size, bar, smem, consts};
+    const gdr_serve_group g = {rank, size, bar, smem, consts, resident};
     return GDR_SERVE_APP(g, req, len, resp, cap);
 }
 
@@ -62,7 +89,8 @@ __device__ __noinline__ unsigned int gdr_serve_run(unsigned int rank, unsigned i
 extern "C" __global__ void gdr_serve_init() { gdr_serve_block_init(); }
 
 // Host-centric: one request per launch, the whole block on it. The same app code as the
-// worker; the shared constants are loaded on every launch (a launch keeps no state).
+// worker; the shared constants are loaded on every launch (a launch keeps no state), and the
+// resident data is read from global memory (copying it in per launch would cost more).
 extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
     gdr_serve_oneshot(const unsigned char *req, gdr_u32 req_len, unsigned char *resp,
                       gdr_u32 resp_cap, gdr_u32 *resp_len) {
@@ -70,7 +98,8 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
     __shared__ __align__(16) float consts[GDR_SERVE_CONST_FLOATS];
     gdr_serve_block_consts(consts);
     const unsigned int r =
-        gdr_serve_run(threadIdx.x, blockDim.x, 1u, smem, consts, req, req_len, resp, resp_cap);
+        gdr_serve_run(threadIdx.x, blockDim.x, 1u, smem, consts, GDR_SERVE_RESIDENT_GLOBAL, req,
+                      req_len, resp, resp_cap);
     if (threadIdx.x == 0) *resp_len = r;
 }
 
@@ -96,6 +125,7 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
     gdr_mq_worker_init(w, descs[q], warp);
     gdr_serve_block_init();
     gdr_serve_block_consts(consts);
+    const float *resident = gdr_serve_block_resident();
     gdr_u32 err = 0, arg = 0;
     gdr_mq_batch b;
     for (;;) {
@@ -119,13 +149,14 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
             groups *= 2u;
         const unsigned int wpg = wpb / groups, gid = wib / wpg;
         if (gid < groups) {
-            const gdr_serve_group g = {threadIdx.x - gid * wpg * 32u, wpg * 32u, 1u + gid,
-                                       smem + gid * GDR_SERVE_GROUP_FLOATS, consts};
+            const unsigned int rank = threadIdx.x - gid * wpg * 32u;
+            float *gsmem = smem + gid * GDR_SERVE_GROUP_FLOATS;
             for (unsigned int k = gid; k < n; k += groups) {
-                const unsigned int r = gdr_serve_run(g.rank, g.size, g.bar, g.smem, consts,
-                                                     reqs[k], lens[k], resps[k], w.q.max_msg);
-                if (g.rank == 0) outs[k] = r;
-                gdr_serve_sync(g);
+                const unsigned int r =
+                    gdr_serve_run(rank, wpg * 32u, 1u + gid, gsmem, consts, resident, reqs[k],
+                                  lens[k], resps[k], w.q.max_msg);
+                if (rank == 0) outs[k] = r;
+                gdr_serve_sync_bar(1u + gid, wpg * 32u);
             }
         }
         __syncthreads();

@@ -14,12 +14,20 @@
 #define GDR_LENET_F3B 44416
 #define GDR_LENET_TOTAL 44426
 
+// Rounded up so that the FC part (from GDR_LENET_F1W) is a whole number of float4s.
+#define GDR_LENET_W_FLOATS 44428
+
 // 128-byte aligned: the FC weights are prefetched line by line.
-__device__ __align__(128) float gdr_lenet_w[GDR_LENET_TOTAL];
+__device__ __align__(128) float gdr_lenet_w[GDR_LENET_W_FLOATS];
+
+// The FC weights and biases are the app's resident data (serve.cuh): in a persistent worker's
+// shared memory where the GPU has room for 167 KB more (Hopper), read from there on every
+// request; elsewhere prefetched from global memory into L1 on each request.
+#define GDR_SERVE_RESIDENT_FLOATS (GDR_LENET_W_FLOATS - GDR_LENET_F1W)
+#define GDR_SERVE_RESIDENT_SRC (gdr_lenet_w + GDR_LENET_F1W)
 
 // The block's shared constants (serve.cuh): 1/255 steps of the input bytes, and the conv
-// weights with every 5x5 kernel padded to 28 floats so it loads as seven float4s. The FC
-// weights (about 167 KB) stay in global memory, prefetched into L1 on each request.
+// weights with every 5x5 kernel padded to 28 floats so it loads as seven float4s.
 #define GDR_LENET_K_LUT 0     // [256]: b / 255 (exactly as the CPU divides)
 #define GDR_LENET_K_C1W 256   // [6][28]
 #define GDR_LENET_K_C1B 424   // [6], 2 padding
@@ -118,11 +126,14 @@ __device__ __forceinline__ float gdr_max4(const float s[4]) {
 // A fully connected layer of NIN4 float4 inputs (in shared memory) and NOUT outputs: a warp
 // per output, lanes over float4s of the input; each warp loads U outputs' weights (and
 // biases) before it sums any, so their memory latencies overlap.
+// Weights and biases are read from the resident copy (g.resident holds the weights from
+// GDR_LENET_F1W on).
 template <unsigned int NIN4, unsigned int NOUT, bool RELU>
 __device__ __forceinline__ void gdr_lenet_fc(const gdr_serve_group &g, const float *in,
                                              unsigned int wo, unsigned int bo, float *out) {
     constexpr unsigned int K = (NIN4 + 31u) / 32u, U = 4u;
-    const float4 *W4 = (const float4 *)(gdr_lenet_w + wo);
+    const float *R = g.resident - GDR_LENET_F1W;
+    const float4 *W4 = (const float4 *)(R + wo);
     const unsigned int lane = g.rank & 31u, warps = g.size / 32u;
     const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
     float4 xin[K];
@@ -137,7 +148,7 @@ __device__ __forceinline__ void gdr_lenet_fc(const gdr_serve_group &g, const flo
 #pragma unroll
         for (unsigned int u = 0; u < U; u++) {
             const unsigned int o = o0 + u * warps;
-            b[u] = o < NOUT ? gdr_lenet_w[bo + o] : 0.f;
+            b[u] = o < NOUT ? R[bo + o] : 0.f;
 #pragma unroll
             for (unsigned int k = 0; k < K; k++) {
                 const unsigned int i = lane + 32u * k;
@@ -163,10 +174,11 @@ __device__ unsigned int gdr_app_lenet(const gdr_serve_group &g, const unsigned c
     if (len != 784u || cap < 40u) return GDR_SERVE_FAILED;
     const float *K = g.consts;
     float *x = g.smem, *p1 = x + 784, *p2 = p1 + 864, *f1 = p2 + 256, *f2 = f1 + 120;
-    // The FC weights into L1 while the convolutions run (no registers, no waiting).
-    for (unsigned int l = GDR_LENET_F1W / 32u + g.rank; l <= (GDR_LENET_TOTAL - 1u) / 32u;
-         l += g.size)
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(gdr_lenet_w + 32u * l));
+    // Global FC weights into L1 while the convolutions run (no registers, no waiting).
+    if (!__isShared(g.resident))
+        for (unsigned int l = GDR_LENET_F1W / 32u + g.rank; l <= (GDR_LENET_TOTAL - 1u) / 32u;
+             l += g.size)
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(gdr_lenet_w + 32u * l));
     for (unsigned int rep = 0; rep < GDR_SERVE_WORK; rep++) {
         // The image: 16 bytes a thread, to floats through the table.
         for (unsigned int i = g.rank; i < 49u; i += g.size) {
@@ -197,34 +209,24 @@ __device__ unsigned int gdr_app_lenet(const gdr_serve_group &g, const unsigned c
             }
         }
         gdr_serve_sync(g);
-        // conv2 (16@5x5x6) + ReLU + 2x2 max pool: a pooled position, two output channels and
-        // half of the input channels a thread; the two halves are neighbouring lanes.
-        for (unsigned int it = g.rank; it < 256u; it += g.size) {
-            const unsigned int pr = it / 32u, p = (it / 2u) % 16u, half = it & 1u;
+        // conv2 (16@5x5x6) + ReLU + 2x2 max pool: a pooled position, an output channel and
+        // half of the input channels a thread (512 of them: a 16-warp block at once); the
+        // two halves are neighbouring lanes.
+        for (unsigned int it = g.rank; it < 512u; it += g.size) {
+            const unsigned int oc = it / 32u, p = (it / 2u) % 16u, half = it & 1u;
             const unsigned int py = p / 4u, px = p % 4u;
-            float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+            float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 1
             for (unsigned int ic = 3u * half; ic < 3u * half + 3u; ic++) {
-                float r[6][6];
+                float r[6][6], w[28];
                 gdr_lenet_patch6(p1 + ic * 144u + (2u * py) * 12u + 2u * px, 12u, r);
-#pragma unroll
-                for (unsigned int h = 0; h < 2u; h++) {
-                    float w[28];
-                    gdr_lenet_kernel5(K + GDR_LENET_K_C2W + ((2u * pr + h) * 6u + ic) * 28u, w);
-                    gdr_lenet_window(w, r, s[h]);
-                }
+                gdr_lenet_kernel5(K + GDR_LENET_K_C2W + (oc * 6u + ic) * 28u, w);
+                gdr_lenet_window(w, r, s);
             }
 #pragma unroll
-            for (unsigned int h = 0; h < 2u; h++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) s[h][j] += __shfl_xor_sync(0xffffffffu, s[h][j], 1);
-            if (half == 0u) {
-#pragma unroll
-                for (unsigned int h = 0; h < 2u; h++) {
-                    const unsigned int oc = 2u * pr + h;
-                    p2[oc * 16u + p] = fmaxf(gdr_max4(s[h]) + K[GDR_LENET_K_C2B + oc], 0.f);
-                }
-            }
+            for (int j = 0; j < 4; j++) s[j] += __shfl_xor_sync(0xffffffffu, s[j], 1);
+            if (half == 0u)
+                p2[oc * 16u + p] = fmaxf(gdr_max4(s) + K[GDR_LENET_K_C2B + oc], 0.f);
         }
         gdr_serve_sync(g);
         gdr_lenet_fc<64u, 120u, true>(g, p2, GDR_LENET_F1W, GDR_LENET_F1B, f1);

@@ -12,6 +12,13 @@
 // GDR_SERVE_APP_LOAD(consts, t, n), which fills them (thread t of n) once per block in the
 // persistent worker -- and once per launch in the host-centric kernel, which has no state
 // between requests -- and reads them through g.consts.
+//
+// Larger read-only data (LeNet's FC weights, 167 KB) may be *resident*: the app defines
+// GDR_SERVE_RESIDENT_FLOATS (a multiple of 4) and GDR_SERVE_RESIDENT_SRC, a 16-byte aligned
+// global-memory array of that many floats, ready after GDR_SERVE_APP_INIT. A persistent
+// worker block whose launch has the dynamic shared memory for it copies it there once and
+// the app reads it through g.resident; otherwise, and in the host-centric kernel (where a
+// copy per launch would cost more than it saves), g.resident is the global array itself.
 
 #ifndef GDR_SERVE_WORK
 #define GDR_SERVE_WORK 1
@@ -26,11 +33,17 @@ struct gdr_serve_group {
     unsigned int bar;   // the group's named barrier (1..15)
     float *smem;        // GDR_SERVE_GROUP_FLOATS floats of shared memory, the group's own
     const float *consts; // the block's read-only shared constants (GDR_SERVE_APP_LOAD), or unused
+    const float *resident; // GDR_SERVE_RESIDENT_SRC's data, in shared memory if the block has it
 };
+
+// Named barrier `bar` over `threads` threads.
+__device__ __forceinline__ void gdr_serve_sync_bar(unsigned int bar, unsigned int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(threads) : "memory");
+}
 
 // Barrier over the group's threads only.
 __device__ __forceinline__ void gdr_serve_sync(const gdr_serve_group &g) {
-    asm volatile("bar.sync %0, %1;" ::"r"(g.bar), "r"(g.size) : "memory");
+    gdr_serve_sync_bar(g.bar, g.size);
 }
 
 // 16 request bytes, past any cache (the host wrote them through BAR1).

@@ -796,6 +796,22 @@ impl LaunchConfig {
 }
 
 impl Function<'_> {
+    /// Lets launches of this kernel ask for up to `bytes` of dynamic shared memory; needed
+    /// above 48 KiB, where the driver otherwise refuses the launch.
+    pub fn set_max_dynamic_shared(&self, bytes: u32) -> Result<()> {
+        let d = driver()?;
+        // Beyond c_int any value is far past every GPU's limit: the driver refuses it.
+        let v = c_int::try_from(bytes).unwrap_or(c_int::MAX);
+        // SAFETY: the function handle is alive (it borrows its module); plain value arguments.
+        d.check("cuFuncSetAttribute", unsafe {
+            (d.api.func_set_attribute)(
+                self.raw,
+                sys::FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                v,
+            )
+        })
+    }
+
     /// Launches the kernel on `stream`.
     ///
     /// # Safety

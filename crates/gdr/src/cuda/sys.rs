@@ -41,6 +41,7 @@ pub const ATTR_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
 pub const ATTR_COMPUTE_CAPABILITY_MINOR: c_int = 76;
 pub const ATTR_PAGEABLE_MEMORY_ACCESS: c_int = 88;
 pub const ATTR_CAN_USE_STREAM_MEM_OPS_V1: c_int = 92;
+pub const ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: c_int = 97;
 pub const ATTR_HOST_REGISTER_SUPPORTED: c_int = 99;
 pub const ATTR_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: c_int = 102;
 pub const ATTR_GPU_DIRECT_RDMA_SUPPORTED: c_int = 116;
@@ -48,6 +49,9 @@ pub const ATTR_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS: c_int = 117;
 pub const ATTR_GPU_DIRECT_RDMA_WRITES_ORDERING: c_int = 118;
 pub const ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: c_int = 110;
 pub const ATTR_DMA_BUF_SUPPORTED: c_int = 124;
+
+// CUfunction_attribute values.
+pub const FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
 
 // CUpointer_attribute values.
 pub const POINTER_ATTRIBUTE_CONTEXT: c_int = 1;
@@ -218,6 +222,7 @@ driver_api! {
     module_unload = "cuModuleUnload"(CUmodule);
     module_get_function = "cuModuleGetFunction"(*mut CUfunction, CUmodule, *const c_char);
     module_get_global = "cuModuleGetGlobal_v2"(*mut CUdeviceptr, *mut usize, CUmodule, *const c_char);
+    func_set_attribute = "cuFuncSetAttribute"(CUfunction, c_int, c_int);
     launch_kernel = "cuLaunchKernel"(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void);
     import_external_memory = "cuImportExternalMemory"(*mut CUexternalMemory, *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC);
     external_memory_get_mapped_buffer = "cuExternalMemoryGetMappedBuffer"(*mut CUdeviceptr, CUexternalMemory, *const CUDA_EXTERNAL_MEMORY_BUFFER_DESC);

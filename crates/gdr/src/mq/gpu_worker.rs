@@ -134,6 +134,9 @@ pub struct GpuConfig {
     /// Workers sum their cycles per stage (see [`QueuePair::worker_profile`]); meant for
     /// one-worker queues, off by default (four more status writes per batch).
     pub profile: bool,
+    /// Dynamic shared memory of each worker block, in bytes (for a kernel of one's own,
+    /// [`Handler::with_kernel`]); above 48 KiB the kernel is allowed it first. 0 by default.
+    pub shared_mem: u32,
 }
 
 impl Default for GpuConfig {
@@ -145,6 +148,7 @@ impl Default for GpuConfig {
             warps_per_block: 1,
             idle_timeout: Duration::from_secs(10),
             profile: false,
+            shared_mem: 0,
         }
     }
 }
@@ -341,15 +345,16 @@ impl GpuWorkers {
             &mut p_bpq as *mut u32 as *mut c_void,
             &mut p_idle as *mut u64 as *mut c_void,
         ];
+        if cfg.shared_mem > 48 * 1024 {
+            f.set_max_dynamic_shared(cfg.shared_mem)?;
+        }
+        let launch = LaunchConfig {
+            shared_mem: cfg.shared_mem,
+            ..LaunchConfig::linear(blocks as u32, cfg.warps_per_block * 32)
+        };
         // SAFETY: the parameters match gdr_mq_worker(const desc*, u32, u32, u64); every
         // buffer it reaches is held in Resources until the kernel is known to have ended.
-        unsafe {
-            f.launch(
-                &stream,
-                LaunchConfig::linear(blocks as u32, cfg.warps_per_block * 32),
-                &mut params,
-            )
-        }?;
+        unsafe { f.launch(&stream, launch, &mut params) }?;
         Ok(GpuWorkers {
             queues,
             link,
