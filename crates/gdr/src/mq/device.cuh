@@ -19,6 +19,11 @@ typedef unsigned long long gdr_u64;
 
 #define GDR_MQ_SLOT_HEADER_SIZE 16
 #define GDR_MQ_WARP_BATCH 32
+// Request bytes that gdr_mq_recv hands over in registers (gdr_mq_batch::head) when the
+// worker asks for them (gdr_mq_worker::head_copy): what fits beside the header in the
+// eight 16-byte loads of one round trip.
+#define GDR_MQ_HEAD_WORDS 7
+#define GDR_MQ_HEAD_BYTES (16 * GDR_MQ_HEAD_WORDS)
 #define GDR_MQ_TX_HEADER_WORDS 4
 #define GDR_MQ_FLAG_RX_IN_HOST 1
 #define GDR_MQ_FLAG_PROFILE 2
@@ -218,6 +223,7 @@ struct gdr_mq_worker {
     unsigned char *resp_scratch;  // this lane's response buffer
     gdr_u64 prof_mark;       // GDR_MQ_FLAG_PROFILE: clock64 at the last stage boundary
     gdr_u64 prof[4];         //   cycles summed per stage: recv, handler, tx copy, tx fence
+    gdr_u32 head_copy;       // 1: gdr_mq_recv fills gdr_mq_batch::head (0 after init)
 };
 
 // Stage boundaries for GDR_MQ_FLAG_PROFILE (lane 0's view; the flag is uniform, so the
@@ -238,6 +244,12 @@ struct gdr_mq_batch {
     const unsigned char *req;
     gdr_u32 req_len;
     gdr_u64 tag;
+    // With w.head_copy: the request's first GDR_MQ_HEAD_BYTES bytes (those up to req_len are
+    // the request's; words past the slot are zero), loaded in the same round trip as the
+    // header. A worker that copies them into lane-local memory gives its handler a request it
+    // reads from L1 instead of from L2 (RX in GPU memory: the acquire emptied L1) or from
+    // scratch (RX in host memory).
+    uint4 head[GDR_MQ_HEAD_WORDS];
 };
 
 __device__ __forceinline__ gdr_mq_doorbell *gdr_mq_db(const gdr_mq_worker &w) {
@@ -268,6 +280,7 @@ __device__ void gdr_mq_worker_init(gdr_mq_worker &w, const gdr_mq_queue_desc &q,
     w.batches = 0;
     w.prof_mark = 0;
     for (int k = 0; k < 4; k++) w.prof[k] = 0;
+    w.head_copy = 0;
     unsigned char *mine =
         (unsigned char *)q.scratch + (gdr_u64)(warp * 32u + w.lane) * q.scratch_per_lane;
     w.req_scratch = mine;
@@ -392,6 +405,11 @@ __device__ gdr_u32 gdr_mq_recv(gdr_mq_worker &w, gdr_mq_batch &b, gdr_u64 idle_n
 #pragma unroll
                 for (int k = 1; k < 8; k++)
                     if ((gdr_u32)k < first_words) d[k - 1] = r[k];
+                if (w.head_copy) {
+#pragma unroll
+                    for (int k = 1; k < 8; k++)
+                        b.head[k - 1] = (gdr_u32)k < first_words ? r[k] : make_uint4(0, 0, 0, 0);
+                }
             } else {
                 // The handler reads the request in place: pull its first lines into L1
                 // alongside the header load (this is after the acquire, so they are current)
@@ -403,6 +421,17 @@ __device__ gdr_u32 gdr_mq_recv(gdr_mq_worker &w, gdr_mq_batch &b, gdr_u64 idle_n
                             asm volatile("prefetch.global.L1 [%0];" ::"l"(slot + off));
                 }
                 h = gdr_ld_volatile_v4(slot);
+                if (w.head_copy) {
+                    // The first payload bytes in the same round trip as the header: like the
+                    // header they are ordered after the doorbell acquire, so reading them
+                    // alongside it is as current as reading them after its check.
+                    const gdr_u32 first_words = w.q.stride / 16u < 8u ? w.q.stride / 16u : 8u;
+#pragma unroll
+                    for (int k = 1; k < 8; k++)
+                        b.head[k - 1] = (gdr_u32)k < first_words
+                                            ? gdr_ld_volatile_v4(slot + 16 * k)
+                                            : make_uint4(0, 0, 0, 0);
+                }
             }
             if (h.x == idx + 1u) break;
             // The doorbell promised this slot; give a slow write path a moment, then fail.
@@ -457,11 +486,17 @@ __device__ __forceinline__ uint4 gdr_mq_tx_pair(gdr_u32 j, gdr_u32 seq, gdr_u32 
 // any order: no __threadfence_system() (a PCIe round trip) on the response path. Nothing
 // after the stores waits for them either; they drain on their own.
 //
-// The warp writes the slots together, one message at a time: lane k makes the k-th 16-byte
-// store of the slot, so one store instruction covers 512 contiguous bytes and leaves the GPU
-// as a few large PCIe writes instead of one 16-byte write per lane per instruction (each lane
-// in its own slot). That needs every `resp` readable by the other lanes (global or shared
-// memory); if a lane passes a local-memory buffer, each lane writes its own slot instead.
+// The path is chosen per batch (the choice is uniform over the warp):
+// - one message (the latency case): its lane writes its own slot, loads of its response
+//   eight at a time before their stores, no warp shuffle and no other lane's memory read
+//   (its response may sit in lane-local memory, in L1); the handful of 16-byte PCIe writes
+//   costs less than the shuffles and the cross-lane read of the coalesced path;
+// - several messages (the throughput case): the warp writes the slots together, one
+//   message at a time: lane k makes the k-th 16-byte store of the slot, so one store
+//   instruction covers 512 contiguous bytes and leaves the GPU as a few large PCIe writes
+//   instead of one 16-byte write per lane per instruction (each lane in its own slot). That
+//   needs every `resp` readable by the other lanes (global or shared memory); if a lane
+//   passes a local-memory buffer, the batch goes per lane too.
 __device__ void gdr_mq_send(gdr_mq_worker &w, const gdr_mq_batch &b, const unsigned char *resp,
                             gdr_u32 resp_len) {
     const gdr_u32 full = 0xffffffffu;
@@ -469,7 +504,7 @@ __device__ void gdr_mq_send(gdr_mq_worker &w, const gdr_mq_batch &b, const unsig
     const gdr_u32 copy = resp_len < w.q.max_msg ? resp_len : w.q.max_msg;
     // 16-byte stores of this lane's response: 2 of header, one per 8 payload bytes.
     const gdr_u32 stores = mine ? 2u + (copy + 7u) / 8u : 0u;
-    if (__ballot_sync(full, mine && __isLocal(resp)) == 0u) {
+    if (b.n > 1u && __ballot_sync(full, mine && __isLocal(resp)) == 0u) {
         __syncwarp();  // every lane's response is written before any lane reads it
         // Rounds of the warp per message, and their exclusive prefix over the lanes: unit u
         // of the batch is round u - excl[m] of the message m with the last excl[m] <= u.

@@ -7,8 +7,18 @@
 // returns the response length (a value above resp_cap is reported to the host as an error
 // for that message). `req` and `resp` are 16-byte aligned.
 
+// Largest max_msg for which a one-message batch's response goes to lane-local memory.
+#define GDR_MQ_LOCAL_RESP_BYTES 256
+
 // Grid: nqueues * blocks_per_queue blocks of whole warps. Block b serves queue
 // b / blocks_per_queue; every warp is one worker of that queue.
+//
+// Small messages stay in lane-local memory (cached in L1, write-back) on their way through
+// the handler: the request's first bytes arrive in registers with its header
+// (gdr_mq_batch::head) and are stored to a local array the handler reads; a lone message's
+// response is written to a local array that gdr_mq_send (per lane for one message) reads
+// back. Through global scratch each of those is a store that empties the L1 line and a load
+// that goes to L2 again: two dependent L2 round trips on the latency path.
 extern "C" __global__ void gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32 nqueues,
                                          gdr_u32 blocks_per_queue, gdr_u64 idle_ns) {
     const gdr_u32 q = blockIdx.x / blocks_per_queue;
@@ -17,15 +27,30 @@ extern "C" __global__ void gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32
     const gdr_u32 warp = (blockIdx.x % blocks_per_queue) * warps_per_block + threadIdx.x / 32u;
     struct gdr_mq_worker w;  // "struct": the kernel below has the same name
     gdr_mq_worker_init(w, descs[q], warp);
+    w.head_copy = 1;
     gdr_u32 err = 0, arg = 0, reason;
     for (;;) {
         gdr_mq_batch b;
         reason = gdr_mq_recv(w, b, idle_ns, &err, &arg);
         if (reason) break;
+        uint4 req_local[GDR_MQ_HEAD_WORDS];
+        uint4 resp_local[GDR_MQ_LOCAL_RESP_BYTES / 16];
+        // Uniform: only a lone message goes per lane in gdr_mq_send, which a local buffer
+        // needs (a batch's coalesced stores read other lanes' responses).
+        const bool local_resp = b.n == 1u && w.q.max_msg <= GDR_MQ_LOCAL_RESP_BYTES;
+        unsigned char *resp = local_resp ? (unsigned char *)resp_local : w.resp_scratch;
         gdr_u32 resp_len = 0;
-        if (w.lane < b.n) resp_len = handle(b.req, b.req_len, w.resp_scratch, w.q.max_msg);
+        if (w.lane < b.n) {
+            const unsigned char *req = b.req;
+            if (b.req_len <= GDR_MQ_HEAD_BYTES) {
+#pragma unroll
+                for (int k = 0; k < GDR_MQ_HEAD_WORDS; k++) req_local[k] = b.head[k];
+                req = (const unsigned char *)req_local;
+            }
+            resp_len = handle(req, b.req_len, resp, w.q.max_msg);
+        }
         gdr_mq_prof(w, 1);
-        gdr_mq_send(w, b, w.resp_scratch, resp_len);
+        gdr_mq_send(w, b, resp, resp_len);
     }
     gdr_mq_worker_exit(w, reason, err, arg);
 }
