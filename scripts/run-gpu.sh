@@ -34,7 +34,12 @@ if [ "${2:-}" != "--tests-only" ]; then
   bench mq.json "$g" mq bench --json
   bench apiperf.json "$g" apiperf --json
   bench gdrapi_test.txt "$here/capi/gdrapi_test"
-  [ -x "$here/bench-extra.sh" ] && bench extra.txt "$here/bench-extra.sh" "$out"
+  # The network server against its host-centric baseline (writes $out/serve/summary.json).
+  if timeout 300 bash "$here/serve-bench.sh" "$out/serve" "$g" >"$out/serve.log" 2>&1; then
+    pass=$((pass+1)); echo "bench serve: ok"
+  else
+    fail=$((fail+1)); echo "bench serve: FAILED ($(tail -1 "$out/serve.log"))"
+  fi
 fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
