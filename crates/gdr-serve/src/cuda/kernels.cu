@@ -103,64 +103,108 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
     if (threadIdx.x == 0) *resp_len = r;
 }
 
+// What warp 0 tells the block about each batch.
+struct gdr_serve_shared {
+    const unsigned char *reqs[GDR_MQ_WARP_BATCH];
+    unsigned char *resps[GDR_MQ_WARP_BATCH];
+    unsigned int lens[GDR_MQ_WARP_BATCH];
+    unsigned int outs[GDR_MQ_WARP_BATCH];
+    unsigned int n, reason, cap;
+};
+
+// The block's share of one batch of n: its warps split into groups, each group runs the app on
+// every groups-th claimed request. Called by every thread of the block (warp 0 included).
+__device__ __forceinline__ void gdr_serve_block_batch(unsigned int n, float *smem,
+                                                      const float *consts, const float *resident,
+                                                      gdr_serve_shared *sh) {
+    const unsigned int wpb = blockDim.x / 32u, wib = threadIdx.x / 32u;
+    unsigned int groups = 1;
+    while (groups * 2u <= n && groups * 2u <= GDR_SERVE_MAX_GROUPS && groups * 2u <= wpb)
+        groups *= 2u;
+    const unsigned int wpg = wpb / groups, gid = wib / wpg;
+    if (gid < groups) {
+        const unsigned int rank = threadIdx.x - gid * wpg * 32u;
+        float *gsmem = smem + gid * GDR_SERVE_GROUP_FLOATS;
+        for (unsigned int k = gid; k < n; k += groups) {
+            const unsigned int r = gdr_serve_run(rank, wpg * 32u, 1u + gid, gsmem, consts,
+                                                 resident, sh->reqs[k], sh->lens[k],
+                                                 sh->resps[k], sh->cap);
+            if (rank == 0) sh->outs[k] = r;
+            gdr_serve_sync_bar(1u + gid, wpg * 32u);
+        }
+    }
+}
+
+// Warp 0's loop: mq's receive, the block's share of the batch, mq's send. A call of its own
+// (as is the other warps' loop below) so that the registers it saves around the app call --
+// the mq worker and batch state -- are saved by warp 0 only.
+__device__ __noinline__ void gdr_serve_mq_loop(const gdr_mq_queue_desc *desc, gdr_u32 warp,
+                                               gdr_u64 idle_ns, float *smem, const float *consts,
+                                               const float *resident, gdr_serve_shared *sh) {
+    struct gdr_mq_worker w;
+    gdr_mq_worker_init(w, *desc, warp);
+    gdr_u32 err = 0, arg = 0;
+    gdr_mq_batch b;
+    for (;;) {
+        const gdr_u32 reason = gdr_mq_recv(w, b, idle_ns, &err, &arg);
+        if (w.lane == 0) {
+            sh->reason = reason;
+            sh->n = reason ? 0u : b.n;
+        }
+        if (!reason && w.lane < b.n) {
+            sh->reqs[w.lane] = b.req;
+            sh->lens[w.lane] = b.req_len;
+            sh->resps[w.lane] = w.resp_scratch;
+        }
+        gdr_serve_sync_bar(0u, blockDim.x);
+        if (reason) break;
+        gdr_serve_block_batch(b.n, smem, consts, resident, sh);
+        gdr_serve_sync_bar(0u, blockDim.x);
+        gdr_mq_send(w, b, w.resp_scratch, w.lane < b.n ? sh->outs[w.lane] : 0u);
+    }
+    gdr_mq_worker_exit(w, sh->reason, err, arg);
+}
+
+// The other warps' loop: no mq state at all; they learn each batch (or the exit reason) from
+// warp 0 through shared memory. Their mq worker state is made only where they leave
+// (gdr_mq_worker_init has no effect outside warp 0 of the queue, which is in warp 0 of a block).
+__device__ __noinline__ void gdr_serve_app_loop(const gdr_mq_queue_desc *desc, gdr_u32 warp,
+                                                float *smem, const float *consts,
+                                                const float *resident, gdr_serve_shared *sh) {
+    for (;;) {
+        gdr_serve_sync_bar(0u, blockDim.x);
+        const unsigned int reason = sh->reason, n = sh->n;
+        if (reason) break;
+        gdr_serve_block_batch(n, smem, consts, resident, sh);
+        gdr_serve_sync_bar(0u, blockDim.x);
+    }
+    struct gdr_mq_worker w;
+    gdr_mq_worker_init(w, *desc, warp);
+    gdr_mq_worker_exit(w, sh->reason, 0u, 0u);
+}
+
 // The persistent worker, launched by gdr::mq::GpuWorkers (Handler::with_kernel) with mq's
 // worker parameters. At most GDR_SERVE_MAX_THREADS threads a block (gpu.rs refuses more):
 // without the bound the compiler used 168 registers a thread, more than a 512-thread block
-// can have.
+// can have. Warp 0 runs the mq loop and the others the app loop; the two meet at block-wide
+// barrier 0 (bar.sync with the block's thread count: PTX's named-barrier rule, under which
+// different instructions in different warps complete one barrier).
 extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
     gdr_serve_worker(const gdr_mq_queue_desc *descs, gdr_u32 nqueues, gdr_u32 blocks_per_queue,
                      gdr_u64 idle_ns) {
     __shared__ __align__(16) float smem[GDR_SERVE_MAX_GROUPS * GDR_SERVE_GROUP_FLOATS];
     __shared__ __align__(16) float consts[GDR_SERVE_CONST_FLOATS];
-    __shared__ const unsigned char *reqs[GDR_MQ_WARP_BATCH];
-    __shared__ unsigned char *resps[GDR_MQ_WARP_BATCH];
-    __shared__ unsigned int lens[GDR_MQ_WARP_BATCH];
-    __shared__ unsigned int outs[GDR_MQ_WARP_BATCH];
-    __shared__ unsigned int n_sh, reason_sh;
+    __shared__ gdr_serve_shared sh;
     const gdr_u32 q = blockIdx.x / blocks_per_queue;
     if (q >= nqueues) return;
     const gdr_u32 wpb = blockDim.x / 32u, wib = threadIdx.x / 32u;
     const gdr_u32 warp = (blockIdx.x % blocks_per_queue) * wpb + wib;
-    struct gdr_mq_worker w;
-    gdr_mq_worker_init(w, descs[q], warp);
+    if (threadIdx.x == 0) sh.cap = descs[q].max_msg;
     gdr_serve_block_init();
     gdr_serve_block_consts(consts);
     const float *resident = gdr_serve_block_resident();
-    gdr_u32 err = 0, arg = 0;
-    gdr_mq_batch b;
-    for (;;) {
-        if (wib == 0) {
-            const gdr_u32 reason = gdr_mq_recv(w, b, idle_ns, &err, &arg);
-            if (w.lane == 0) {
-                reason_sh = reason;
-                n_sh = reason ? 0u : b.n;
-            }
-            if (!reason && w.lane < b.n) {
-                reqs[w.lane] = b.req;
-                lens[w.lane] = b.req_len;
-                resps[w.lane] = w.resp_scratch;
-            }
-        }
-        __syncthreads();
-        if (reason_sh) break;
-        const unsigned int n = n_sh;
-        unsigned int groups = 1;
-        while (groups * 2u <= n && groups * 2u <= GDR_SERVE_MAX_GROUPS && groups * 2u <= wpb)
-            groups *= 2u;
-        const unsigned int wpg = wpb / groups, gid = wib / wpg;
-        if (gid < groups) {
-            const unsigned int rank = threadIdx.x - gid * wpg * 32u;
-            float *gsmem = smem + gid * GDR_SERVE_GROUP_FLOATS;
-            for (unsigned int k = gid; k < n; k += groups) {
-                const unsigned int r =
-                    gdr_serve_run(rank, wpg * 32u, 1u + gid, gsmem, consts, resident, reqs[k],
-                                  lens[k], resps[k], w.q.max_msg);
-                if (rank == 0) outs[k] = r;
-                gdr_serve_sync_bar(1u + gid, wpg * 32u);
-            }
-        }
-        __syncthreads();
-        if (wib == 0) gdr_mq_send(w, b, w.resp_scratch, w.lane < b.n ? outs[w.lane] : 0u);
-    }
-    gdr_mq_worker_exit(w, reason_sh, wib == 0 ? err : 0u, arg);
+    if (wib == 0)
+        gdr_serve_mq_loop(descs + q, warp, idle_ns, smem, consts, resident, &sh);
+    else
+        gdr_serve_app_loop(descs + q, warp, smem, consts, resident, &sh);
 }

@@ -125,13 +125,14 @@ __device__ __forceinline__ float gdr_max4(const float s[4]) {
 
 // A fully connected layer of NIN4 float4 inputs (in shared memory) and NOUT outputs: a warp
 // per output, lanes over float4s of the input; each warp loads U outputs' weights (and
-// biases) before it sums any, so their memory latencies overlap.
+// biases) before it sums any, so their memory latencies overlap. U is the outputs a warp has
+// in a 16-warp group (one pass: no second load-then-reduce round on the critical path).
 // Weights and biases are read from the resident copy (g.resident holds the weights from
 // GDR_LENET_F1W on).
 template <unsigned int NIN4, unsigned int NOUT, bool RELU>
 __device__ __forceinline__ void gdr_lenet_fc(const gdr_serve_group &g, const float *in,
                                              unsigned int wo, unsigned int bo, float *out) {
-    constexpr unsigned int K = (NIN4 + 31u) / 32u, U = 4u;
+    constexpr unsigned int K = (NIN4 + 31u) / 32u, U = (NOUT + 15u) / 16u;
     const float *R = g.resident - GDR_LENET_F1W;
     const float4 *W4 = (const float4 *)(R + wo);
     const unsigned int lane = g.rank & 31u, warps = g.size / 32u;
