@@ -476,9 +476,9 @@ __device__ __forceinline__ uint4 gdr_mq_tx_pair(gdr_u32 j, gdr_u32 seq, gdr_u32 
     return make_uint4(d.x, seq, d.y, seq);
 }
 
-// Warp-collective send: lane i (< b.n) publishes `resp_len` bytes of `resp` as the answer to
-// request b.first + i (len above max_msg is recorded as such and the payload cut), then the
-// batch retires in index order and the consumer index is written back.
+// Warp-collective send: lane i (< b.n) publishes `resp_len` bytes of `resp` (16-byte aligned)
+// as the answer to request b.first + i (len above max_msg is recorded as such and the payload
+// cut), then the batch retires in index order and the consumer index is written back.
 //
 // TX format (layout.rs, TX_WORD_SIZE): 8-byte words (data, seq), seq = idx + 1 in every word;
 // words 0..3 are len, tag low, tag high, 0; then 4 payload bytes per word. Each 16-byte store
@@ -487,9 +487,10 @@ __device__ __forceinline__ uint4 gdr_mq_tx_pair(gdr_u32 j, gdr_u32 seq, gdr_u32 
 // after the stores waits for them either; they drain on their own.
 //
 // The path is chosen per batch (the choice is uniform over the warp):
-// - one message (the latency case): its lane writes its own slot, loads of its response
-//   eight at a time before their stores, no warp shuffle and no other lane's memory read
-//   (its response may sit in lane-local memory, in L1); the handful of 16-byte PCIe writes
+// - one message (the latency case): its lane writes its own slot, 128 response bytes loaded
+//   at a time (16-byte loads, all issued before the round's stores; the header stores go
+//   out while they are in flight), no warp shuffle and no other lane's memory read (its
+//   response may be in lane-local or shared memory); the handful of 16-byte PCIe writes
 //   costs less than the shuffles and the cross-lane read of the coalesced path;
 // - several messages (the throughput case): the warp writes the slots together, one
 //   message at a time: lane k makes the k-th 16-byte store of the slot, so one store
@@ -548,17 +549,42 @@ __device__ void gdr_mq_send(gdr_mq_worker &w, const gdr_mq_batch &b, const unsig
         }
     } else if (mine) {
         const gdr_u32 idx = b.first + w.lane;
+        const gdr_u32 seq = idx + 1u;
         uint4 *slot = (uint4 *)gdr_mq_tx_slot(w, idx);
-        // Eight stores' loads in flight before their stores.
-        for (gdr_u32 base = 0; base < stores; base += 8u) {
+        const gdr_u32 pay = stores - 2u;  // payload stores, 8 response bytes each
+        const uint4 *src = (const uint4 *)resp;
+        // Rounds of 16 payload stores: their eight 16-byte loads are issued together, before
+        // any store (a store is a compiler barrier, so a load after one waits for it), and
+        // the two header stores, which need no loaded data, leave while the loads are in
+        // flight. A response up to 128 bytes costs one load round trip, not one per eight
+        // stores. A half word at the end is loaded as 8 bytes: nothing past the response
+        // (rounded up to 8) is read or written.
+        gdr_u32 base = 0;
+        do {
             uint4 r[8];
 #pragma unroll
-            for (gdr_u32 k = 0; k < 8u; k++)
-                if (base + k < stores) r[k] = gdr_mq_tx_pair(base + k, idx + 1u, resp_len, b.tag, resp);
+            for (gdr_u32 k = 0; k < 8u; k++) {
+                const gdr_u32 p = base + 2u * k;
+                if (p + 1u < pay) {
+                    r[k] = src[p / 2u];
+                } else if (p < pay) {
+                    const uint2 h = ((const uint2 *)src)[p];
+                    r[k] = make_uint4(h.x, h.y, 0u, 0u);
+                }
+            }
+            if (base == 0) {
+                gdr_st_volatile_v4(slot, make_uint4(resp_len, seq, (gdr_u32)b.tag, seq));
+                gdr_st_volatile_v4(slot + 1, make_uint4((gdr_u32)(b.tag >> 32), seq, 0u, seq));
+            }
 #pragma unroll
-            for (gdr_u32 k = 0; k < 8u; k++)
-                if (base + k < stores) gdr_st_volatile_v4(slot + base + k, r[k]);
-        }
+            for (gdr_u32 k = 0; k < 8u; k++) {
+                const gdr_u32 p = base + 2u * k;
+                if (p < pay) gdr_st_volatile_v4(slot + 2u + p, make_uint4(r[k].x, seq, r[k].y, seq));
+                if (p + 1u < pay)
+                    gdr_st_volatile_v4(slot + 3u + p, make_uint4(r[k].z, seq, r[k].w, seq));
+            }
+            base += 16u;
+        } while (base < pay);
     }
     gdr_mq_prof(w, 2);
     gdr_mq_prof(w, 3);  // the TX fence stage: empty since the word format

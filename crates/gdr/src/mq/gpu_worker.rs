@@ -136,6 +136,8 @@ pub struct GpuConfig {
     pub profile: bool,
     /// Dynamic shared memory of each worker block, in bytes (for a kernel of one's own,
     /// [`Handler::with_kernel`]); above 48 KiB the kernel is allowed it first. 0 by default.
+    /// The library's own worker kernel also has 2944 bytes of static shared memory per block
+    /// (a lone message's request head and response, for its first 8 warps).
     pub shared_mem: u32,
 }
 

@@ -7,18 +7,26 @@
 // returns the response length (a value above resp_cap is reported to the host as an error
 // for that message). `req` and `resp` are 16-byte aligned.
 
-// Largest max_msg for which a one-message batch's response goes to lane-local memory.
+// Largest max_msg for which a one-message batch's response goes to a small per-warp buffer
+// (shared memory, or lane-local memory for warps past GDR_MQ_SHARED_WARPS).
 #define GDR_MQ_LOCAL_RESP_BYTES 256
+// Warps of a block with a shared-memory buffer for a lone message (its request head and its
+// response): 8 * 368 bytes of static shared memory per block.
+#define GDR_MQ_SHARED_WARPS 8
 
 // Grid: nqueues * blocks_per_queue blocks of whole warps. Block b serves queue
 // b / blocks_per_queue; every warp is one worker of that queue.
 //
-// Small messages stay in lane-local memory (cached in L1, write-back) on their way through
-// the handler: the request's first bytes arrive in registers with its header
-// (gdr_mq_batch::head) and are stored to a local array the handler reads; a lone message's
-// response is written to a local array that gdr_mq_send (per lane for one message) reads
-// back. Through global scratch each of those is a store that empties the L1 line and a load
-// that goes to L2 again: two dependent L2 round trips on the latency path.
+// A lone message (the latency case) stays in shared memory on its way through the handler:
+// its request's first bytes arrive in registers with its header (gdr_mq_batch::head) and are
+// stored to the warp's shared buffer the handler reads; its response is written to the warp's
+// shared response buffer that gdr_mq_send (per lane for one message) reads back. Each of
+// those store-then-load pairs is a ~30-cycle shared memory round trip. Through global scratch
+// each was a store that empties the L1 line and a load that goes to L2 again; through
+// lane-local memory (round 4) the H100 profile still showed about an L2 round trip for each
+// (handler 197 ns, TX copy 413 ns). In a batch, each lane's short request goes to a
+// lane-local array and its response to the lane's global scratch (the coalesced TX stores
+// read other lanes' responses).
 extern "C" __global__ void gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32 nqueues,
                                          gdr_u32 blocks_per_queue, gdr_u64 idle_ns) {
     const gdr_u32 q = blockIdx.x / blocks_per_queue;
@@ -27,6 +35,10 @@ extern "C" __global__ void gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32
     const gdr_u32 warp = (blockIdx.x % blocks_per_queue) * warps_per_block + threadIdx.x / 32u;
     struct gdr_mq_worker w;  // "struct": the kernel below has the same name
     gdr_mq_worker_init(w, descs[q], warp);
+    __shared__ uint4 lone_req[GDR_MQ_SHARED_WARPS][GDR_MQ_HEAD_WORDS];
+    __shared__ uint4 lone_resp[GDR_MQ_SHARED_WARPS][GDR_MQ_LOCAL_RESP_BYTES / 16];
+    const gdr_u32 wib = threadIdx.x / 32u;
+    const bool has_shared = wib < GDR_MQ_SHARED_WARPS;
     w.head_copy = 1;
     gdr_u32 err = 0, arg = 0, reason;
     for (;;) {
@@ -36,16 +48,21 @@ extern "C" __global__ void gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32
         uint4 req_local[GDR_MQ_HEAD_WORDS];
         uint4 resp_local[GDR_MQ_LOCAL_RESP_BYTES / 16];
         // Uniform: only a lone message goes per lane in gdr_mq_send, which a local buffer
-        // needs (a batch's coalesced stores read other lanes' responses).
-        const bool local_resp = b.n == 1u && w.q.max_msg <= GDR_MQ_LOCAL_RESP_BYTES;
-        unsigned char *resp = local_resp ? (unsigned char *)resp_local : w.resp_scratch;
+        // needs (a batch's coalesced stores read other lanes' responses). Its lane is lane 0,
+        // the only user of the warp's shared buffers.
+        const bool lone = b.n == 1u && w.q.max_msg <= GDR_MQ_LOCAL_RESP_BYTES;
+        const bool lone_shared = lone && has_shared;
+        unsigned char *resp = lone_shared ? (unsigned char *)lone_resp[wib]
+                              : lone      ? (unsigned char *)resp_local
+                                          : w.resp_scratch;
         gdr_u32 resp_len = 0;
         if (w.lane < b.n) {
             const unsigned char *req = b.req;
             if (b.req_len <= GDR_MQ_HEAD_BYTES) {
+                uint4 *copy = lone_shared ? lone_req[wib] : req_local;
 #pragma unroll
-                for (int k = 0; k < GDR_MQ_HEAD_WORDS; k++) req_local[k] = b.head[k];
-                req = (const unsigned char *)req_local;
+                for (int k = 0; k < GDR_MQ_HEAD_WORDS; k++) copy[k] = b.head[k];
+                req = (const unsigned char *)copy;
             }
             resp_len = handle(req, b.req_len, resp, w.q.max_msg);
         }
