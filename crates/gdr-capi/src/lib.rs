@@ -142,10 +142,14 @@ pub extern "C" fn gdr_open() -> *mut c_void {
         let Some(g) = open_inner() else {
             return std::ptr::null_mut();
         };
-        // A unique address to hand out; the table, not this allocation, holds the state.
-        let token = Box::into_raw(Box::new(0u64)).cast::<c_void>();
-        with_state(|s| s.gdrs.insert(token as usize, g));
-        token
+        // A token that is never handed out twice (not a freed allocation that malloc could
+        // return again), so a stale gdr_t can never alias a newer one.
+        with_state(|s| {
+            s.next += 1;
+            let token = (s.next as usize) << 4;
+            s.gdrs.insert(token, g);
+            token as *mut c_void
+        })
     })
     .unwrap_or(std::ptr::null_mut())
 }
@@ -173,9 +177,6 @@ pub extern "C" fn gdr_close(g: *mut c_void) -> c_int {
         };
         drop(doomed);
         drop(gdr);
-        // SAFETY: `g` was made by Box::into_raw in gdr_open and was still in the table, so this
-        // is its only release.
-        drop(unsafe { Box::from_raw(g.cast::<u64>()) });
         0
     })
 }
@@ -196,7 +197,12 @@ fn pin(g: *mut c_void, addr: c_ulong, size: usize, out: *mut GdrMh) -> c_int {
         Err(gdr::bar::PinError::NotExportable { .. }) => return libc::ENOTSUP,
         Err(_) => return libc::EIO,
     };
+    // Pinning ran unlocked: `g` may have been closed meanwhile; then the pin is released here
+    // instead of being left in the table with no owner.
     let h = with_state(|s| {
+        if !s.gdrs.contains_key(&(g as usize)) {
+            return Err(pinned);
+        }
         s.next += 1;
         let h = s.next;
         s.handles.insert(
@@ -209,8 +215,11 @@ fn pin(g: *mut c_void, addr: c_ulong, size: usize, out: *mut GdrMh) -> c_int {
                 },
             },
         );
-        h
+        Ok(h)
     });
+    let Ok(h) = h else {
+        return libc::EINVAL;
+    };
     // SAFETY: checked non-null; the caller passes a writable gdr_mh_t.
     unsafe { out.write(GdrMh { h: h as c_ulong }) };
     0
@@ -603,7 +612,11 @@ pub extern "C" fn gdr_alloc_mapped(
             Err(_) => return libc::EIO,
         };
         let addr = buf.device_ptr();
+        // As in pin: `g` may have been closed while allocating.
         let h = with_state(|s| {
+            if !s.gdrs.contains_key(&(g as usize)) {
+                return Err(buf);
+            }
             s.next += 1;
             let h = s.next;
             s.handles.insert(
@@ -613,8 +626,11 @@ pub extern "C" fn gdr_alloc_mapped(
                     kind: Kind::Alloc { buf, mapped: false },
                 },
             );
-            h
+            Ok(h)
         });
+        let Ok(h) = h else {
+            return libc::EINVAL;
+        };
         // SAFETY: both checked non-null; the caller passes writable outputs.
         unsafe {
             dptr.write(addr as c_ulong);

@@ -100,6 +100,9 @@ pub fn time_interleaved_us<E>(
     min_batch: Duration,
     budget: Duration,
 ) -> Result<Vec<Summary>, E> {
+    if ops.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut batches = Vec::with_capacity(ops.len());
     let mut per_call = Vec::with_capacity(ops.len());
     for op in ops.iter_mut() {

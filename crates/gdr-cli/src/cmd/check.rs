@@ -18,7 +18,8 @@ pub fn run(args: Args) -> CmdResult {
         .gpus
         .iter()
         .find(|g| g.index == args.gpu.gpu)
-        .is_some_and(|g| g.backends.iter().any(|b| b.usable));
+        // sanity and the latency table allocate through the Vulkan backend.
+        .is_some_and(|g| g.backends.iter().any(|b| b.name == "vulkan" && b.usable));
     if !usable {
         println!(
             "\nNo usable GPU mapping here, so nothing more to check. gdr needs an NVIDIA GPU with \

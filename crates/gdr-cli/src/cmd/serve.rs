@@ -138,7 +138,11 @@ pub fn run(a: Args) -> CmdResult {
         },
     };
     let stop = gdr_serve::signal::stop_flag();
-    let duration = a.duration.map(Duration::from_secs_f64);
+    let duration = a
+        .duration
+        .map(Duration::try_from_secs_f64)
+        .transpose()
+        .map_err(|_| "--duration must be a finite number of seconds, at least 0")?;
     let report = std::thread::scope(|s| {
         let timer = duration.map(|d| {
             s.spawn(move || {

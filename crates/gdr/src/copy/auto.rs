@@ -16,7 +16,7 @@ use crate::stats;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Number of size classes: 1 B .. 2^MAX_CLASS B; larger sizes use the last class.
+/// Number of size classes: 1 B .. 2^(CLASSES-1) B; larger sizes use the last class.
 pub const CLASSES: usize = 29; // up to 256 MiB
 
 /// A way to move bytes between host memory and a [`MappedBuffer`].
@@ -79,6 +79,9 @@ pub fn write_on(path: Path, buf: &MappedBuffer, offset: usize, src: &[u8]) -> Re
         Path::Mapping { threads: 1 } => buf.write(offset, src),
         Path::Mapping { threads } => buf.write_parallel(offset, src, threads),
         Path::CopyEngine => {
+            // The copy engine needs the buffer's context current on this thread; the mapping
+            // paths need none, so a thread without it would fail on large copies only.
+            buf.context().bind()?;
             cuda::memcpy_htod(buf, offset, src)?;
             // A pageable HtoD returns once staged; wait until it has landed.
             cuda::synchronize_legacy_stream()?;
@@ -97,7 +100,10 @@ pub fn read_on(
     match path {
         Path::Mapping { threads: 1 } => buf.read(offset, dst),
         Path::Mapping { threads } => buf.read_parallel(offset, dst, threads),
-        Path::CopyEngine => Ok(cuda::memcpy_dtoh(dst, buf, offset)?),
+        Path::CopyEngine => {
+            buf.context().bind()?;
+            Ok(cuda::memcpy_dtoh(dst, buf, offset)?)
+        }
     }
 }
 

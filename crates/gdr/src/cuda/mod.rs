@@ -40,6 +40,8 @@ pub enum CudaError {
         len: usize,
         size: usize,
     },
+    #[error("kernel name {0:?} contains a NUL byte")]
+    BadName(String),
     #[error(transparent)]
     Nvrtc(#[from] nvrtc::NvrtcError),
 }
@@ -436,8 +438,9 @@ impl Drop for DeviceBuffer {
         if let Ok(d) = driver() {
             // SAFETY: we own the allocation; the context is alive (held in self.ctx).
             unsafe {
-                (d.api.ctx_set_current)(self.ctx.0.raw);
+                (d.api.ctx_push_current)(self.ctx.0.raw);
                 (d.api.mem_free)(self.ptr);
+                (d.api.ctx_pop_current)(&mut std::ptr::null_mut());
             }
         }
     }
@@ -536,8 +539,9 @@ impl Drop for HostBuffer {
         if let Ok(d) = driver() {
             // SAFETY: we own the allocation; the context is alive.
             unsafe {
-                (d.api.ctx_set_current)(self.ctx.0.raw);
+                (d.api.ctx_push_current)(self.ctx.0.raw);
                 (d.api.mem_free_host)(self.host.cast());
+                (d.api.ctx_pop_current)(&mut std::ptr::null_mut());
             }
         }
     }
@@ -714,6 +718,9 @@ impl Drop for Event {
 pub struct Module {
     ctx: Context,
     raw: sys::CUmodule,
+    /// Kernels already resolved, by name (`CUfunction` as usize so the map is Send): a lookup
+    /// per launch would put a CString and a driver call on every launch's path.
+    functions: std::sync::Mutex<std::collections::HashMap<String, usize>>,
 }
 
 // SAFETY: module handles are context-wide and usable from any thread.
@@ -737,6 +744,7 @@ impl Module {
         Ok(Module {
             ctx: ctx.clone(),
             raw,
+            functions: Default::default(),
         })
     }
 
@@ -746,14 +754,23 @@ impl Module {
         Self::load(ctx, &cubin)
     }
 
+    /// The kernel `name`, resolved once per module and cached.
     pub fn function(&self, name: &str) -> Result<Function<'_>> {
+        let mut cache = self.functions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&raw) = cache.get(name) {
+            return Ok(Function {
+                raw: raw as sys::CUfunction,
+                _module: self,
+            });
+        }
         let d = driver()?;
-        let cname = std::ffi::CString::new(name).expect("kernel names have no NUL");
+        let cname = std::ffi::CString::new(name).map_err(|_| CudaError::BadName(name.into()))?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: module alive, name NUL-terminated.
         d.check("cuModuleGetFunction", unsafe {
             (d.api.module_get_function)(&mut raw, self.raw, cname.as_ptr())
         })?;
+        cache.insert(name.to_string(), raw as usize);
         Ok(Function { raw, _module: self })
     }
 
@@ -923,9 +940,10 @@ impl Drop for ExternalMemory {
             // SAFETY: the mapped buffer must be freed with cuMemFree before the import is
             // destroyed; both are ours.
             unsafe {
-                (d.api.ctx_set_current)(self.ctx.0.raw);
+                (d.api.ctx_push_current)(self.ctx.0.raw);
                 (d.api.mem_free)(self.ptr);
                 (d.api.destroy_external_memory)(self.raw);
+                (d.api.ctx_pop_current)(&mut std::ptr::null_mut());
             }
         }
     }
@@ -952,8 +970,13 @@ impl Graph {
         let end = d.check("cuStreamEndCapture", unsafe {
             (d.api.stream_end_capture)(stream.raw, &mut graph)
         });
-        recorded?;
-        end?;
+        if let Err(e) = recorded.and(end) {
+            if !graph.is_null() {
+                // SAFETY: a graph the capture handed us, never instantiated.
+                unsafe { (d.api.graph_destroy)(graph) };
+            }
+            return Err(e);
+        }
         let mut exec = std::ptr::null_mut();
         // SAFETY: graph is the live graph just captured.
         if let Err(e) = d.check("cuGraphInstantiate", unsafe {

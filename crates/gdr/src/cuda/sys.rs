@@ -184,6 +184,8 @@ driver_api! {
     device_primary_ctx_retain = "cuDevicePrimaryCtxRetain"(*mut CUcontext, CUdevice);
     device_primary_ctx_release = "cuDevicePrimaryCtxRelease_v2"(CUdevice);
     ctx_set_current = "cuCtxSetCurrent"(CUcontext);
+    ctx_push_current = "cuCtxPushCurrent_v2"(CUcontext);
+    ctx_pop_current = "cuCtxPopCurrent_v2"(*mut CUcontext);
     ctx_synchronize = "cuCtxSynchronize"();
     mem_get_info = "cuMemGetInfo_v2"(*mut usize, *mut usize);
     mem_alloc = "cuMemAlloc_v2"(*mut CUdeviceptr, usize);
@@ -191,11 +193,8 @@ driver_api! {
     mem_alloc_host = "cuMemHostAlloc"(*mut *mut c_void, usize, c_uint);
     mem_free_host = "cuMemFreeHost"(*mut c_void);
     mem_host_get_device_pointer = "cuMemHostGetDevicePointer_v2"(*mut CUdeviceptr, *mut c_void, c_uint);
-    mem_host_register = "cuMemHostRegister_v2"(*mut c_void, usize, c_uint);
-    mem_host_unregister = "cuMemHostUnregister"(*mut c_void);
     memcpy_htod = "cuMemcpyHtoD_v2"(CUdeviceptr, *const c_void, usize);
     memcpy_dtoh = "cuMemcpyDtoH_v2"(*mut c_void, CUdeviceptr, usize);
-    memcpy_dtod = "cuMemcpyDtoD_v2"(CUdeviceptr, CUdeviceptr, usize);
     memcpy_htod_async = "cuMemcpyHtoDAsync_v2"(CUdeviceptr, *const c_void, usize, CUstream);
     memcpy_dtoh_async = "cuMemcpyDtoHAsync_v2"(*mut c_void, CUdeviceptr, usize, CUstream);
     memset_d8 = "cuMemsetD8_v2"(CUdeviceptr, u8, usize);
@@ -221,7 +220,6 @@ driver_api! {
     module_load_data = "cuModuleLoadData"(*mut CUmodule, *const c_void);
     module_unload = "cuModuleUnload"(CUmodule);
     module_get_function = "cuModuleGetFunction"(*mut CUfunction, CUmodule, *const c_char);
-    module_get_global = "cuModuleGetGlobal_v2"(*mut CUdeviceptr, *mut usize, CUmodule, *const c_char);
     func_set_attribute = "cuFuncSetAttribute"(CUfunction, c_int, c_int);
     launch_kernel = "cuLaunchKernel"(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void);
     import_external_memory = "cuImportExternalMemory"(*mut CUexternalMemory, *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC);

@@ -211,10 +211,11 @@ impl Drop for VmmBuffer {
             // SAFETY: the mapping, the reserved range and the handle are ours; memory released
             // while exported or imported elsewhere stays alive for those importers.
             unsafe {
-                (d.api.ctx_set_current)(self.ctx.0.raw);
+                (d.api.ctx_push_current)(self.ctx.0.raw);
                 (d.api.mem_unmap)(self.ptr, self.size);
                 (d.api.mem_address_free)(self.ptr, self.size);
                 (d.api.mem_release)(self.handle);
+                (d.api.ctx_pop_current)(&mut std::ptr::null_mut());
             }
         }
     }

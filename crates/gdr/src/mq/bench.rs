@@ -122,9 +122,10 @@ pub struct BenchReport {
 
 fn latency_of(path: String, size: u32, mut ns: Vec<u64>) -> Latency {
     ns.sort_unstable();
-    let pick = |q: f64| {
-        let i = ((ns.len() as f64 * q) as usize).min(ns.len() - 1);
-        ns[i] as f64 / 1000.0
+    // An empty sample (iters = 0) reads as NaN rather than panicking.
+    let pick = |q: f64| match ns.len() {
+        0 => f64::NAN,
+        n => ns[((n as f64 * q) as usize).min(n - 1)] as f64 / 1000.0,
     };
     Latency {
         path,

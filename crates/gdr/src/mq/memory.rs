@@ -277,15 +277,25 @@ impl Region {
         unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) }
     }
 
-    /// A borrowed view of `len` bytes at `off`, for zero-copy receive from memory the CPU
-    /// reads fast (not write-combined).
-    ///
-    /// # Safety
-    /// Nobody may write those bytes while the slice lives (the ring protocol's ownership).
-    pub unsafe fn slice(&self, off: usize, len: usize) -> &[u8] {
-        let p = self.at(off, len);
-        // SAFETY: in bounds; exclusivity per the caller's contract.
-        unsafe { std::slice::from_raw_parts(p, len) }
+    /// Reads whole aligned 8-byte words at `off` (a multiple of 8) into `dst` (a multiple of 8
+    /// long) while the other side may still be writing them: no word is ever split between two
+    /// reads, so each arrives either old or new, never torn. Write-combined (BAR) memory goes
+    /// through the stream-load routine, which reads only whole aligned chunks; ordinary memory
+    /// through 8-byte volatile loads.
+    pub fn read_words(&self, off: usize, dst: &mut [u8]) {
+        assert!(off % 8 == 0 && dst.len() % 8 == 0, "read_words needs whole aligned words");
+        let src = self.at(off, dst.len());
+        if self.wc {
+            // SAFETY: in bounds; the region is a page-granular mapping, so the aligned lines
+            // around it are readable as copy_from_mapping requires.
+            unsafe { crate::copy::copy_from_mapping(dst, src) };
+        } else {
+            for (i, chunk) in dst.chunks_exact_mut(8).enumerate() {
+                // SAFETY: in bounds and 8-aligned (checked above and by `at`).
+                let w = unsafe { std::ptr::read_volatile(src.add(i * 8).cast::<u64>()) };
+                chunk.copy_from_slice(&w.to_ne_bytes());
+            }
+        }
     }
 
     /// Orders every earlier store to this region before every later one. Write-combined
@@ -299,16 +309,6 @@ impl Region {
         }
     }
 
-    /// Orders the loads before it (an owner word just seen published) before the loads
-    /// after it (the payload). Ordinary memory needs nothing beyond the acquire load; loads
-    /// from a write-combined mapping are weakly ordered and may run ahead, so this is
-    /// `lfence` there.
-    pub fn acquire_fence(&self) {
-        if self.wc {
-            load_fence();
-        }
-    }
-
     /// Pushes write-combined stores out of the CPU now rather than whenever the line fills.
     pub fn flush(&self) {
         if self.wc {
@@ -317,16 +317,6 @@ impl Region {
     }
 }
 
-/// `lfence` on x86-64; a full fence elsewhere.
-pub fn load_fence() {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: lfence needs only SSE2, which every x86-64 CPU has.
-    unsafe {
-        std::arch::x86_64::_mm_lfence()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    std::sync::atomic::fence(Ordering::SeqCst);
-}
 
 /// `sfence` on x86-64; a full fence elsewhere.
 pub fn store_fence() {

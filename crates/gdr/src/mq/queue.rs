@@ -367,12 +367,13 @@ impl QueuePair {
             true
         };
         let good = if self.p.tx.write_combined() {
-            // Reads of a BAR mapping are uncached round trips: one bulk read of the words
-            // not yet seen. Each aligned 8-byte word arrives whole (the GPU writes it in one
-            // store, the read never splits it) and is checked, so no fence orders the reads.
+            // Reads of a BAR mapping are uncached round trips: one bulk read (stream loads) of
+            // the words not yet seen. Each aligned 8-byte word arrives whole (the GPU writes it
+            // in one store and read_words never splits it) and is checked, so no fence orders
+            // the reads.
             let raw = &mut self.raw;
             raw.resize((n - from) * layout::TX_WORD_SIZE, 0);
-            self.p.tx.read(off + from * layout::TX_WORD_SIZE, raw);
+            self.p.tx.read_words(off + from * layout::TX_WORD_SIZE, raw);
             raw.chunks_exact(8)
                 .enumerate()
                 .take_while(|&(i, c)| {

@@ -48,8 +48,6 @@ pub enum PeerError {
         #[source]
         source: CudaError,
     },
-    #[error("the memory at {addr:#x} was freed")]
-    Freed { addr: u64 },
 }
 
 impl PeerError {

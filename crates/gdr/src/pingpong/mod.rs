@@ -8,8 +8,9 @@
 //!   answer and `__threadfence_system()` so the store is visible system-wide.
 //! - CPU: volatile loads of the answer until it reads `i`.
 //!
-//! Every wait is bounded: the GPU thread has a watchdog, the CPU a deadline after which it
-//! stops the thread (flag = u32::MAX) and reports a timeout.
+//! Every wait on the persistent thread is bounded: the GPU thread has a watchdog, the CPU a
+//! deadline after which it stops the thread (flag = u32::MAX) and reports a timeout. The
+//! host-centric loop synchronizes plainly: its kernel is one store and cannot spin.
 
 use crate::bar::{BarError, MappedBuffer, VulkanBackend};
 use crate::cuda::{
@@ -37,6 +38,8 @@ pub enum PingPongError {
     },
     #[error("the GPU thread's watchdog fired in round {round} ({placement})")]
     Watchdog { round: u32, placement: Placement },
+    #[error("{warmup} warm-up + {rounds} rounds is too many (at most {} in all)", STOP - 1)]
+    TooManyRounds { warmup: u32, rounds: u32 },
     #[error("wrong answer in round {round}: got {got}")]
     WrongAnswer { round: u32, got: u32 },
 }
@@ -159,7 +162,10 @@ pub fn ping_pong(
     let flag = Word::new(be, flag_gpu)?;
     let answer = Word::new(be, answer_gpu)?;
     let stream = Stream::new(ctx)?;
-    let total = warmup + rounds;
+    let total = warmup
+        .checked_add(rounds)
+        .filter(|&t| t < STOP)
+        .ok_or(PingPongError::TooManyRounds { warmup, rounds })?;
     let (mut fp, mut ap, mut n, mut to) = (
         flag.device_ptr(),
         answer.device_ptr(),
@@ -172,8 +178,8 @@ pub fn ping_pong(
         &mut n as *mut u32 as *mut c_void,
         &mut to as *mut u64 as *mut c_void,
     ];
-    // SAFETY: parameters match gdr_pingpong's signature; flag and answer outlive the kernel
-    // (we wait for the stream below before they drop).
+    // SAFETY: parameters match gdr_pingpong's signature; flag and answer outlive the kernel:
+    // we wait for the stream below, and leak them if it never finishes.
     unsafe { kernel.launch(&stream, LaunchConfig::linear(1, 32), &mut params)? };
 
     let mut samples = Vec::with_capacity(rounds as usize);
@@ -212,16 +218,20 @@ pub fn ping_pong(
         flag.store(STOP);
     }
     // The kernel has finished its last round or been told to stop; its watchdog bounds the rest.
+    // (A CUDA error here means the kernel is no longer running, so freeing is safe.)
     let done = wait_stream(&stream, timeout + Duration::from_secs(1))?;
-    if let Some(f) = failure {
-        return Err(f);
-    }
     if !done {
-        return Err(PingPongError::Timeout {
+        // The kernel may still run and touch the words: leak them, the module and the stream
+        // rather than free memory under it (a block's range could be handed out again).
+        std::mem::forget((module, flag, answer, stream));
+        return Err(failure.unwrap_or(PingPongError::Timeout {
             round: total,
             timeout,
             placement,
-        });
+        }));
+    }
+    if let Some(f) = failure {
+        return Err(f);
     }
     Ok(Summary::of(&mut samples))
 }
@@ -264,7 +274,11 @@ pub fn host_centric(
         None
     };
     let mut samples = Vec::with_capacity(rounds as usize);
-    for i in 1..=warmup + rounds {
+    let total = warmup
+        .checked_add(rounds)
+        .filter(|&t| t < STOP)
+        .ok_or(PingPongError::TooManyRounds { warmup, rounds })?;
+    for i in 1..=total {
         let t0 = Instant::now();
         req.as_mut_slice().copy_from_slice(&i.to_le_bytes());
         match &g {
