@@ -993,3 +993,43 @@ fn registrations_smaller_than_the_page_are_replaced_when_they_do_not_cover() {
     let s = cache.stats();
     assert_eq!((s.hits, s.misses, s.entries), (2, 2, 1));
 }
+
+/// A registrar that registers less than the cache asks for: only the host pages around the
+/// caller's range (as a dma-buf export fitted to a small allocation does).
+struct Fitted;
+
+impl Registrar for Fitted {
+    type Reg = (u64, u64);
+    type Error = std::io::Error;
+
+    fn register(&self, start: u64, len: u64) -> Result<(u64, u64), std::io::Error> {
+        Ok((start, len))
+    }
+
+    fn register_around(
+        &self,
+        _start: u64,
+        _len: u64,
+        addr: u64,
+        size: u64,
+    ) -> Result<(u64, u64), std::io::Error> {
+        let s = addr & !0xfff;
+        Ok((s, (addr + size - s).next_multiple_of(0x1000)))
+    }
+
+    fn reg_range(&self, reg: &(u64, u64)) -> Option<(u64, u64)> {
+        Some(*reg)
+    }
+}
+
+#[test]
+fn handles_describe_what_was_really_registered() {
+    let cache = RegCache::new(Fitted, CacheConfig::new(1 << 30, 64)).unwrap();
+    let addr = 7 * PAGE + 0x2345;
+    let h = cache.acquire(addr, 100).unwrap();
+    // The cache's key is the whole 64 KiB page; the registration is the 4 KiB page around it,
+    // and offset() must be relative to the registration, where an importer would use it.
+    assert_eq!(*h.reg(), (7 * PAGE + 0x2000, 0x1000));
+    assert_eq!((h.reg_start(), h.reg_len()), (7 * PAGE + 0x2000, 0x1000));
+    assert_eq!(h.offset(), 0x345);
+}

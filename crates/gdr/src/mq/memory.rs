@@ -283,7 +283,10 @@ impl Region {
     /// through the stream-load routine, which reads only whole aligned chunks; ordinary memory
     /// through 8-byte volatile loads.
     pub fn read_words(&self, off: usize, dst: &mut [u8]) {
-        assert!(off % 8 == 0 && dst.len() % 8 == 0, "read_words needs whole aligned words");
+        assert!(
+            off % 8 == 0 && dst.len() % 8 == 0,
+            "read_words needs whole aligned words"
+        );
         let src = self.at(off, dst.len());
         if self.wc {
             // SAFETY: in bounds; the region is a page-granular mapping, so the aligned lines
@@ -316,7 +319,6 @@ impl Region {
         }
     }
 }
-
 
 /// `sfence` on x86-64; a full fence elsewhere.
 pub fn store_fence() {

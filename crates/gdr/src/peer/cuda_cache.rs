@@ -43,6 +43,10 @@ impl Registrar for DmaBufRegistrar {
         reg.covers(addr, size)
     }
 
+    fn reg_range(&self, reg: &DmaBuf) -> Option<(u64, u64)> {
+        Some((reg.start(), reg.len()))
+    }
+
     fn tag(&self, addr: u64) -> Result<Tag, PeerError> {
         self.ctx.bind()?;
         Ok(match buffer_id(addr)? {

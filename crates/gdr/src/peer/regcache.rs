@@ -123,6 +123,13 @@ pub trait Registrar: Send + Sync + 'static {
         true
     }
 
+    /// The range `reg` really registered, when it can differ from the page-rounded range the
+    /// cache asked for (an export fitted to its allocation, say). `None`: exactly that range.
+    fn reg_range(&self, reg: &Self::Reg) -> Option<(u64, u64)> {
+        let _ = reg;
+        None
+    }
+
     /// Undoes a registration once it is neither cached nor held. The default drops it, which is
     /// right when `Reg` releases itself on drop.
     fn deregister(&self, start: u64, len: u64, reg: Self::Reg) {
@@ -305,9 +312,10 @@ impl<R: Registrar> RegHandle<R> {
             .expect("an entry keeps its registration until dropped")
     }
 
-    /// The caller's address minus the registration's start.
+    /// The caller's address minus the registration's start: where the caller's first byte is
+    /// inside the registration (e.g. the offset into an exported dma-buf).
     pub fn offset(&self) -> u64 {
-        self.addr - self.entry.start
+        self.addr - self.reg_start()
     }
 
     /// The caller's address.
@@ -322,12 +330,21 @@ impl<R: Registrar> RegHandle<R> {
 
     /// Start of the registered (page-rounded) range.
     pub fn reg_start(&self) -> u64 {
-        self.entry.start
+        self.registered().0
     }
 
     /// Length of the registered range.
     pub fn reg_len(&self) -> u64 {
-        self.entry.len
+        self.registered().1
+    }
+
+    /// The range the registrar really registered (see [`Registrar::reg_range`]).
+    fn registered(&self) -> (u64, u64) {
+        self.entry
+            .core
+            .registrar
+            .reg_range(self.reg())
+            .unwrap_or((self.entry.start, self.entry.len))
     }
 
     /// Whether the registration was invalidated after this handle was taken: it stays usable by
