@@ -417,11 +417,13 @@ fn client_thread(
                     tx.push(None).extend_from_slice(&reqbuf);
                     outstanding.insert(id, t_send);
                 }
-                let (sent, failed) = tx.flush(fd, Duration::from_millis(50));
+                let (sent, _) = tx.flush(fd, Duration::from_millis(50));
                 out.sent += sent as u64;
-                // Not sent: not outstanding either (newest ids, given back).
-                for k in 0..failed as u64 {
-                    outstanding.remove(&(id_base | (next_seq - 1 - k)));
+                // Not sent: not outstanding either. Datagram i of this batch carried the id
+                // pushed i-th, i.e. sequence number next_seq - want + i.
+                let first = next_seq - want as u64;
+                for &i in tx.failed() {
+                    outstanding.remove(&(id_base | (first + i as u64)));
                 }
             }
         }

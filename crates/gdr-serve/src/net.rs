@@ -218,6 +218,8 @@ pub struct SendBatch {
     len: usize,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
+    /// Positions (in push order) of the datagrams the last flush could not send.
+    failed_at: Vec<usize>,
 }
 
 // SAFETY: as RecvBatch: the raw pointers are rebuilt from owned Vecs before each call.
@@ -234,7 +236,14 @@ impl SendBatch {
             iovs: vec![unsafe { std::mem::zeroed() }; n],
             // SAFETY: as above.
             hdrs: vec![unsafe { std::mem::zeroed() }; n],
+            failed_at: Vec::new(),
         }
+    }
+
+    /// Positions, in push order, of the datagrams the last [`flush`](Self::flush) failed to
+    /// send (a failure is skipped and the rest still go, so they need not be the last ones).
+    pub fn failed(&self) -> &[usize] {
+        &self.failed_at
     }
 
     pub fn len(&self) -> usize {
@@ -262,9 +271,11 @@ impl SendBatch {
     }
 
     /// Sends everything gathered. Returns (sent, failed); a full socket buffer is retried for
-    /// up to `patience`, then the rest counts as failed. The batch is empty afterwards.
+    /// up to `patience`, then the datagram at hand counts as failed and the rest are tried
+    /// ([`failed`](Self::failed) says which). The batch is empty afterwards.
     pub fn flush(&mut self, fd: RawFd, patience: std::time::Duration) -> (usize, usize) {
         let n = self.len;
+        self.failed_at.clear();
         for i in 0..n {
             self.iovs[i] = libc::iovec {
                 iov_base: self.bufs[i].as_mut_ptr().cast(),
@@ -310,7 +321,10 @@ impl SendBatch {
                     std::hint::spin_loop()
                 }
                 // This one datagram cannot go (peer gone, too large, buffer full too long).
-                _ => failed += 1,
+                _ => {
+                    self.failed_at.push(done + failed);
+                    failed += 1;
+                }
             }
         }
         self.len = 0;
@@ -322,6 +336,27 @@ impl SendBatch {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_failed_datagram_is_reported_where_it_was_in_the_batch() {
+        use std::os::fd::AsRawFd;
+        let a = bind("127.0.0.1:0".parse().unwrap(), 1 << 20).unwrap();
+        let b = bind("127.0.0.1:0".parse().unwrap(), 1 << 20).unwrap();
+        a.connect(b.local_addr().unwrap()).unwrap();
+        let mut tx = SendBatch::new(4);
+        tx.push(None).extend_from_slice(b"first");
+        tx.push(None).resize(70_000, 7); // larger than any UDP datagram: EMSGSIZE
+        tx.push(None).extend_from_slice(b"third");
+        let (sent, failed) = tx.flush(a.as_raw_fd(), Duration::from_millis(50));
+        assert_eq!((sent, failed), (2, 1));
+        assert_eq!(tx.failed(), &[1]);
+        let (sent, failed) = {
+            tx.push(None).extend_from_slice(b"again");
+            tx.flush(a.as_raw_fd(), Duration::from_millis(50))
+        };
+        assert_eq!((sent, failed), (1, 0));
+        assert!(tx.failed().is_empty());
+    }
 
     #[test]
     fn batches_cross_loopback_with_addresses_and_truncation() {
