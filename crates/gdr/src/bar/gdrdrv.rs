@@ -764,7 +764,15 @@ impl<F: DeviceFile> GdrDrv<F> {
     /// Maps `size` bytes of a pinned range for the CPU (rounded up to the host page). The mapping
     /// borrows the driver, so it cannot outlive it; it is unmapped on drop. Prefer
     /// [`Pinned::map`], which also ties it to the pin.
-    pub fn map(&self, handle: Handle, size: usize) -> Result<BarMapping<'_, F>, GdrDrvError> {
+    ///
+    /// # Safety
+    /// `handle` must stay pinned until the mapping is dropped: the mapping borrows only the
+    /// driver, and after an unpin it would point at GPU memory that may be reused.
+    pub unsafe fn map(
+        &self,
+        handle: Handle,
+        size: usize,
+    ) -> Result<BarMapping<'_, F>, GdrDrvError> {
         if size == 0 {
             return Err(GdrDrvError::EmptyRange { op: "map" });
         }
@@ -832,7 +840,8 @@ impl<'d, F: DeviceFile> Pinned<'d, F> {
 
     /// Maps the pin for the CPU; the mapping borrows the pin, so it cannot outlive it.
     pub fn map(&self, size: usize) -> Result<BarMapping<'_, F>, GdrDrvError> {
-        self.drv.map(self.handle, size)
+        // SAFETY: the mapping borrows this pin, which unpins only when dropped or consumed.
+        unsafe { self.drv.map(self.handle, size) }
     }
 
     /// Unpins now, reporting failure (dropping unpins and ignores it).

@@ -459,8 +459,10 @@ impl Pinned {
         let map_len = self.len as usize;
         let (base, imp) = match &self.imp {
             PinnedImp::GdrDrv { drv, handle } => {
-                let m = drv.map(*handle, map_len)?;
-                (m.as_ptr(), MapImp::GdrDrv { _mapping: m })
+                // SAFETY: the mapping lives in a PinnedMapping that borrows this Pinned, which
+                // unpins only in its own drop.
+                let m = unsafe { drv.map(*handle, map_len)? };
+                (m.as_ptr(), MapImp::GdrDrv { mapping: Some(m) })
             }
             PinnedImp::DmaBuf(buf) => {
                 // SAFETY: a fresh shared mapping at an address the kernel picks cannot overlap
@@ -528,9 +530,10 @@ impl fmt::Debug for Pinned {
 }
 
 enum MapImp<'p> {
-    /// Held for its drop, which unmaps.
+    /// Held for its drop, which unmaps (taken in `PinnedMapping::drop` so the unmap happens
+    /// before the pin is marked unmapped).
     GdrDrv {
-        _mapping: gdrdrv::BarMapping<'p>,
+        mapping: Option<gdrdrv::BarMapping<'p>>,
     },
     Mmap {
         ptr: NonNull<u8>,
@@ -611,8 +614,8 @@ impl PinnedMapping<'_> {
 
 impl Drop for PinnedMapping<'_> {
     fn drop(&mut self) {
-        match &self.imp {
-            MapImp::GdrDrv { .. } => {} // BarMapping unmaps itself
+        match &mut self.imp {
+            MapImp::GdrDrv { mapping } => drop(mapping.take()), // unmaps
             MapImp::Mmap { ptr, len } => {
                 // SAFETY: our own live mapping, unused from now on.
                 unsafe { libc::munmap(ptr.as_ptr().cast(), *len) };

@@ -284,7 +284,7 @@ impl Region {
     /// through 8-byte volatile loads.
     pub fn read_words(&self, off: usize, dst: &mut [u8]) {
         assert!(
-            off % 8 == 0 && dst.len() % 8 == 0,
+            off.is_multiple_of(8) && dst.len().is_multiple_of(8),
             "read_words needs whole aligned words"
         );
         let src = self.at(off, dst.len());
