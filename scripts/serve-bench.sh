@@ -48,7 +48,7 @@ start_server() { # name, serve args...
     kill -0 $pid 2>/dev/null || { echo "$name: server died: $(tail -1 "$out/$name.server.log")"; return 1; }
     sleep 0.1
   done
-  echo "$name: server not ready in 60 s"; kill -INT $pid; return 1
+  echo "$name: server not ready in 60 s"; stop_server; return 1
 }
 stop_server() {
   [ -n "$pid" ] || return 0
@@ -57,6 +57,9 @@ stop_server() {
   kill -0 $pid 2>/dev/null && { echo "server did not stop in 15 s (hang)"; kill -KILL $pid; }
   wait $pid 2>/dev/null; pid=
 }
+# A server must not outlive this script (it would hold the GPU), however the script ends.
+trap stop_server EXIT
+trap 'exit 130' INT TERM
 load() { # name, load args...
   local name=$1; shift
   timeout 90 taskset -c "$LCPUS" "$g" load --target 127.0.0.1:$port --json "$@" \

@@ -274,7 +274,11 @@ pub struct NvLinks {
 /// Every GPU's active NVLinks.
 pub fn nvlink_report() -> Result<Vec<NvLinks>, NvmlError> {
     let a = api()?;
-    let devs = handles(a)?;
+    report_for(a, &handles(a)?)
+}
+
+/// The NVLink report of `devs`, in their order.
+fn report_for(a: &Api, devs: &[Dev]) -> Result<Vec<NvLinks>, NvmlError> {
     let ids: Vec<String> = devs
         .iter()
         .map(|&d| pci_bus_id(a, d))
@@ -331,7 +335,8 @@ pub fn nvlink_report() -> Result<Vec<NvLinks>, NvmlError> {
 pub fn nvlinks() -> Result<Vec<(String, String, u32)>, NvmlError> {
     let a = api()?;
     let devs = handles(a)?;
-    let report = nvlink_report()?;
+    // One enumeration for both: report[i] describes devs[i].
+    let report = report_for(a, &devs)?;
     let mut out = Vec::new();
     for i in 0..report.len() {
         for j in i + 1..report.len() {

@@ -28,9 +28,14 @@ pub struct Args {
     /// Poll the device for completion instead of waiting for its interrupt
     #[arg(long, global = true)]
     poll: bool,
-    /// Device RAM size in bytes, for XDMA bitstreams other than PicoEVB/HTG-K800
-    #[arg(long, global = true)]
+    /// Device RAM size in bytes (4K, 2G, ...), for XDMA bitstreams other than PicoEVB/HTG-K800
+    #[arg(long, global = true, value_parser = parse_bytes)]
     ram_size: Option<u64>,
+}
+
+/// Byte counts as the other subcommands take them (4096, 4K, 16M, 1G).
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    super::table::parse_size(s).map(|v| v as u64)
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -46,8 +51,8 @@ enum Action {
     Info,
     /// Copy the 4 MiB test surface through the device and verify every word
     Copy {
-        /// Bytes to copy (a multiple of 4; default the 4 MiB surface)
-        #[arg(long, default_value_t = SURFACE_BYTES as u64)]
+        /// Bytes to copy (a multiple of 4, e.g. 64K or 4M; default the 4 MiB surface)
+        #[arg(long, default_value_t = SURFACE_BYTES as u64, value_parser = parse_bytes)]
         size: u64,
         /// Go through this device's BAR (bound to vfio-pci) as peer memory: host -> peer -> host
         #[arg(long)]
@@ -56,18 +61,19 @@ enum Action {
         #[arg(long)]
         peer_bar: Option<u32>,
         /// Byte offset into the peer BAR
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_parser = parse_bytes)]
         peer_offset: u64,
     },
     /// Time host -> device transfers
     H2c {
         /// Sizes for the table (default: powers of 4 from 4 KiB up to the device RAM)
-        #[arg(long, value_delimiter = ',')]
+        #[arg(long, value_delimiter = ',', value_parser = parse_bytes)]
         sizes: Vec<u64>,
     },
     /// Time device -> host transfers
     C2h {
-        #[arg(long, value_delimiter = ',')]
+        /// Sizes for the table (default: powers of 4 from 4 KiB up to the device RAM)
+        #[arg(long, value_delimiter = ',', value_parser = parse_bytes)]
         sizes: Vec<u64>,
     },
     /// Light LEDs: bit 0..2 of N set = LED on (XDMA boards; writes the GPIO inverted)
