@@ -1,7 +1,7 @@
 //! Opening the GPU and its BAR-mapping backend for a subcommand.
 
 use gdr::bar::VulkanBackend;
-use gdr::cuda::{Context, Device};
+use gdr::cuda::Context;
 
 /// `--gpu N`, shared by the subcommands that use a GPU.
 #[derive(clap::Args, Clone, Copy, Debug)]
@@ -13,6 +13,6 @@ pub struct GpuArg {
 
 /// The CUDA context and Vulkan BAR backend on `--gpu`.
 pub fn open(arg: GpuArg) -> Result<VulkanBackend, Box<dyn std::error::Error + Send + Sync>> {
-    let ctx = Context::new(Device::get(arg.gpu)?)?;
+    let ctx = Context::on(arg.gpu)?;
     Ok(VulkanBackend::new(&ctx)?)
 }

@@ -1,6 +1,6 @@
 //! Pinning EXISTING CUDA allocations for a CPU mapping, through whichever backend works here.
 //!
-//! [`VulkanBackend`](super::VulkanBackend) makes new memory that is mapped from birth; this
+//! [`VulkanBackend`] makes new memory that is mapped from birth; this
 //! module serves memory that already exists (what gdrcopy's `gdr_pin_buffer` does). Three
 //! backends, tried in this order when none is named:
 //! - [`PinBackend::GdrDrv`]: gdrcopy's kernel module (`/dev/gdrdrv`), any `cuMemAlloc` range.

@@ -383,10 +383,21 @@ impl VulkanBackend {
         if len == 0 {
             return Err(BarError::BadLayout("size must be at least 1 byte".into()));
         }
-        let reserve = len.next_multiple_of(64);
+        self.dedicated(len, len.next_multiple_of(64), 64)
+    }
+
+    /// A buffer of `len` bytes (`reserve` rounded) at the start of a block of its own.
+    fn dedicated(
+        &self,
+        len: usize,
+        reserve: usize,
+        align: usize,
+    ) -> Result<MappedBuffer, BarError> {
         let size = reserve.next_multiple_of(BLOCK_GRANULE);
         let block = Arc::new(Block::new(self.pool.dev.clone(), &self.pool.ctx, size)?);
-        let off = block.try_alloc(reserve, 64).expect("fresh dedicated block");
+        let off = block
+            .try_alloc(reserve, align)
+            .expect("a fresh block holds what it was sized for");
         Ok(MappedBuffer::new(block, None, off, len, reserve))
     }
 
@@ -407,12 +418,7 @@ impl VulkanBackend {
         let reserve = len.next_multiple_of(64);
         let pool = &self.pool;
         if reserve >= DEDICATED_THRESHOLD.min(pool.block_size / 2) {
-            let size = reserve.next_multiple_of(BLOCK_GRANULE);
-            let block = Arc::new(Block::new(pool.dev.clone(), &pool.ctx, size)?);
-            let off = block
-                .try_alloc(reserve, align)
-                .expect("fresh dedicated block");
-            return Ok(MappedBuffer::new(block, None, off, len, reserve));
+            return self.dedicated(len, reserve, align);
         }
         let mut blocks = pool.blocks.lock().expect("pool lock");
         for b in blocks.iter() {

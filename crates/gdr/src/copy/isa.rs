@@ -7,7 +7,8 @@ use std::sync::OnceLock;
 use super::CopyError;
 
 /// Environment variable that picks the ISA of the plain (non-`_with`) routines, e.g.
-/// `GDR_COPY_ISA=avx2`; ignored when it names an ISA this CPU lacks or no ISA at all.
+/// `GDR_COPY_ISA=avx2`; ignored when it names an ISA this CPU lacks or no ISA at all. Stores of
+/// under 64 bytes always take the small-store path (plain 1..8-byte stores), whatever it says.
 pub const ISA_ENV: &str = "GDR_COPY_ISA";
 
 /// An instruction set a copy kernel is written for.

@@ -30,17 +30,16 @@ pub const TX_WORD_SIZE: usize = 8;
 /// Words before the payload in a TX slot.
 pub const TX_HEADER_WORDS: usize = 4;
 
-/// The header at the start of every RX and TX slot.
+/// The header at the start of every RX slot. (TX slots use the word format instead: every
+/// 8-byte word carries the sequence number, see [`tx_word`] and docs/mq.md.)
 ///
 /// `seq` is the owner word: message index `i` (a wrapping u32) is present in its slot when
-/// `seq == i + 1`. In RX the doorbell publishes the slot and `seq` double-checks it; in TX
-/// `seq` is the only publication (the CPU polls it).
+/// `seq == i + 1`; the doorbell publishes the slot and `seq` double-checks it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SlotHeader {
     pub seq: u32,
-    /// Payload bytes. In TX, a value above the payload capacity means the handler returned
-    /// more than it was allowed to (the payload was cut to the capacity).
+    /// Payload bytes.
     pub len: u32,
     /// Set by the host on a request; the worker copies it into the response.
     pub tag: u64,

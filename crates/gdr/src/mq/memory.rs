@@ -214,7 +214,8 @@ impl Region {
         self.word(off).load(Ordering::Acquire)
     }
 
-    /// Relaxed load of a 64-bit counter at `off` (statistics only).
+    /// Relaxed load of an aligned 64-bit word at `off`: counters, and the TX words, each of
+    /// which carries its own sequence number (so no ordering with other loads is needed).
     pub fn load_u64(&self, off: usize) -> u64 {
         assert!(off.is_multiple_of(8), "unaligned ring word at {off}");
         // SAFETY: as in word(), 8-aligned.

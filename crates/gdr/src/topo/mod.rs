@@ -24,6 +24,7 @@ pub mod capture;
 pub mod config;
 mod cpulist;
 mod device;
+#[doc(hidden)] // builders of sysfs trees for tests and fixture generation, not the API
 pub mod fixture;
 mod path;
 pub mod render;
