@@ -54,13 +54,17 @@ fetch_deb() { # fetch_deb PACKAGE [PATTERN...] -> prints the unpack folder (only
     fi
     echo "$dir"
 }
-KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
-if [ -z "$KPKG" ]; then
-    apt_update_once
-    KPKG=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
-fi
-KDIR=$(fetch_deb "$KPKG" './boot/vmlinuz-*' './lib/modules/*/modules.order' \
-    './lib/modules/*/kernel/drivers/vfio/*' './lib/modules/*/kernel/virt/*')
+kernel_pkg() { # the versioned kernel package linux-image-amd64 points at, per the apt lists
+    apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'
+}
+fetch_kernel() {
+    fetch_deb "$KPKG" './boot/vmlinuz-*' './lib/modules/*/modules.order' \
+        './lib/modules/*/kernel/drivers/vfio/*' './lib/modules/*/kernel/virt/*'
+}
+KPKG=$(kernel_pkg)
+[ -n "$KPKG" ] || { apt_update_once; KPKG=$(kernel_pkg); }
+# Stale lists can name a kernel the mirror no longer has: refresh them and ask again.
+KDIR=$(fetch_kernel) || { apt_updated=0; apt_update_once; KPKG=$(kernel_pkg); KDIR=$(fetch_kernel); }
 BBDIR=$(fetch_deb busybox-static)
 KVER=${KPKG#linux-image-}
 VMLINUZ=$KDIR/boot/vmlinuz-$KVER

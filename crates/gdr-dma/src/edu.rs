@@ -141,10 +141,7 @@ impl<R: RegisterIo> EduEngine<R> {
             loop {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() || !irq.wait(left)? {
-                    return Err(DmaError::Timeout {
-                        what,
-                        after: timeout,
-                    });
+                    return Err(self.drain_after_timeout(what, timeout));
                 }
                 interrupts += 1;
                 // Acknowledge at the device first, then let VFIO deliver the next one.
@@ -154,12 +151,35 @@ impl<R: RegisterIo> EduEngine<R> {
                     break;
                 }
             }
-        } else {
-            self.wait_idle(timeout, &what)?;
+        } else if self.wait_idle(timeout, &what).is_err() {
+            return Err(self.drain_after_timeout(what, timeout));
         }
         Ok(interrupts)
     }
+
+    /// edu cannot abort a transfer: after a timeout, wait (bounded) for the one in flight to
+    /// end, so that the caller's buffers are no longer being read or written when the error
+    /// reaches it, then clear its interrupt and re-enable delivery (INTx stays masked otherwise).
+    fn drain_after_timeout(&mut self, what: String, after: Duration) -> DmaError {
+        let drained = self.wait_idle(DRAIN_LIMIT, &what).is_ok();
+        if let Some(irq) = self.irq.as_mut() {
+            self.regs.write32(reg::IRQ_ACK, reg::IRQ_DMA);
+            // A failed re-arm shows up as the next transfer's timeout; the timeout is the news.
+            let _ = irq.rearm();
+        }
+        DmaError::Timeout {
+            what: if drained {
+                what
+            } else {
+                format!("{what} (and it was still running {DRAIN_LIMIT:?} later)")
+            },
+            after,
+        }
+    }
 }
+
+/// How long a timed-out edu transfer is waited for before giving up on it.
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
 impl<R: RegisterIo> DmaEngine for EduEngine<R> {
     fn name(&self) -> &'static str {
@@ -422,8 +442,16 @@ mod tests {
                 }],
                 Duration::from_millis(50),
             );
-            assert!(matches!(r, Err(DmaError::Timeout { .. })), "{r:?}");
-            assert!(t0.elapsed() < Duration::from_secs(2));
+            // Bounded: the 50 ms limit plus the drain of a transfer edu cannot abort.
+            assert!(
+                t0.elapsed() < Duration::from_millis(50) + DRAIN_LIMIT + Duration::from_secs(1)
+            );
+            match r {
+                Err(DmaError::Timeout { what, .. }) => {
+                    assert!(what.contains("still running"), "{what}")
+                }
+                other => panic!("{other:?}"),
+            }
         }
     }
 

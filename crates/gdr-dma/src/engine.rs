@@ -64,7 +64,8 @@ pub trait DmaEngine {
     fn name(&self) -> &'static str;
     fn limits(&self) -> EngineLimits;
     /// Runs `segs` in direction `dir` as one submission and waits for it, at most `timeout`.
-    /// On timeout the engine is stopped before returning [`DmaError::Timeout`].
+    /// On timeout the engine is stopped (an engine that cannot abort, like edu, waits a bounded
+    /// time for the transfer to end) before returning [`DmaError::Timeout`].
     fn submit(
         &mut self,
         dir: Direction,

@@ -238,9 +238,13 @@ impl<R: RegisterIo> XdmaEngine<R> {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 self.stop(target);
-                if self.irq.is_some() {
+                if let Some(irq) = self.irq.as_mut() {
                     self.regs
                         .write32(addr(TARGET_IRQ, 0, IRQ_CHANNEL_EN_W1C), irq_bit);
+                    // With the channel's interrupt off, re-enable delivery: a late INTx would
+                    // otherwise stay masked and every later transfer time out. A failure here
+                    // surfaces as the next transfer's timeout; this one's is the news.
+                    let _ = irq.rearm();
                 }
                 return Err(DmaError::Timeout {
                     what: format!("XDMA {dir:?} list of {} descriptors", segs.len()),
