@@ -238,7 +238,8 @@ fn guest(dev: &str, peer: &str, seed: u64) -> Report {
             }
         };
         if let Some(bar) = &bar {
-            let mapping = s.space.map(bar, "ivshmem BAR2");
+            // SAFETY: the mapping is dropped at the end of this block, before the BAR is.
+            let mapping = unsafe { s.space.map(bar, "ivshmem BAR2") };
             match mapping {
                 Err(e) => rep.case("peer-map", || Err(e.to_string())),
                 Ok(pm) => {
@@ -396,7 +397,8 @@ fn guest(dev: &str, peer: &str, seed: u64) -> Report {
 
     rep.case("error-misaligned", || {
         let host = gdr_dma::HostBuffer::new(3 * 4096).map_err(e2s)?;
-        match s.space.map_part(&host, 100, 4096, "odd") {
+        // SAFETY: refused (misaligned), so nothing is mapped.
+        match unsafe { s.space.map_part(&host, 100, 4096, "odd") } {
             Err(DmaError::Misaligned { .. }) => {}
             other => return Err(format!("map at offset 100: {:?}", other.map(|m| m.iova()))),
         }

@@ -3,8 +3,13 @@
 //! tests), and keeps the table of what is mapped so that a transfer naming an unmapped IOVA is
 //! refused before any device sees it.
 //!
-//! Lifetimes carry the safety argument: a [`Mapping`] borrows the memory it maps and unmaps it
-//! on drop, so the device can never be pointed at memory that has been freed.
+//! A [`Mapping`] borrows the memory it maps and unmaps it on drop, so the device cannot be
+//! pointed at memory that has been freed, with two holes that lifetimes cannot close: a leaked
+//! (`mem::forget`) mapping never unmaps, which is why [`IommuSpace::map`] is `unsafe` with a
+//! no-leak contract; and an unmap the IOMMU refuses leaves the device a way in, so such a
+//! mapping aborts the process (a [`DmaBuffer`], which owns its memory, leaks the memory instead).
+//! Buffers must not outlive the VFIO session whose container they are mapped in: the unmap then
+//! fails and the buffer is leaked.
 
 use crate::error::{DmaError, Result};
 use crate::iova::{IovaAllocator, IovaRange};
@@ -93,12 +98,26 @@ impl IommuSpace {
     }
 
     /// Maps all of `mem`.
-    pub fn map<'m, M: DmaMemory + ?Sized>(&self, mem: &'m M, label: &str) -> Result<Mapping<'m>> {
-        self.map_part(mem, 0, mem.dma_len(), label)
+    ///
+    /// # Safety
+    /// The returned [`Mapping`] must be dropped, not leaked (`mem::forget`), before `mem` is
+    /// freed: its borrow ends either way, but only the drop unmaps, and a device could reach
+    /// the memory through a leaked mapping. (The IOMMU space cannot own borrowed memory, as
+    /// [`DmaBuffer`] does for its own.)
+    pub unsafe fn map<'m, M: DmaMemory + ?Sized>(
+        &self,
+        mem: &'m M,
+        label: &str,
+    ) -> Result<Mapping<'m>> {
+        // SAFETY: the caller's contract is ours.
+        unsafe { self.map_part(mem, 0, mem.dma_len(), label) }
     }
 
     /// Maps `len` bytes of `mem` starting at byte `offset`; both must be page multiples.
-    pub fn map_part<'m, M: DmaMemory + ?Sized>(
+    ///
+    /// # Safety
+    /// As [`map`](Self::map).
+    pub unsafe fn map_part<'m, M: DmaMemory + ?Sized>(
         &self,
         mem: &'m M,
         offset: usize,
@@ -240,6 +259,20 @@ pub struct Mapping<'m> {
     _mem: PhantomData<&'m ()>,
 }
 
+impl Drop for Mapping<'_> {
+    fn drop(&mut self) {
+        if !self.core.release() {
+            // The memory is borrowed: its owner will free it when we return, while a device can
+            // still reach it through the IOMMU. Nothing safe is left to do.
+            eprintln!(
+                "gdr-dma: the IOMMU refused to unmap IOVA {:#x} (+{:#x}) of borrowed memory; aborting",
+                self.core.iova, self.core.len
+            );
+            std::process::abort();
+        }
+    }
+}
+
 impl Mapping<'_> {
     pub fn range(&self) -> IovaRange {
         IovaRange::new(self.core.iova, self.core.len)
@@ -308,7 +341,8 @@ mod tests {
         let space = IommuSpace::new(sim.clone(), 0x10_0000, 0x1000_0000).unwrap();
         let host = HostBuffer::new(3 * 4096).unwrap();
         {
-            let m = space.map(&host, "host").unwrap();
+            // SAFETY: dropped (below) before `host`.
+            let m = unsafe { space.map(&host, "host") }.unwrap();
             assert_eq!(m.len(), 3 * 4096);
             space.check(IovaRange::new(m.iova() + 4096, 8192)).unwrap();
             assert!(matches!(
@@ -334,15 +368,18 @@ mod tests {
         let space = IommuSpace::new(sim.clone(), 0x1000, 0x10_0000).unwrap();
         let host = HostBuffer::new(4 * 4096).unwrap();
         assert!(matches!(
-            space.map_part(&host, 1, 4096, "x"),
+            // SAFETY: refused, so nothing is mapped.
+            unsafe { space.map_part(&host, 1, 4096, "x") },
             Err(DmaError::Misaligned { .. })
         ));
         assert!(matches!(
-            space.map_part(&host, 0, 100, "x"),
+            // SAFETY: refused, so nothing is mapped.
+            unsafe { space.map_part(&host, 0, 100, "x") },
             Err(DmaError::Misaligned { .. })
         ));
         assert!(matches!(
-            space.map_part(&host, 4096, 4 * 4096, "x"),
+            // SAFETY: refused, so nothing is mapped.
+            unsafe { space.map_part(&host, 4096, 4 * 4096, "x") },
             Err(DmaError::Oversize { .. })
         ));
         assert!(matches!(

@@ -271,7 +271,8 @@ fn copy(
                 )
                 .into());
             }
-            let pm = s.space.map(&bar, "peer BAR")?;
+            // SAFETY: `pm` is dropped at the end of this block, before `bar`.
+            let pm = unsafe { s.space.map(&bar, "peer BAR")? };
             let window = pm.range().slice(peer_offset, size)?;
             let mut c = Copier::new(s.engine.as_mut(), &s.space);
             stats.add(&c.copy(&Endpoint::iova(src.range()), &Endpoint::iova(window), size)?);
