@@ -66,9 +66,7 @@ pub fn copier(
         if !quiet {
             eprintln!("calibrating the auto copier...");
         }
-        let c = AutoCopier::from_calibration(gdr::copy::auto::calibrate(be, &Default::default())?);
-        c.save();
-        return Ok(c);
+        return AutoCopier::recalibrate(be);
     }
     if !quiet {
         eprintln!(

@@ -290,6 +290,13 @@ impl AutoCopier {
         Ok((copier, true))
     }
 
+    /// Measures a fresh calibration (ignoring the cache) and caches it.
+    pub fn recalibrate(be: &VulkanBackend) -> Result<AutoCopier, BarError> {
+        let copier = AutoCopier::from_calibration(calibrate(be, &CalibrateOptions::default())?);
+        copier.save();
+        Ok(copier)
+    }
+
     /// Uses a given calibration (e.g. one just measured).
     pub fn from_calibration(cal: Calibration) -> AutoCopier {
         AutoCopier { cal }

@@ -59,8 +59,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockWriteGuard};
 
-/// The GPU page: NVIDIA GPUs map memory into BAR1 in 64 KiB pages.
-pub const GPU_PAGE_SIZE: u64 = 1 << 16;
+/// The GPU page: NVIDIA GPUs map memory into BAR1 in 64 KiB pages (the same constant as the
+/// gdrdrv ABI's).
+pub const GPU_PAGE_SIZE: u64 = crate::bar::gdrdrv::GPU_PAGE_SIZE;
 
 /// How many allocation tags an entry remembers; older ones are forgotten (which at worst costs a
 /// needless re-registration).
