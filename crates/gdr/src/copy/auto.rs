@@ -284,10 +284,7 @@ impl AutoCopier {
         {
             return Ok((AutoCopier { cal }, false));
         }
-        let cal = calibrate(be, &CalibrateOptions::default())?;
-        let copier = AutoCopier::from_calibration(cal);
-        copier.save();
-        Ok((copier, true))
+        Ok((AutoCopier::recalibrate(be)?, true))
     }
 
     /// Measures a fresh calibration (ignoring the cache) and caches it.
