@@ -181,6 +181,7 @@ __device__ unsigned int gdr_app_lenet(const gdr_serve_group &g, const unsigned c
              l += g.size)
             asm volatile("prefetch.global.L1 [%0];" ::"l"(gdr_lenet_w + 32u * l));
     for (unsigned int rep = 0; rep < GDR_SERVE_WORK; rep++) {
+        GDR_SERVE_MARK(0);
         // The image: 16 bytes a thread, to floats through the table.
         for (unsigned int i = g.rank; i < 49u; i += g.size) {
             const uint4 v = gdr_serve_load16(req + 16u * i);
@@ -192,6 +193,7 @@ __device__ unsigned int gdr_app_lenet(const gdr_serve_group &g, const unsigned c
                                 K[(w4[k] >> 16) & 255u], K[w4[k] >> 24]);
         }
         gdr_serve_sync(g);
+        GDR_SERVE_MARK(1);
         // conv1 (6@5x5) + ReLU + 2x2 max pool: a pooled position and two channels a thread,
         // which share the 6x6 input patch.
         for (unsigned int it = g.rank; it < 432u; it += g.size) {
@@ -210,6 +212,7 @@ __device__ unsigned int gdr_app_lenet(const gdr_serve_group &g, const unsigned c
             }
         }
         gdr_serve_sync(g);
+        GDR_SERVE_MARK(2);
         // conv2 (16@5x5x6) + ReLU + 2x2 max pool: a pooled position, an output channel and
         // half of the input channels a thread (512 of them: a 16-warp block at once); the
         // two halves are neighbouring lanes.
@@ -230,11 +233,15 @@ __device__ unsigned int gdr_app_lenet(const gdr_serve_group &g, const unsigned c
                 p2[oc * 16u + p] = fmaxf(gdr_max4(s) + K[GDR_LENET_K_C2B + oc], 0.f);
         }
         gdr_serve_sync(g);
+        GDR_SERVE_MARK(3);
         gdr_lenet_fc<64u, 120u, true>(g, p2, GDR_LENET_F1W, GDR_LENET_F1B, f1);
         gdr_serve_sync(g);
+        GDR_SERVE_MARK(4);
         gdr_lenet_fc<30u, 84u, true>(g, f1, GDR_LENET_F2W, GDR_LENET_F2B, f2);
         gdr_serve_sync(g);
+        GDR_SERVE_MARK(5);
         gdr_lenet_fc<21u, 10u, false>(g, f2, GDR_LENET_F3W, GDR_LENET_F3B, (float *)resp);
+        GDR_SERVE_MARK(6);
         // The caller synchronises the group after the app; a repeat starts over on x.
         if (rep + 1u < GDR_SERVE_WORK) gdr_serve_sync(g);
     }

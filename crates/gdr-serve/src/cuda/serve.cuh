@@ -23,6 +23,11 @@
 #ifndef GDR_SERVE_WORK
 #define GDR_SERVE_WORK 1
 #endif
+// Phase marks inside an app (GDR_SERVE_MARK(k), k < 16): nothing, unless a timing harness
+// (tests/lenet_phases.rs) defines it before this file.
+#ifndef GDR_SERVE_MARK
+#define GDR_SERVE_MARK(k)
+#endif
 #define GDR_SERVE_MAX_GROUPS 4
 #define GDR_SERVE_GROUP_FLOATS 2112
 #define GDR_SERVE_FAILED 0xffffffffu

@@ -487,17 +487,17 @@ __device__ __forceinline__ uint4 gdr_mq_tx_pair(gdr_u32 j, gdr_u32 seq, gdr_u32 
 // after the stores waits for them either; they drain on their own.
 //
 // The path is chosen per batch (the choice is uniform over the warp):
-// - one message (the latency case): its lane writes its own slot, 128 response bytes loaded
-//   at a time (16-byte loads, all issued before the round's stores; the header stores go
-//   out while they are in flight), no warp shuffle and no other lane's memory read (its
-//   response may be in lane-local or shared memory); the handful of 16-byte PCIe writes
-//   costs less than the shuffles and the cross-lane read of the coalesced path;
+// - one message (the latency case) whose response the other lanes can read (shared or
+//   global memory): lane j makes the j-th 16-byte store of the slot, so the response leaves
+//   in one store instruction (per 512 bytes), a few large PCIe writes;
 // - several messages (the throughput case): the warp writes the slots together, one
 //   message at a time: lane k makes the k-th 16-byte store of the slot, so one store
 //   instruction covers 512 contiguous bytes and leaves the GPU as a few large PCIe writes
 //   instead of one 16-byte write per lane per instruction (each lane in its own slot). That
-//   needs every `resp` readable by the other lanes (global or shared memory); if a lane
-//   passes a local-memory buffer, the batch goes per lane too.
+//   needs every `resp` readable by the other lanes (global or shared memory);
+// - if a lane passes a local-memory buffer, each lane writes its own slot: 128 response
+//   bytes loaded at a time (16-byte loads, all issued before the round's stores; the header
+//   stores go out while they are in flight).
 __device__ void gdr_mq_send(gdr_mq_worker &w, const gdr_mq_batch &b, const unsigned char *resp,
                             gdr_u32 resp_len) {
     const gdr_u32 full = 0xffffffffu;
@@ -505,7 +505,21 @@ __device__ void gdr_mq_send(gdr_mq_worker &w, const gdr_mq_batch &b, const unsig
     const gdr_u32 copy = resp_len < w.q.max_msg ? resp_len : w.q.max_msg;
     // 16-byte stores of this lane's response: 2 of header, one per 8 payload bytes.
     const gdr_u32 stores = mine ? 2u + (copy + 7u) / 8u : 0u;
-    if (b.n > 1u && __ballot_sync(full, mine && __isLocal(resp)) == 0u) {
+    const bool shareable = __ballot_sync(full, mine && __isLocal(resp)) == 0u;
+    if (b.n == 1u && shareable) {
+        // One message whose response the other lanes can read (shared or global memory):
+        // lane j makes store j of the slot, so the whole response leaves in one store
+        // instruction, as a few large PCIe writes instead of one 16-byte write per store.
+        __syncwarp();  // lane 0's response is written before the other lanes read it
+        const gdr_u32 m_stores = __shfl_sync(full, stores, 0);
+        const gdr_u32 m_len = __shfl_sync(full, resp_len, 0);
+        const gdr_u64 m_tag = __shfl_sync(full, b.tag, 0);
+        const unsigned char *m_resp =
+            (const unsigned char *)__shfl_sync(full, (gdr_u64)resp, 0);
+        uint4 *slot = (uint4 *)gdr_mq_tx_slot(w, b.first);
+        for (gdr_u32 j = w.lane; j < m_stores; j += 32u)
+            gdr_st_volatile_v4(slot + j, gdr_mq_tx_pair(j, b.first + 1u, m_len, m_tag, m_resp));
+    } else if (b.n > 1u && shareable) {
         __syncwarp();  // every lane's response is written before any lane reads it
         // Rounds of the warp per message, and their exclusive prefix over the lanes: unit u
         // of the batch is round u - excl[m] of the message m with the last excl[m] <= u.

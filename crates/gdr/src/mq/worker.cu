@@ -20,7 +20,7 @@
 // A lone message (the latency case) stays in shared memory on its way through the handler:
 // its request's first bytes arrive in registers with its header (gdr_mq_batch::head) and are
 // stored to the warp's shared buffer the handler reads; its response is written to the warp's
-// shared response buffer that gdr_mq_send (per lane for one message) reads back. Each of
+// shared response buffer that gdr_mq_send reads back (every lane a 16-byte piece). Each of
 // those store-then-load pairs is a ~30-cycle shared memory round trip. Through global scratch
 // each was a store that empties the L1 line and a load that goes to L2 again; through
 // lane-local memory (round 4) the H100 profile still showed about an L2 round trip for each
@@ -47,9 +47,10 @@ extern "C" __global__ void gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32
         if (reason) break;
         uint4 req_local[GDR_MQ_HEAD_WORDS];
         uint4 resp_local[GDR_MQ_LOCAL_RESP_BYTES / 16];
-        // Uniform: only a lone message goes per lane in gdr_mq_send, which a local buffer
-        // needs (a batch's coalesced stores read other lanes' responses). Its lane is lane 0,
-        // the only user of the warp's shared buffers.
+        // Uniform: a lone message may have its response in a warp buffer (shared memory, or
+        // lane-local past GDR_MQ_SHARED_WARPS, which gdr_mq_send writes out per lane); a
+        // batch's coalesced stores read other lanes' responses, so those go to scratch. The
+        // lone message's lane is lane 0, the only user of the warp's shared buffers.
         const bool lone = b.n == 1u && w.q.max_msg <= GDR_MQ_LOCAL_RESP_BYTES;
         const bool lone_shared = lone && has_shared;
         unsigned char *resp = lone_shared ? (unsigned char *)lone_resp[wib]
