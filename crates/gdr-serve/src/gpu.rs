@@ -80,6 +80,7 @@ pub fn launch_workers(
             placement: shape.placement,
             wait_timeout: Duration::from_secs(5),
             first_index: 0,
+            rx_words: false,
         },
         queues,
         blocks_per_queue: shape.blocks_per_queue,

@@ -106,15 +106,34 @@ fn indices_cross_the_u32_wrap() {
 }
 
 #[test]
+fn rx_words_many_messages_in_order_across_the_u32_wrap() {
+    // Word-format RX: the worker finds requests by their words' seq (no doorbell). Crossing
+    // the wrap also crosses the indices where the host restamps whole slots.
+    for first in [0, u32::MAX - 100] {
+        let mut c = cfg(16, 96);
+        c.rx_words = true;
+        c.first_index = first;
+        let mut w = CpuWorkers::spawn(&c, 1, Duration::from_secs(30), transform_handler()).unwrap();
+        pump(&mut w, 20_000, 96).unwrap();
+        assert_eq!(w.queue(0).worker_consumed(), 20_000);
+    }
+}
+
+#[test]
 fn sizes_zero_to_capacity_and_oversize_rejected() {
+    sizes_and_oversize(false);
+}
+
+#[test]
+fn rx_words_sizes_zero_to_capacity_and_oversize_rejected() {
+    sizes_and_oversize(true);
+}
+
+fn sizes_and_oversize(rx_words: bool) {
     let max = 200usize;
-    let mut w = CpuWorkers::spawn(
-        &cfg(32, max as u32),
-        1,
-        Duration::from_secs(30),
-        transform_handler(),
-    )
-    .unwrap();
+    let mut c = cfg(32, max as u32);
+    c.rx_words = rx_words;
+    let mut w = CpuWorkers::spawn(&c, 1, Duration::from_secs(30), transform_handler()).unwrap();
     let q = w.queue(0);
     let mut buf = vec![0u8; max];
     for len in [0, 1, 15, 16, 17, 47, 48, 49, 111, 112, 113, 199, 200] {

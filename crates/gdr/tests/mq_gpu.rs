@@ -95,6 +95,7 @@ fn config(placement: Placement, slots: u32, max_msg: u32) -> GpuConfig {
             placement,
             wait_timeout: Duration::from_secs(10),
             first_index: 0,
+            rx_words: false,
         },
         idle_timeout: Duration::from_secs(20),
         ..Default::default()
@@ -157,37 +158,47 @@ fn a_million_messages_wrap_in_order() {
     let name = "a_million_messages_wrap_in_order";
     let Some((ctx, _g)) = gpu(name) else { return };
     let h = Handler::new("transform", TRANSFORM);
-    let mut cfg = config(Placement::LYNX, 256, 128);
-    // Cross the u32 index wrap early on, as well as thousands of ring wraps.
-    cfg.queue.first_index = u32::MAX - 1000;
-    let Some(mut w) = launch(&ctx, name, &h, &cfg) else {
-        return;
-    };
-    let t = Instant::now();
-    pump(&mut w, 0, 1_000_000, 128, 1);
-    let s = w.queue(0).stats();
-    println!("{name}: {:?} {:?}", t.elapsed(), s);
-    assert!(s.doorbells < s.sent, "no batching");
-    let out = w.stop(Duration::from_secs(5)).unwrap();
-    assert_eq!(out[0].reason, ExitReason::Stopped);
-    assert_eq!(out[0].stats.worker_messages, 1_000_000);
-    assert_eq!(w.queue(0).worker_consumed(), 1_000_000);
+    // Both RX formats: header + doorbell, and words (the worker polls the slots).
+    for rx_words in [false, true] {
+        let mut cfg = config(Placement::LYNX, 256, 128);
+        cfg.queue.rx_words = rx_words;
+        // Cross the u32 index wrap early on, as well as thousands of ring wraps.
+        cfg.queue.first_index = u32::MAX - 1000;
+        let Some(mut w) = launch(&ctx, name, &h, &cfg) else {
+            return;
+        };
+        let t = Instant::now();
+        pump(&mut w, 0, 1_000_000, 128, 1);
+        let s = w.queue(0).stats();
+        println!("{name}: rx_words {rx_words}: {:?} {:?}", t.elapsed(), s);
+        assert!(s.doorbells < s.sent, "no batching");
+        let out = w.stop(Duration::from_secs(5)).unwrap();
+        assert_eq!(out[0].reason, ExitReason::Stopped);
+        assert_eq!(out[0].stats.worker_messages, 1_000_000);
+        assert_eq!(w.queue(0).worker_consumed(), 1_000_000);
+    }
 }
 
 /// Lone calls of every size around the boundaries (16-byte words, the 112 request bytes
 /// that come with the header, the 256-byte lane-local response), then a random stream, on
-/// every placement; max 256 takes the worker's lane-local response path for lone messages,
-/// max 300 the global scratch.
+/// every placement and both RX formats; max 256 takes the worker's lane-local response path
+/// for lone messages, max 300 the global scratch.
 #[test]
 fn every_placement_carries_sizes_zero_to_capacity() {
     let name = "every_placement_carries_sizes_zero_to_capacity";
     let Some((ctx, _g)) = gpu(name) else { return };
     let h = Handler::new("transform", TRANSFORM);
+    let formats = Placement::ALL
+        .into_iter()
+        .flat_map(|p| [(p, false), (p, true)]);
     for max in [256usize, 300] {
-        for p in Placement::ALL {
-            let Some(mut w) = launch(&ctx, name, &h, &config(p, 64, max as u32)) else {
+        for (p, rx_words) in formats.clone() {
+            let mut cfg = config(p, 64, max as u32);
+            cfg.queue.rx_words = rx_words;
+            let Some(mut w) = launch(&ctx, name, &h, &cfg) else {
                 return;
             };
+            let p_name = format!("{}{}", p.name(), if rx_words { " words" } else { "" });
             let q = w.queue(0);
             let mut buf = vec![0xa5u8; max];
             let lens: Vec<usize> = [
@@ -202,26 +213,26 @@ fn every_placement_carries_sizes_zero_to_capacity() {
                 buf.fill(0xa5);
                 let n = q
                     .call(&m, &mut buf)
-                    .unwrap_or_else(|e| panic!("{} max {max} len {len}: {e}", p.name()));
+                    .unwrap_or_else(|e| panic!("{} max {max} len {len}: {e}", p_name));
                 assert!(
                     buf[..n] == transform(&m)[..],
                     "{} max {max} len {len}",
-                    p.name()
+                    p_name
                 );
             }
             match q.send(&vec![1u8; max + 1]) {
                 Err(MqError::Oversize { len, max: m }) => assert_eq!((len, m), (max + 1, max)),
-                r => panic!("{}: oversize not rejected: {r:?}", p.name()),
+                r => panic!("{}: oversize not rejected: {r:?}", p_name),
             }
             // The calls above, then the stream: the queue's totals are the sum.
             pump(&mut w, 0, 20_000, max, 2);
             let total = 20_000 + lens.len() as u64;
             let s = w.queue(0).stats();
-            assert_eq!((s.sent, s.received), (total, total), "{}", p.name());
+            assert_eq!((s.sent, s.received), (total, total), "{}", p_name);
             let out = w.stop(Duration::from_secs(5)).unwrap();
-            assert_eq!(out[0].reason, ExitReason::Stopped, "{}", p.name());
-            assert_eq!(out[0].stats.worker_messages, total, "{}", p.name());
-            println!("{name}: {} max {max} ok", p.name());
+            assert_eq!(out[0].reason, ExitReason::Stopped, "{}", p_name);
+            assert_eq!(out[0].stats.worker_messages, total, "{}", p_name);
+            println!("{name}: {} max {max} ok", p_name);
         }
     }
 }
@@ -436,6 +447,14 @@ fn bad_configurations_are_errors() {
         GpuWorkers::launch(&ctx, &Handler::echo(), &cfg),
         Err(MqError::Config(_))
     ));
+    // Word-format RX is polled by one warp per queue.
+    let mut cfg = config(Placement::LYNX, 16, 32);
+    cfg.queue.rx_words = true;
+    cfg.warps_per_block = 2;
+    match GpuWorkers::launch(&ctx, &Handler::echo(), &cfg) {
+        Err(MqError::Config(m)) => assert!(m.contains("one worker warp"), "{m}"),
+        r => panic!("rx_words with 2 warps: {:?}", r.err()),
+    }
     let err = GpuWorkers::launch(
         &ctx,
         &Handler::new("broken", "this is not cuda"),
@@ -488,7 +507,8 @@ fn quick_bench_meets_its_own_sanity() {
         Err(e) => panic!("{e}"),
     };
     println!("{}", serde_json::to_string_pretty(&r).unwrap());
-    assert_eq!(r.latency.len(), Placement::ALL.len() + 2);
+    assert_eq!(r.latency.len(), 2 * Placement::ALL.len() + 2);
+    assert!(r.latency.iter().any(|l| l.path == "rx-gpu/tx-host words"));
     assert!(r
         .latency
         .iter()

@@ -34,6 +34,10 @@ struct BenchArgs {
     /// Placements for the latency test (lynx, host, gpu, crossed or rx-X/tx-Y), comma-separated
     #[arg(long, value_delimiter = ',')]
     placements: Option<Vec<String>>,
+    /// RX formats for the latency test: header (slot header + doorbell), words (every word
+    /// carries its seq; the worker polls the slots), or both
+    #[arg(long, value_enum, default_value_t = RxFormats::Both)]
+    rx_format: RxFormats,
     /// Placements for the throughput test, comma-separated
     #[arg(long, value_delimiter = ',')]
     throughput_placements: Option<Vec<String>>,
@@ -57,6 +61,13 @@ struct BenchArgs {
     ms: Option<u64>,
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum RxFormats {
+    Header,
+    Words,
+    Both,
+}
+
 fn placements(v: &[String]) -> Result<Vec<Placement>, String> {
     v.iter()
         .map(|s| {
@@ -78,6 +89,11 @@ fn run_bench(a: BenchArgs) -> CmdResult {
         BenchConfig::quick()
     } else {
         BenchConfig::full()
+    };
+    bc.rx_formats = match a.rx_format {
+        RxFormats::Header => vec![false],
+        RxFormats::Words => vec![true],
+        RxFormats::Both => vec![false, true],
     };
     if let Some(p) = &a.placements {
         bc.placements = placements(p)?;

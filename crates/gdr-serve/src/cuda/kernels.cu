@@ -103,6 +103,8 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
     if (threadIdx.x == 0) *resp_len = r;
 }
 
+#define GDR_SERVE_LONE_RESP_BYTES 256
+
 // What warp 0 tells the block about each batch.
 struct gdr_serve_shared {
     const unsigned char *reqs[GDR_MQ_WARP_BATCH];
@@ -110,6 +112,10 @@ struct gdr_serve_shared {
     unsigned int lens[GDR_MQ_WARP_BATCH];
     unsigned int outs[GDR_MQ_WARP_BATCH];
     unsigned int n, reason, cap;
+    // A lone request's response (when cap fits): gdr_mq_send's warp reads it back from
+    // shared memory (~30 cycles) instead of from scratch the app's warps wrote (the L1 does
+    // not keep global stores, so that read was an L2 round trip on the reply path).
+    uint4 lone_resp[GDR_SERVE_LONE_RESP_BYTES / 16];
 };
 
 // The block's share of one batch of n: its warps split into groups, each group runs the app on
@@ -151,16 +157,18 @@ __device__ __noinline__ void gdr_serve_mq_loop(const gdr_mq_queue_desc *desc, gd
             sh->reason = reason;
             sh->n = reason ? 0u : b.n;
         }
+        const bool lone = b.n == 1u && sh->cap <= GDR_SERVE_LONE_RESP_BYTES;
+        unsigned char *resp = lone ? (unsigned char *)sh->lone_resp : w.resp_scratch;
         if (!reason && w.lane < b.n) {
             sh->reqs[w.lane] = b.req;
             sh->lens[w.lane] = b.req_len;
-            sh->resps[w.lane] = w.resp_scratch;
+            sh->resps[w.lane] = resp;
         }
         gdr_serve_sync_bar(0u, blockDim.x);
         if (reason) break;
         gdr_serve_block_batch(b.n, smem, consts, resident, sh);
         gdr_serve_sync_bar(0u, blockDim.x);
-        gdr_mq_send(w, b, w.resp_scratch, w.lane < b.n ? sh->outs[w.lane] : 0u);
+        gdr_mq_send(w, b, resp, w.lane < b.n ? sh->outs[w.lane] : 0u);
     }
     gdr_mq_worker_exit(w, sh->reason, err, arg);
 }

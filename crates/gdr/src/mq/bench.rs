@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Debug)]
 pub struct BenchConfig {
     pub placements: Vec<Placement>,
+    /// RX formats for latency (false: header + doorbell, true: words); each placement is
+    /// measured in each.
+    pub rx_formats: Vec<bool>,
     /// Round trips timed per latency point.
     pub latency_iters: usize,
     /// Bytes of the latency message.
@@ -37,6 +40,7 @@ impl BenchConfig {
     pub fn full() -> Self {
         BenchConfig {
             placements: Placement::ALL.to_vec(),
+            rx_formats: vec![false, true],
             latency_iters: 20_000,
             latency_size: 64,
             sizes: vec![64, 1024],
@@ -156,14 +160,16 @@ fn check(got: &[u8], want: &[u8], what: &str) -> Result<(), MqError> {
 /// `CU_DEVICE_ATTRIBUTE_CLOCK_RATE` (kHz).
 const ATTR_CLOCK_RATE_KHZ: i32 = 13;
 
-/// One-message round trips through one queue with one worker warp.
+/// One-message round trips through one queue with one worker warp, RX in the word format
+/// when `rx_words` (the path is then named `<placement> words`).
 pub fn queue_latency(
     ctx: &Context,
     placement: Placement,
+    rx_words: bool,
     size: u32,
     iters: usize,
 ) -> Result<Latency, MqError> {
-    round_trips(ctx, placement, size, iters, false).map(|(l, _)| l)
+    round_trips(ctx, placement, rx_words, size, iters, false).map(|(l, _)| l)
 }
 
 /// As [`queue_latency`], with the worker timing its stages (the clock reads and status
@@ -171,10 +177,11 @@ pub fn queue_latency(
 pub fn queue_stages(
     ctx: &Context,
     placement: Placement,
+    rx_words: bool,
     size: u32,
     iters: usize,
 ) -> Result<GpuStages, MqError> {
-    let (_, (cycles, batches)) = round_trips(ctx, placement, size, iters, true)?;
+    let (_, (cycles, batches)) = round_trips(ctx, placement, rx_words, size, iters, true)?;
     let khz = ctx.device().attribute(ATTR_CLOCK_RATE_KHZ)? as f64;
     let per = |c: u64| c as f64 / batches.max(1) as f64 / khz * 1e6;
     Ok(GpuStages {
@@ -189,6 +196,7 @@ pub fn queue_stages(
 fn round_trips(
     ctx: &Context,
     placement: Placement,
+    rx_words: bool,
     size: u32,
     iters: usize,
     profile: bool,
@@ -198,6 +206,7 @@ fn round_trips(
             slots: 64,
             max_msg: size.max(64),
             placement,
+            rx_words,
             ..Default::default()
         },
         profile,
@@ -221,7 +230,12 @@ fn round_trips(
     check(&buf, &msg, "latency")?;
     let prof = w.queue(0).worker_profile();
     w.stop(Duration::from_secs(5))?;
-    Ok((latency_of(placement.name(), size, ns), prof))
+    let path = if rx_words {
+        format!("{} words", placement.name())
+    } else {
+        placement.name()
+    };
+    Ok((latency_of(path, size, ns), prof))
 }
 
 /// The host-centric baseline: plain and CUDA-graph round trips.
@@ -369,10 +383,12 @@ pub fn throughput(
 pub fn run(ctx: &Context, bc: &BenchConfig) -> Result<BenchReport, MqError> {
     let mut latency = Vec::new();
     for &p in &bc.placements {
-        let mut l = queue_latency(ctx, p, bc.latency_size, bc.latency_iters)?;
-        let iters = (bc.latency_iters / 4).max(200);
-        l.gpu_stages = Some(queue_stages(ctx, p, bc.latency_size, iters)?);
-        latency.push(l);
+        for &words in &bc.rx_formats {
+            let mut l = queue_latency(ctx, p, words, bc.latency_size, bc.latency_iters)?;
+            let iters = (bc.latency_iters / 4).max(200);
+            l.gpu_stages = Some(queue_stages(ctx, p, words, bc.latency_size, iters)?);
+            latency.push(l);
+        }
     }
     let base_iters = (bc.latency_iters / 4).max(500);
     let (plain, graph) = host_centric_latency(ctx, bc.latency_size, base_iters)?;

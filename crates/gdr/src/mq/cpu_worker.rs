@@ -65,7 +65,7 @@ impl CpuWorkers {
         idle: Duration,
         handler: CpuHandler,
     ) -> Result<CpuWorkers, MqError> {
-        let geo = Geometry::new(cfg.slots, cfg.max_msg).map_err(MqError::Config)?;
+        let geo = cfg.geometry()?;
         let link = Arc::new(CpuLink::default());
         let mut out = CpuWorkers {
             queues: Vec::new(),
@@ -178,16 +178,33 @@ fn serve(r: &Ring, handler: &(dyn Fn(&[u8], &mut [u8]) -> usize + Send + Sync)) 
     let mut spins = 0u32;
     set_state(r, layout::STATE_RUNNING, 0, 0);
     loop {
-        // Acquire: the slots below `prod` are complete.
-        let prod = r.rx.load_u32(DB_PROD);
         if r.rx.load_u32(DB_STOP) != 0 {
             return set_state(r, layout::STATE_STOPPED, 0, 0);
         }
-        if prod != last_prod {
-            last_prod = prod;
-            last_activity = Instant::now();
-        }
-        let avail = prod.wrapping_sub(next);
+        let (avail, prod) = if geo.rx_words {
+            // No doorbell: the requests present are the run of slots from `next` whose word 0
+            // carries its message's seq.
+            let most = geo.slots.min(layout::WARP_BATCH);
+            let n = (0..most)
+                .take_while(|&j| {
+                    let idx = next.wrapping_add(j);
+                    let w0 = r.rx.load_u64(RX_CONTROL_SIZE + geo.slot_offset(idx));
+                    (w0 >> 32) as u32 == layout::seq_of(idx)
+                })
+                .count() as u32;
+            if n > 0 {
+                last_activity = Instant::now();
+            }
+            (n, next.wrapping_add(n))
+        } else {
+            // Acquire: the slots below `prod` are complete.
+            let prod = r.rx.load_u32(DB_PROD);
+            if prod != last_prod {
+                last_prod = prod;
+                last_activity = Instant::now();
+            }
+            (prod.wrapping_sub(next), prod)
+        };
         if avail == 0 {
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(64) {
@@ -210,17 +227,28 @@ fn serve(r: &Ring, handler: &(dyn Fn(&[u8], &mut [u8]) -> usize + Send + Sync)) 
         let n = avail.min(layout::WARP_BATCH);
         for j in 0..n {
             let idx = next.wrapping_add(j);
-            let off = RX_CONTROL_SIZE + geo.slot_offset(idx);
-            if r.rx.load_u32(off) != layout::seq_of(idx) {
-                return set_state(r, layout::STATE_FAILED, layout::ERR_BAD_SEQ, idx);
-            }
-            let mut h = [0u8; 12];
-            r.rx.read(off + 4, &mut h);
-            let len = u32::from_ne_bytes(h[0..4].try_into().expect("4 bytes")) as usize;
-            if len > max {
-                return set_state(r, layout::STATE_FAILED, layout::ERR_BAD_LEN, idx);
-            }
-            r.rx.read(off + layout::SLOT_HEADER_SIZE, &mut req[..len]);
+            let (len, tag) = if geo.rx_words {
+                match read_words(r, idx, &mut req) {
+                    Ok(v) => v,
+                    Err(e) => return set_state(r, layout::STATE_FAILED, e, idx),
+                }
+            } else {
+                let off = RX_CONTROL_SIZE + geo.slot_offset(idx);
+                if r.rx.load_u32(off) != layout::seq_of(idx) {
+                    return set_state(r, layout::STATE_FAILED, layout::ERR_BAD_SEQ, idx);
+                }
+                let mut h = [0u8; 12];
+                r.rx.read(off + 4, &mut h);
+                let len = u32::from_ne_bytes(h[0..4].try_into().expect("4 bytes")) as usize;
+                if len > max {
+                    return set_state(r, layout::STATE_FAILED, layout::ERR_BAD_LEN, idx);
+                }
+                r.rx.read(off + layout::SLOT_HEADER_SIZE, &mut req[..len]);
+                (
+                    len,
+                    u64::from_ne_bytes(h[4..12].try_into().expect("8 bytes")),
+                )
+            };
             let out = handler(&req[..len], &mut resp[..max]);
             // TX: every 8-byte word carries this message's seq next to 4 bytes of data, so
             // no word needs ordering against another (the host checks each). Any order works;
@@ -237,7 +265,6 @@ fn serve(r: &Ring, handler: &(dyn Fn(&[u8], &mut [u8]) -> usize + Send + Sync)) 
                 let data = u32::from_ne_bytes(chunk.try_into().expect("4 bytes"));
                 word(layout::TX_HEADER_WORDS + k, data);
             }
-            let tag = u64::from_ne_bytes(h[4..12].try_into().expect("8 bytes"));
             word(3, 0);
             word(2, (tag >> 32) as u32);
             word(1, tag as u32);
@@ -252,4 +279,37 @@ fn serve(r: &Ring, handler: &(dyn Fn(&[u8], &mut [u8]) -> usize + Send + Sync)) 
             .store_u64(offset_of!(QueueStatus, batches), batches);
         r.status.store_u32(offset_of!(QueueStatus, rx_cons), next);
     }
+}
+
+/// Reads request `idx` from its word-format RX slot into `req`: `(len, tag)`, or an `ERR_*`.
+/// Word 0 was seen current; every other word may still be on its way (each is checked for
+/// the message's seq and waited for, up to a second, as the GPU worker waits).
+fn read_words(r: &Ring, idx: u32, req: &mut [u8]) -> Result<(usize, u64), u32> {
+    let geo = r.geo;
+    let seq = layout::seq_of(idx);
+    let off = RX_CONTROL_SIZE + geo.slot_offset(idx);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let word = |k: usize| -> Result<u32, u32> {
+        loop {
+            let w = r.rx.load_u64(off + k * layout::TX_WORD_SIZE);
+            if (w >> 32) as u32 == seq {
+                return Ok(w as u32);
+            }
+            if Instant::now() > deadline {
+                return Err(layout::ERR_BAD_SEQ);
+            }
+            std::hint::spin_loop();
+        }
+    };
+    let len = word(0)? as usize;
+    if len > geo.max_msg as usize {
+        return Err(layout::ERR_BAD_LEN);
+    }
+    let tag = u64::from(word(1)?) | (u64::from(word(2)?) << 32);
+    word(3)?;
+    for (k, chunk) in req[..len].chunks_mut(4).enumerate() {
+        let d = word(layout::TX_HEADER_WORDS + k)?.to_ne_bytes();
+        chunk.copy_from_slice(&d[..chunk.len()]);
+    }
+    Ok((len, tag))
 }

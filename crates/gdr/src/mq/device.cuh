@@ -27,6 +27,7 @@ typedef unsigned long long gdr_u64;
 #define GDR_MQ_TX_HEADER_WORDS 4
 #define GDR_MQ_FLAG_RX_IN_HOST 1
 #define GDR_MQ_FLAG_PROFILE 2
+#define GDR_MQ_FLAG_RX_WORDS 4
 #define GDR_MQ_STATE_RUNNING 1
 #define GDR_MQ_STATE_STOPPED 2
 #define GDR_MQ_STATE_IDLE_TIMEOUT 3
@@ -314,11 +315,169 @@ __device__ void gdr_mq_worker_exit(gdr_mq_worker &w, gdr_u32 state, gdr_u32 err,
     __syncwarp();
 }
 
+// ---- RX in the word format (GDR_MQ_FLAG_RX_WORDS, single-warp queues) ----------------------
+// A slot is 16-byte units of two 8-byte words (data u32, seq u32): unit 0 = (len, seq, tag lo,
+// seq), unit 1 = (tag hi, seq, 0, seq), unit 2 + k = payload bytes 8k..8k+7. The host writes
+// every word whole (stream stores of whole units), so a word that carries the message's seq
+// holds the message's data: no word needs ordering against another, and the worker polls
+// the slots themselves instead of the doorbell. Detecting a request and reading its first
+// bytes is then one memory round trip instead of two (doorbell, then slot).
+
+// Units lane 0 loads on every poll besides the two header units: the first 64 payload bytes.
+#define GDR_MQ_POLL_UNITS 8
+
+__device__ __forceinline__ bool gdr_mq_unit_ok(uint4 u, gdr_u32 seq) {
+    return u.y == seq && u.w == seq;
+}
+
+// 16 payload bytes from two units.
+__device__ __forceinline__ uint4 gdr_mq_unit_pair(uint4 a, uint4 b) {
+    return make_uint4(a.x, a.z, b.x, b.z);
+}
+
+// Makes units [first, first + N) of a slot current where they are below `need` (the rest are
+// left alone): loads them unless `loaded` (the poll did), then re-reads any unit whose words
+// do not carry `seq` yet (a request's words may land in any order) until all do. A unit that
+// never turns current is a protocol error (GDR_MQ_ERR_BAD_SEQ): the header promised it.
+template <int N>
+__device__ __forceinline__ gdr_u32 gdr_mq_units_fetch(const uint4 *slot, gdr_u32 first,
+                                                      gdr_u32 need, gdr_u32 seq, uint4 (&u)[N],
+                                                      bool loaded) {
+    if (!loaded) {
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            if (first + k < need) u[k] = gdr_ld_volatile_v4(slot + first + k);
+    }
+    for (gdr_u32 tries = 0;; tries++) {
+        bool missing = false;
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            if (first + k < need && !gdr_mq_unit_ok(u[k], seq)) {
+                missing = true;
+                u[k] = gdr_ld_volatile_v4(slot + first + k);
+            }
+        if (!missing) return 0;
+        if (tries >= 1000u) return GDR_MQ_ERR_BAD_SEQ;
+        if (tries >= 16u) __nanosleep(1000);
+    }
+}
+
+// gdr_mq_recv for word-format RX (one worker warp per queue). Lane i polls the header units
+// of message next + i (lane 0 also the first 64 payload bytes, the latency case); the batch
+// is the run of present messages from lane 0. Lane 0 reads the stop flag on every poll.
+__device__ gdr_u32 gdr_mq_recv_words(gdr_mq_worker &w, gdr_mq_batch &b, gdr_u64 idle_ns,
+                                     gdr_u32 *err, gdr_u32 *arg) {
+    const gdr_u32 full = 0xffffffffu;
+    gdr_mq_doorbell *db = gdr_mq_db(w);
+    const gdr_u32 poll_lanes = w.q.slots < 32u ? w.q.slots : 32u;
+    const gdr_u32 units = w.q.stride / 16u;
+    const gdr_u32 idx = w.next + w.lane;
+    const gdr_u32 seq = idx + 1u;
+    const uint4 *slot = (const uint4 *)gdr_mq_rx_slot(w, idx);
+    uint4 h0 = make_uint4(0, 0, 0, 0), h1 = h0, pa[GDR_MQ_POLL_UNITS];
+#pragma unroll
+    for (int k = 0; k < GDR_MQ_POLL_UNITS; k++) pa[k] = h0;
+    gdr_u32 spins = 0, n;
+    for (;;) {
+        gdr_u32 stop = 0;
+        bool here = false;
+        if (w.lane == 0) stop = gdr_ld_volatile_u32(&db->stop);
+        if (w.lane < poll_lanes) {
+            h0 = gdr_ld_volatile_v4(slot);
+            h1 = gdr_ld_volatile_v4(slot + 1);
+            if (w.lane == 0) {
+#pragma unroll
+                for (gdr_u32 k = 0; k < GDR_MQ_POLL_UNITS; k++)
+                    if (2u + k < units) pa[k] = gdr_ld_volatile_v4(slot + 2u + k);
+            }
+            here = gdr_mq_unit_ok(h0, seq) && gdr_mq_unit_ok(h1, seq);
+        }
+        const gdr_u32 present = __ballot_sync(full, here);
+        if (__shfl_sync(full, stop, 0)) return GDR_MQ_STATE_STOPPED;
+        n = __ffs(~present) - 1u;  // the run from lane 0 (__ffs(0) = 0: all 32)
+        if (present == full) n = 32u;
+        if (n != 0) break;
+        if ((++spins & 127u) == 0) {
+            const gdr_u64 now = gdr_globaltimer_ns();
+            if (w.active) {
+                w.active = 0;
+                w.last_activity = now;
+            }
+            const gdr_u64 idle = now - w.last_activity;
+            if (idle > idle_ns) return GDR_MQ_STATE_IDLE_TIMEOUT;
+            if (idle > 200000ull) __nanosleep(1000);
+        }
+    }
+    gdr_mq_prof(w, -1);
+    b.first = w.next;
+    b.n = n;
+    b.req = 0;
+    b.req_len = 0;
+    b.tag = 0;
+    w.next += n;
+    w.active = 1;
+    gdr_u32 bad = 0;
+    if (w.lane < n) {
+        const gdr_u32 len = h0.x;
+        if (len > w.q.max_msg) {
+            bad = GDR_MQ_ERR_BAD_LEN;
+        } else {
+            const gdr_u32 need = 2u + (len + 7u) / 8u;
+            uint4 *scr = (uint4 *)w.req_scratch;
+            // Payload bytes 0..63: lane 0 has them from the poll (re-read if any was late).
+            bad = gdr_mq_units_fetch<GDR_MQ_POLL_UNITS>(slot, 2u, need, seq, pa, w.lane == 0);
+#pragma unroll
+            for (int j = 0; j < GDR_MQ_POLL_UNITS / 2; j++) {
+                const uint4 v = gdr_mq_unit_pair(pa[2 * j], pa[2 * j + 1]);
+                if (w.head_copy) b.head[j] = v;
+                if (16u * j < len) scr[j] = v;
+            }
+            // Bytes 64..111: the rest of the head.
+            uint4 pb[6];
+#pragma unroll
+            for (int k = 0; k < 6; k++) pb[k] = make_uint4(0, 0, 0, 0);
+            if (!bad && need > 2u + GDR_MQ_POLL_UNITS)
+                bad = gdr_mq_units_fetch<6>(slot, 2u + GDR_MQ_POLL_UNITS, need, seq, pb, false);
+#pragma unroll
+            for (int j = 0; j < 3; j++) {
+                const uint4 v = gdr_mq_unit_pair(pb[2 * j], pb[2 * j + 1]);
+                if (w.head_copy) b.head[GDR_MQ_POLL_UNITS / 2 + j] = v;
+                if (16u * (GDR_MQ_POLL_UNITS / 2 + j) < len) scr[GDR_MQ_POLL_UNITS / 2 + j] = v;
+            }
+            // Beyond the head: eight units (64 bytes) a round, into scratch only.
+            for (gdr_u32 c = 16u; !bad && c < need; c += 8u) {
+                uint4 pc[8];
+#pragma unroll
+                for (int k = 0; k < 8; k++) pc[k] = make_uint4(0, 0, 0, 0);
+                bad = gdr_mq_units_fetch<8>(slot, c, need, seq, pc, false);
+#pragma unroll
+                for (gdr_u32 j = 0; j < 4u; j++)
+                    if (c + 2u * j < need) scr[(c - 2u) / 2u + j] = gdr_mq_unit_pair(pc[2 * j], pc[2 * j + 1]);
+            }
+            if (!bad) {
+                b.req_len = len;
+                b.tag = ((gdr_u64)h1.x << 32) | h0.z;
+                b.req = w.req_scratch;
+            }
+        }
+    }
+    const gdr_u32 bad_lanes = __ballot_sync(full, bad != 0);
+    if (bad_lanes) {
+        const gdr_u32 src = __ffs(bad_lanes) - 1;
+        *err = __shfl_sync(full, bad, src);
+        *arg = b.first + src;
+        return GDR_MQ_STATE_FAILED;
+    }
+    gdr_mq_prof(w, 0);
+    return 0;
+}
+
 // Warp-collective receive. Waits for requests, claims up to 32 of them and gives lane i
 // request first + i. Returns 0 with a batch, or a GDR_MQ_STATE_* exit reason (stop flag, idle
 // longer than idle_ns, or a protocol error with *err and *arg set).
 __device__ gdr_u32 gdr_mq_recv(gdr_mq_worker &w, gdr_mq_batch &b, gdr_u64 idle_ns, gdr_u32 *err,
                                gdr_u32 *arg) {
+    if (w.q.flags & GDR_MQ_FLAG_RX_WORDS) return gdr_mq_recv_words(w, b, idle_ns, err, arg);
     const gdr_u32 full = 0xffffffffu;
     gdr_mq_doorbell *db = gdr_mq_db(w);
     gdr_mq_worker_state *ws = gdr_mq_ws(w);

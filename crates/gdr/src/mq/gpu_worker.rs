@@ -8,7 +8,7 @@
 //! would block in the driver, and the kernel would fault).
 
 use super::error::{ExitReason, MqError};
-use super::layout::{self, Geometry, QueueDesc, QueueStatus, WorkerState};
+use super::layout::{self, QueueDesc, QueueStatus, WorkerState};
 use super::memory::{Region, RingMemory};
 use super::queue::{init_rings, QueuePair, QueueParts, WorkerLink};
 use super::{MemoryKind, QueueConfig, DEVICE_HEADER};
@@ -224,13 +224,19 @@ impl GpuWorkers {
     /// Compiles `handler`, lays out `cfg.queues` queue pairs, and launches the workers.
     pub fn launch(ctx: &Context, handler: &Handler, cfg: &GpuConfig) -> Result<Self, MqError> {
         let q = &cfg.queue;
-        let geo = Geometry::new(q.slots, q.max_msg).map_err(MqError::Config)?;
+        let geo = q.geometry()?;
         let nq = cfg.queues as usize;
         let workers = cfg.blocks_per_queue * cfg.warps_per_block;
         if nq == 0 || cfg.blocks_per_queue == 0 || cfg.warps_per_block == 0 {
             return Err(MqError::Config(
                 "queues, blocks per queue and warps per block must be at least 1".into(),
             ));
+        }
+        if q.rx_words && workers > 1 {
+            return Err(MqError::Config(format!(
+                "RX words need one worker warp per queue (the warp polls the slots itself), \
+                 got {workers}"
+            )));
         }
         if cfg.warps_per_block > 32 {
             return Err(MqError::Config(format!(
@@ -286,7 +292,12 @@ impl GpuWorkers {
             let flags = match q.placement.rx {
                 MemoryKind::Host => layout::FLAG_RX_IN_HOST,
                 MemoryKind::Gpu => 0,
-            } | if cfg.profile { layout::FLAG_PROFILE } else { 0 };
+            } | if cfg.profile { layout::FLAG_PROFILE } else { 0 }
+                | if geo.rx_words {
+                    layout::FLAG_RX_WORDS
+                } else {
+                    0
+                };
             let desc = QueueDesc {
                 doorbell: rx.gpu_addr(),
                 rx_slots: rx.gpu_addr() + layout::RX_CONTROL_SIZE as u64,

@@ -270,6 +270,30 @@ impl Region {
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
     }
 
+    /// Writes whole aligned 8-byte words (`off` and `src.len()` multiples of 8) that the other
+    /// side may be reading at the same time: each word lands whole, never torn, so a word that
+    /// carries its own seq is either old or new. Write-combined (BAR) memory goes through the
+    /// stream-store routine (whole aligned 16- and 64-byte stores, then `sfence`); ordinary
+    /// memory through relaxed 8-byte atomic stores.
+    pub fn write_words(&self, off: usize, src: &[u8]) {
+        assert!(
+            off.is_multiple_of(8) && src.len().is_multiple_of(8),
+            "write_words needs whole aligned words"
+        );
+        let dst = self.at(off, src.len());
+        if self.wc {
+            // SAFETY: in bounds; `src` is our own buffer, not the mapping.
+            unsafe { crate::copy::copy_to_mapping(dst, src) };
+        } else {
+            for (i, chunk) in src.chunks_exact(8).enumerate() {
+                let w = u64::from_ne_bytes(chunk.try_into().expect("8 bytes"));
+                // SAFETY: in bounds and 8-aligned (checked above and by `at`); words the
+                // other side may read are only ever accessed atomically.
+                unsafe { AtomicU64::from_ptr(dst.add(i * 8).cast()) }.store(w, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Copies `dst.len()` bytes from `off`. The caller must own those bytes under the protocol.
     pub fn read(&self, off: usize, dst: &mut [u8]) {
         let src = self.at(off, dst.len());

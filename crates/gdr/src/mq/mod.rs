@@ -109,6 +109,19 @@ pub struct QueueConfig {
     pub wait_timeout: Duration,
     /// Index of the first message (tests start near the u32 wrap).
     pub first_index: u32,
+    /// RX slots in the word format (every 8-byte word carries its seq, as TX does): the
+    /// worker polls the slots, not the doorbell, which saves it a memory round trip per
+    /// request (the latency case) but doubles the bytes a request takes. For queues served by
+    /// one worker warp (GPU workers refuse it with more).
+    pub rx_words: bool,
+}
+
+impl QueueConfig {
+    /// The ring sizes this configuration asks for.
+    pub fn geometry(&self) -> Result<layout::Geometry, MqError> {
+        let g = layout::Geometry::new(self.slots, self.max_msg).map_err(MqError::Config)?;
+        Ok(if self.rx_words { g.with_rx_words() } else { g })
+    }
 }
 
 impl Default for QueueConfig {
@@ -119,6 +132,7 @@ impl Default for QueueConfig {
             placement: Placement::LYNX,
             wait_timeout: Duration::from_secs(5),
             first_index: 0,
+            rx_words: false,
         }
     }
 }

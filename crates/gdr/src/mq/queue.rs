@@ -73,6 +73,8 @@ pub struct QueuePair {
     bounce: Vec<u8>,
     /// Raw TX words read in bulk from a BAR mapping before they are checked.
     raw: Vec<u8>,
+    /// A request packed into RX words before one bulk write (`rx_words` geometry only).
+    pack: Vec<u8>,
     /// Leading TX words of the oldest response already checked current and decoded (0: not
     /// even word 0). Once current, a word stays so until the host retires the slot, so a
     /// poll resumes where the last one stopped and never reads a word twice.
@@ -104,24 +106,46 @@ pub(crate) fn init_rings(geo: &Geometry, rx: &Region, tx: &Region, first_index: 
     for k in 0..geo.slots {
         let idx = first_index.wrapping_add(k);
         let stale = layout::seq_of(idx.wrapping_sub(geo.slots));
-        let h = header_bytes(&SlotHeader {
-            seq: stale,
-            len: 0,
-            tag: 0,
-        });
-        rx.write(RX_CONTROL_SIZE + geo.slot_offset(idx), &h);
-        // Every TX word, not only the first: each word publishes itself.
+        // Every word of a word-format slot, not only the first: each word publishes itself.
         let stamp = layout::tx_word(0, stale).to_ne_bytes();
-        let slot: Vec<u8> = stamp
-            .iter()
-            .copied()
-            .cycle()
-            .take(geo.tx_stride as usize)
-            .collect();
-        tx.write(geo.tx_slot_offset(idx), &slot);
+        let stamped =
+            |len: u32| -> Vec<u8> { stamp.iter().copied().cycle().take(len as usize).collect() };
+        if geo.rx_words {
+            rx.write_words(RX_CONTROL_SIZE + geo.slot_offset(idx), &stamped(geo.stride));
+        } else {
+            let h = header_bytes(&SlotHeader {
+                seq: stale,
+                len: 0,
+                tag: 0,
+            });
+            rx.write(RX_CONTROL_SIZE + geo.slot_offset(idx), &h);
+        }
+        tx.write(geo.tx_slot_offset(idx), &stamped(geo.tx_stride));
     }
     rx.publish_fence();
     tx.publish_fence();
+}
+
+/// Packs a request into RX words (`rx_words` geometry): len, tag low, tag high, 0, then 4
+/// payload bytes per word (the last zero-padded), each word `(data, seq)`; `words` in all
+/// (more than the request needs pads with `(0, seq)`, which restamps the slot).
+fn pack_words(out: &mut Vec<u8>, seq: u32, tag: u64, msg: &[u8], words: usize) {
+    out.clear();
+    let mut push = |d: u32| out.extend_from_slice(&layout::tx_word(d, seq).to_ne_bytes());
+    push(msg.len() as u32);
+    push(tag as u32);
+    push((tag >> 32) as u32);
+    push(0);
+    for c in msg.chunks(4) {
+        let mut b = [0u8; 4];
+        b[..c.len()].copy_from_slice(c);
+        push(u32::from_ne_bytes(b));
+    }
+    // Whole 16-byte units (the GPU checks both words of each), then any restamp padding.
+    let have = layout::TX_HEADER_WORDS + msg.len().div_ceil(4);
+    for _ in have..words.max(have.next_multiple_of(2)) {
+        push(0);
+    }
 }
 
 fn header_bytes(h: &SlotHeader) -> [u8; SLOT_HEADER_SIZE] {
@@ -146,6 +170,7 @@ impl QueuePair {
             last_health: Instant::now(),
             bounce,
             raw: Vec::new(),
+            pack: Vec::new(),
             checked: 0,
             cur_len: 0,
             cur_tag: 0,
@@ -233,24 +258,43 @@ impl QueuePair {
     fn stage(&mut self, msg: &[u8]) {
         let idx = self.index(self.sent);
         let off = RX_CONTROL_SIZE + self.p.geo.slot_offset(idx);
-        let h = header_bytes(&SlotHeader {
-            seq: layout::seq_of(idx),
-            len: msg.len() as u32,
-            tag: self.sent,
-        });
-        self.p.rx.write(off, &h);
-        self.p.rx.write(off + SLOT_HEADER_SIZE, msg);
+        if self.p.geo.rx_words {
+            // A word that was not rewritten for 2^32 messages would carry a current seq again
+            // (a request shorter than the slot leaves its tail alone): once per 2^31 messages
+            // of each slot, the whole slot is written, its tail stamped with this seq, which
+            // no message of the next 2^32 - 1 indexes carries (as `retire_slot` does for TX).
+            let geo = self.p.geo;
+            let words = if idx & 0x7fff_ffff < geo.slots {
+                geo.stride as usize / layout::TX_WORD_SIZE
+            } else {
+                geo.rx_words_of(msg.len())
+            };
+            pack_words(&mut self.pack, layout::seq_of(idx), self.sent, msg, words);
+            self.p.rx.write_words(off, &self.pack);
+        } else {
+            let h = header_bytes(&SlotHeader {
+                seq: layout::seq_of(idx),
+                len: msg.len() as u32,
+                tag: self.sent,
+            });
+            self.p.rx.write(off, &h);
+            self.p.rx.write(off + SLOT_HEADER_SIZE, msg);
+        }
         self.sent += 1;
         self.max_in_flight = self.max_in_flight.max(self.sent - self.received);
     }
 
-    /// Publishes every staged request with one doorbell write.
+    /// Publishes every staged request with one doorbell write. In the word format the
+    /// worker polls the slots themselves: the requests only need to leave the CPU's
+    /// write-combining buffers, and no doorbell is written.
     fn ring(&mut self) {
         if self.rung == self.sent {
             return;
         }
-        self.p.rx.publish_fence();
-        self.p.rx.store_u32(DB_PROD, self.index(self.sent));
+        if !self.p.geo.rx_words {
+            self.p.rx.publish_fence();
+            self.p.rx.store_u32(DB_PROD, self.index(self.sent));
+        }
         self.p.rx.flush();
         self.rung = self.sent;
         self.doorbells += 1;
@@ -655,6 +699,41 @@ mod tests {
                 q.p.tx.store_u64(off + 8 * k, layout::tx_word(d, seq));
             }
         }
+    }
+
+    #[test]
+    fn rx_words_pack_every_word_with_its_seq_and_restamp_whole_slots() {
+        let mut rng = rand::thread_rng();
+        let mut msg = vec![0u8; 13];
+        rng.fill_bytes(&mut msg);
+        let mut out = Vec::new();
+        pack_words(&mut out, 77, 0x1122_3344_5566_7788, &msg, 8);
+        // 4 header words + 4 payload words (13 bytes, zero-padded): 8, an even count.
+        assert_eq!(out.len(), 8 * 8);
+        let w: Vec<u64> = out
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        assert!(w.iter().all(|&x| (x >> 32) as u32 == 77), "{w:x?}");
+        assert_eq!(w[0] as u32, 13);
+        assert_eq!(w[1] as u32, 0x5566_7788);
+        assert_eq!(w[2] as u32, 0x1122_3344);
+        assert_eq!(w[3] as u32, 0);
+        let mut payload: Vec<u8> = w[4..]
+            .iter()
+            .flat_map(|&x| (x as u32).to_ne_bytes())
+            .collect();
+        assert_eq!(payload.split_off(13), [0, 0, 0]);
+        assert_eq!(payload, msg);
+        // A restamp pads to the whole slot with (0, seq).
+        pack_words(&mut out, 78, 0, &msg, 24);
+        assert_eq!(out.len(), 24 * 8);
+        let last = u64::from_ne_bytes(out[23 * 8..].try_into().unwrap());
+        assert_eq!(last, layout::tx_word(0, 78));
+        // The staged slot: as packed, with a whole-slot write exactly at the restamp indices.
+        let g = Geometry::new(4, 64).unwrap().with_rx_words();
+        assert_eq!(g.rx_words_of(13), 8);
+        assert_eq!(g.stride as usize / 8, 24);
     }
 
     #[test]
