@@ -335,6 +335,22 @@ impl Pool {
     }
 }
 
+/// The Vulkan instance and device of each GPU, opened once per process and kept: on the H100
+/// (driver 580) a process that created and destroyed a few dozen instances had
+/// `vkCreateInstance` fail with ERROR_INCOMPATIBLE_DRIVER, so backends share one (their
+/// memory is still released per backend, block by block).
+fn shared_device(ctx: &Context) -> Result<Arc<VkDevice>, BarError> {
+    static DEVICES: Mutex<Vec<([u8; 16], Arc<VkDevice>)>> = Mutex::new(Vec::new());
+    let uuid = ctx.device().uuid()?;
+    let mut devs = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, d)) = devs.iter().find(|(u, _)| *u == uuid) {
+        return Ok(d.clone());
+    }
+    let d = Arc::new(VkDevice::open(ctx)?);
+    devs.push((uuid, d.clone()));
+    Ok(d)
+}
+
 /// Allocates BAR-mapped GPU memory through Vulkan. Cheap to clone (shared pool).
 #[derive(Clone)]
 pub struct VulkanBackend {
@@ -348,7 +364,7 @@ impl VulkanBackend {
     }
 
     pub fn with_block_size(ctx: &Context, block_size: usize) -> Result<Self, BarError> {
-        let dev = Arc::new(VkDevice::open(ctx)?);
+        let dev = shared_device(ctx)?;
         // Small-BAR GPUs have a ~256 MiB host-visible heap: keep blocks well inside it.
         let cap = (dev.info.heap_size as usize / 4).max(BLOCK_GRANULE);
         let block_size = block_size
