@@ -362,10 +362,11 @@ mod tests {
         };
         assert_eq!(define("GDR_LENET_F1W"), lenet::offsets::F1W);
         assert_eq!(define("GDR_LENET_TOTAL"), lenet::offsets::TOTAL);
-        let w = define("GDR_LENET_W_FLOATS");
-        assert!(w >= lenet::offsets::TOTAL && (w - lenet::offsets::F1W).is_multiple_of(4));
+        let r = define("GDR_LENET_RESIDENT_FLOATS");
+        assert_eq!(r, lenet::RESIDENT_FLOATS);
+        assert!(r.is_multiple_of(4));
         let l = App::builtin("lenet", 1, 1024).unwrap();
-        assert_eq!(l.resident_bytes() as usize, (w - lenet::offsets::F1W) * 4);
+        assert_eq!(l.resident_bytes() as usize, r * 4);
         assert_eq!(App::builtin("echo", 1, 64).unwrap().resident_bytes(), 0);
     }
 }

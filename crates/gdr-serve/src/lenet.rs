@@ -31,9 +31,20 @@ pub mod offsets {
     pub const TOTAL: usize = F3B + 10;
 }
 
-/// Floats of the GPU's resident copy (`lenet.cuh`): the FC weights and biases, from
-/// `offsets::F1W` to the end, rounded up to whole float4s.
-pub const RESIDENT_FLOATS: usize = (offsets::TOTAL - offsets::F1W).next_multiple_of(4);
+/// Floats of the GPU's resident copy (`lenet.cuh`'s `gdr_lenet_fcw`): the FC weights and
+/// biases, the weights reordered (and padded) for the GPU's loads; the GPU only.
+pub const RESIDENT_FLOATS: usize =
+    fc_floats(64, 120, 8, 2) + fc_floats(30, 84, 8, 2) + fc_floats(21, 10, 8, 1);
+
+/// Floats of one FC layer in the GPU's layout (`gdr_lenet_fcl` in lenet.cuh): `nin4` float4
+/// inputs, `nout` outputs, lanes in groups of `s` sharing `m` outputs. Weights for whole
+/// virtual warps (32 / s * m outputs each) and whole slices (s float4s a step), then the
+/// biases to a whole float4.
+const fn fc_floats(nin4: usize, nout: usize, s: usize, m: usize) -> usize {
+    let steps = nin4.div_ceil(s);
+    let warps = nout.div_ceil(32 / s * m);
+    warps * m * steps * 128 + nout.next_multiple_of(4)
+}
 
 /// The layers as (first index, count, fan in); biases share their layer's scale.
 pub const LAYERS: [(usize, usize, usize); 10] = [
