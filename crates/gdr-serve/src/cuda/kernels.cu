@@ -5,9 +5,9 @@
 // The persistent worker (gdr_serve_worker, launched by gdr::mq through Handler::with_kernel)
 // replaces mq's per-lane worker: the handler interface of mq runs one request per lane, but
 // a LeNet request wants a whole block. So warp 0 of each block is
-// the mq worker (gdr_mq_recv / gdr_mq_send, the public warp-level calls) and the block's warps
-// are split into groups that run the app on the claimed requests: one request -> the whole
-// block on it (lowest latency); a batch -> up to GDR_SERVE_MAX_GROUPS requests at a time.
+// the mq worker (gdr_mq_recv / gdr_mq_send, the public warp-level calls) and the other warps
+// are split into groups that run the app on the claimed requests: one request -> all of them
+// on it (lowest latency); a batch -> up to GDR_SERVE_MAX_GROUPS requests at a time.
 
 #define GDR_SERVE_MAX_THREADS 512
 
@@ -118,18 +118,27 @@ struct gdr_serve_shared {
     uint4 lone_resp[GDR_SERVE_LONE_RESP_BYTES / 16];
 };
 
-// The block's share of one batch of n: its warps split into groups, each group runs the app on
-// every groups-th claimed request. Called by every thread of the block (warp 0 included).
+// Warps of the block that run the app: all but warp 0 (the mq loop), unless the block is one
+// warp. Warp 0 stays out because calling the app from its loop made it save its mq state
+// (over a kilobyte a thread) to local memory around every request, and with the resident
+// data in shared memory little L1 is left to hold that.
+__device__ __forceinline__ unsigned int gdr_serve_first_app_warp() {
+    return blockDim.x > 32u ? 1u : 0u;
+}
+
+// The block's share of one batch of n: its app warps split into groups, each group runs the
+// app on every groups-th claimed request. Called by every app warp of the block.
 __device__ __forceinline__ void gdr_serve_block_batch(unsigned int n, float *smem,
                                                       const float *consts, const float *resident,
                                                       gdr_serve_shared *sh) {
-    const unsigned int wpb = blockDim.x / 32u, wib = threadIdx.x / 32u;
+    const unsigned int first = gdr_serve_first_app_warp();
+    const unsigned int wpb = blockDim.x / 32u - first, wib = threadIdx.x / 32u - first;
     unsigned int groups = 1;
     while (groups * 2u <= n && groups * 2u <= GDR_SERVE_MAX_GROUPS && groups * 2u <= wpb)
         groups *= 2u;
     const unsigned int wpg = wpb / groups, gid = wib / wpg;
     if (gid < groups) {
-        const unsigned int rank = threadIdx.x - gid * wpg * 32u;
+        const unsigned int rank = threadIdx.x - (first + gid * wpg) * 32u;
         float *gsmem = smem + gid * GDR_SERVE_GROUP_FLOATS;
         for (unsigned int k = gid; k < n; k += groups) {
             const unsigned int r = gdr_serve_run(rank, wpg * 32u, 1u + gid, gsmem, consts,
@@ -141,9 +150,9 @@ __device__ __forceinline__ void gdr_serve_block_batch(unsigned int n, float *sme
     }
 }
 
-// Warp 0's loop: mq's receive, the block's share of the batch, mq's send. A call of its own
-// (as is the other warps' loop below) so that the registers it saves around the app call --
-// the mq worker and batch state -- are saved by warp 0 only.
+// Warp 0's loop: mq's receive, the app warps' share of the batch (warp 0 takes part only in a
+// one-warp block), mq's send. A call of its own, as is the other warps' loop below, so each
+// keeps only its own state in registers.
 __device__ __noinline__ void gdr_serve_mq_loop(const gdr_mq_queue_desc *desc, gdr_u32 warp,
                                                gdr_u64 idle_ns, float *smem, const float *consts,
                                                const float *resident, gdr_serve_shared *sh) {
@@ -166,7 +175,7 @@ __device__ __noinline__ void gdr_serve_mq_loop(const gdr_mq_queue_desc *desc, gd
         }
         gdr_serve_sync_bar(0u, blockDim.x);
         if (reason) break;
-        gdr_serve_block_batch(b.n, smem, consts, resident, sh);
+        if (gdr_serve_first_app_warp() == 0u) gdr_serve_block_batch(b.n, smem, consts, resident, sh);
         gdr_serve_sync_bar(0u, blockDim.x);
         gdr_mq_send(w, b, resp, w.lane < b.n ? sh->outs[w.lane] : 0u);
     }

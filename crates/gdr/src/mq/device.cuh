@@ -365,7 +365,9 @@ __device__ __forceinline__ gdr_u32 gdr_mq_units_fetch(const uint4 *slot, gdr_u32
 // gdr_mq_recv for word-format RX (one worker warp per queue). Lane i polls the header units
 // of message next + i (lane 0 also the first 64 payload bytes, the latency case); the batch
 // is the run of present messages from lane 0. Lane 0 reads the stop flag on every poll.
-__device__ gdr_u32 gdr_mq_recv_words(gdr_mq_worker &w, gdr_mq_batch &b, gdr_u64 idle_ns,
+// Not inlined: its registers would otherwise weigh on every caller of gdr_mq_recv, including
+// worker kernels that never use the word format.
+__device__ __noinline__ gdr_u32 gdr_mq_recv_words(gdr_mq_worker &w, gdr_mq_batch &b, gdr_u64 idle_ns,
                                      gdr_u32 *err, gdr_u32 *arg) {
     const gdr_u32 full = 0xffffffffu;
     gdr_mq_doorbell *db = gdr_mq_db(w);
