@@ -455,6 +455,20 @@ fn bad_configurations_are_errors() {
         Err(MqError::Config(m)) => assert!(m.contains("one worker warp"), "{m}"),
         r => panic!("rx_words with 2 warps: {:?}", r.err()),
     }
+    // More receiving warps than the block has.
+    let mut cfg = config(Placement::LYNX, 16, 32);
+    cfg.receiving_warps = 2;
+    match GpuWorkers::launch(&ctx, &Handler::echo(), &cfg) {
+        Err(MqError::Config(m)) => assert!(m.contains("receiving warps"), "{m}"),
+        r => panic!("2 receiving warps of 1: {:?}", r.err()),
+    }
+    // A block larger than the worker kernel's registers allow is refused before the launch.
+    let mut cfg = config(Placement::LYNX, 16, 32);
+    cfg.warps_per_block = 32;
+    match GpuWorkers::launch(&ctx, &Handler::echo(), &cfg) {
+        Err(MqError::Config(m)) => assert!(m.contains("by its registers"), "{m}"),
+        r => panic!("32 warps of the library worker: {:?}", r.err()),
+    }
     let err = GpuWorkers::launch(
         &ctx,
         &Handler::new("broken", "this is not cuda"),

@@ -829,6 +829,18 @@ impl Function<'_> {
         })
     }
 
+    /// The most threads a block of this kernel can have (its registers per thread decide).
+    pub fn max_threads_per_block(&self) -> Result<u32> {
+        let d = driver()?;
+        let mut v: c_int = 0;
+        // SAFETY: the function handle is alive (it borrows its module); `v` is a valid out
+        // pointer for the call.
+        d.check("cuFuncGetAttribute", unsafe {
+            (d.api.func_get_attribute)(&mut v, sys::FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, self.raw)
+        })?;
+        Ok(u32::try_from(v).unwrap_or(0))
+    }
+
     /// Launches the kernel on `stream`.
     ///
     /// # Safety

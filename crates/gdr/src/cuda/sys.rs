@@ -51,6 +51,7 @@ pub const ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: c_int = 110;
 pub const ATTR_DMA_BUF_SUPPORTED: c_int = 124;
 
 // CUfunction_attribute values.
+pub const FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: c_int = 0;
 pub const FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
 
 // CUpointer_attribute values.
@@ -221,6 +222,7 @@ driver_api! {
     module_unload = "cuModuleUnload"(CUmodule);
     module_get_function = "cuModuleGetFunction"(*mut CUfunction, CUmodule, *const c_char);
     func_set_attribute = "cuFuncSetAttribute"(CUfunction, c_int, c_int);
+    func_get_attribute = "cuFuncGetAttribute"(*mut c_int, c_int, CUfunction);
     launch_kernel = "cuLaunchKernel"(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void);
     import_external_memory = "cuImportExternalMemory"(*mut CUexternalMemory, *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC);
     external_memory_get_mapped_buffer = "cuExternalMemoryGetMappedBuffer"(*mut CUdeviceptr, CUexternalMemory, *const CUDA_EXTERNAL_MEMORY_BUFFER_DESC);

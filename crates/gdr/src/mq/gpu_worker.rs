@@ -136,9 +136,14 @@ pub struct GpuConfig {
     pub profile: bool,
     /// Dynamic shared memory of each worker block, in bytes (for a kernel of one's own,
     /// [`Handler::with_kernel`]); above 48 KiB the kernel is allowed it first. 0 by default.
-    /// The library's own worker kernel also has 2944 bytes of static shared memory per block
-    /// (a lone message's request head and response, for its first 8 warps).
+    /// The library's own worker kernel also has 4096 bytes of static shared memory per block
+    /// (a lone message's request and response, for its first 8 warps).
     pub shared_mem: u32,
+    /// Warps of each block that receive (call `gdr_mq_recv`); 0: every warp, as in the
+    /// library's worker. A kernel of one's own in which one warp receives for its whole block
+    /// ([`Handler::with_kernel`]) sets 1: a queue with one receiving warp claims without
+    /// atomics and may use word-format RX. Every warp still calls `gdr_mq_worker_exit`.
+    pub receiving_warps: u32,
 }
 
 impl Default for GpuConfig {
@@ -151,6 +156,7 @@ impl Default for GpuConfig {
             idle_timeout: Duration::from_secs(10),
             profile: false,
             shared_mem: 0,
+            receiving_warps: 0,
         }
     }
 }
@@ -226,12 +232,24 @@ impl GpuWorkers {
         let q = &cfg.queue;
         let geo = q.geometry()?;
         let nq = cfg.queues as usize;
-        let workers = cfg.blocks_per_queue * cfg.warps_per_block;
         if nq == 0 || cfg.blocks_per_queue == 0 || cfg.warps_per_block == 0 {
             return Err(MqError::Config(
                 "queues, blocks per queue and warps per block must be at least 1".into(),
             ));
         }
+        if cfg.receiving_warps > cfg.warps_per_block {
+            return Err(MqError::Config(format!(
+                "{} receiving warps in a block of {} warps",
+                cfg.receiving_warps, cfg.warps_per_block
+            )));
+        }
+        // Warps that claim requests (QueueDesc::workers), and warps that leave (`live`).
+        let receiving = match cfg.receiving_warps {
+            0 => cfg.warps_per_block,
+            r => r,
+        };
+        let workers = cfg.blocks_per_queue * receiving;
+        let all_warps = cfg.blocks_per_queue * cfg.warps_per_block;
         if q.rx_words && workers > 1 {
             return Err(MqError::Config(format!(
                 "RX words need one worker warp per queue (the warp polls the slots itself), \
@@ -266,7 +284,7 @@ impl GpuWorkers {
         let status_mem: Arc<dyn RingMemory> =
             Arc::new(HostBuffer::new(ctx, layout::STATUS_SIZE * nq)?);
         let lane_scratch = geo.scratch_per_lane();
-        let scratch_each = workers as usize * 32 * lane_scratch;
+        let scratch_each = all_warps as usize * 32 * lane_scratch;
         let scratch = DeviceBuffer::new(ctx, scratch_each * nq)?;
         let descs = DeviceBuffer::new(ctx, size_of::<QueueDesc>() * nq)?;
         let states = DeviceBuffer::new(ctx, layout::WORKER_STATE_SIZE * nq)?;
@@ -317,7 +335,7 @@ impl GpuWorkers {
             let state = WorkerState {
                 claim: q.first_index,
                 retired: q.first_index,
-                live: workers,
+                live: all_warps,
                 ..Default::default()
             };
             let s = staging.as_mut_slice();
@@ -346,6 +364,16 @@ impl GpuWorkers {
             stream.memcpy_htod_async(&states, 0, &staging.as_slice()[desc_bytes..])?;
         }
         let f = module.function(handler.kernel())?;
+        let most = f.max_threads_per_block()?;
+        if cfg.warps_per_block * 32 > most {
+            return Err(MqError::Config(format!(
+                "{} warps per block: kernel {} fits at most {} ({} threads, by its registers)",
+                cfg.warps_per_block,
+                handler.kernel(),
+                most / 32,
+                most
+            )));
+        }
         let (mut p_descs, mut p_nq, mut p_bpq, mut p_idle) = (
             descs.device_ptr(),
             cfg.queues,
@@ -383,6 +411,10 @@ impl GpuWorkers {
             }),
             ended: false,
         })
+    }
+
+    pub fn queues(&self) -> &[QueuePair] {
+        &self.queues
     }
 
     pub fn queues_mut(&mut self) -> &mut [QueuePair] {

@@ -11,16 +11,18 @@
 // (shared memory, or lane-local memory for warps past GDR_MQ_SHARED_WARPS).
 #define GDR_MQ_LOCAL_RESP_BYTES 256
 // Warps of a block with a shared-memory buffer for a lone message (its request head and its
-// response): 8 * 368 bytes of static shared memory per block.
+// response): 8 * 512 bytes of static shared memory per block.
 #define GDR_MQ_SHARED_WARPS 8
 
 // Grid: nqueues * blocks_per_queue blocks of whole warps. Block b serves queue
 // b / blocks_per_queue; every warp is one worker of that queue.
 //
 // A lone message (the latency case) stays in shared memory on its way through the handler:
-// its request's first bytes arrive in registers with its header (gdr_mq_batch::head) and are
-// stored to the warp's shared buffer the handler reads; its response is written to the warp's
-// shared response buffer that gdr_mq_send reads back (every lane a 16-byte piece). Each of
+// gdr_mq_recv reads the slot with the whole warp and stores the request to the warp's shared
+// buffer (w.lone_req) itself (max_msg up to GDR_MQ_LOCAL_RESP_BYTES; past that a short
+// request's first bytes arrive in registers with its header, gdr_mq_batch::head, and are
+// stored here); its response is written to the warp's shared response buffer that
+// gdr_mq_send reads back (every lane a 16-byte piece). Each of
 // those store-then-load pairs is a ~30-cycle shared memory round trip. Through global scratch
 // each was a store that empties the L1 line and a load that goes to L2 again; through
 // lane-local memory (round 4) the H100 profile still showed about an L2 round trip for each
@@ -35,11 +37,16 @@ extern "C" __global__ void gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32
     const gdr_u32 warp = (blockIdx.x % blocks_per_queue) * warps_per_block + threadIdx.x / 32u;
     struct gdr_mq_worker w;  // "struct": the kernel below has the same name
     gdr_mq_worker_init(w, descs[q], warp);
-    __shared__ uint4 lone_req[GDR_MQ_SHARED_WARPS][GDR_MQ_HEAD_WORDS];
+    __shared__ uint4 lone_req[GDR_MQ_SHARED_WARPS][GDR_MQ_LOCAL_RESP_BYTES / 16];
     __shared__ uint4 lone_resp[GDR_MQ_SHARED_WARPS][GDR_MQ_LOCAL_RESP_BYTES / 16];
     const gdr_u32 wib = threadIdx.x / 32u;
     const bool has_shared = wib < GDR_MQ_SHARED_WARPS;
     w.head_copy = 1;
+    if (has_shared) {
+        // gdr_mq_recv may deliver a lone request here itself (warp-wide loads).
+        w.lone_req = (unsigned char *)lone_req[wib];
+        w.lone_cap = GDR_MQ_LOCAL_RESP_BYTES;
+    }
     gdr_u32 err = 0, arg = 0, reason;
     for (;;) {
         gdr_mq_batch b;
@@ -59,7 +66,7 @@ extern "C" __global__ void gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32
         gdr_u32 resp_len = 0;
         if (w.lane < b.n) {
             const unsigned char *req = b.req;
-            if (b.req_len <= GDR_MQ_HEAD_BYTES) {
+            if (req != w.lone_req && b.req_len <= GDR_MQ_HEAD_BYTES) {
                 uint4 *copy = lone_shared ? lone_req[wib] : req_local;
 #pragma unroll
                 for (int k = 0; k < GDR_MQ_HEAD_WORDS; k++) copy[k] = b.head[k];
