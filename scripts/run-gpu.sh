@@ -16,7 +16,8 @@ export GDR_TOPO_FIXTURES="$here/fixtures/topo"
 pass=0; fail=0
 for t in "$here"/tests/*; do
   n=$(basename "$t")
-  if "$t" --test-threads=1 --nocapture >"$out/test-$n.log" 2>&1; then pass=$((pass+1)); r=ok; else fail=$((fail+1)); r=FAILED; fi
+  # Bounded: a test that hangs fails here instead of eating the whole run.
+  if timeout "${TEST_TIMEOUT:-240}" "$t" --test-threads=1 --nocapture >"$out/test-$n.log" 2>&1; then pass=$((pass+1)); r=ok; else fail=$((fail+1)); r=FAILED; fi
   echo "test $n: $r ($(grep -E '^test result' "$out/test-$n.log" | tail -1))"
 done
 # The tools and benchmarks, unless --tests-only.

@@ -79,6 +79,12 @@ run() { # name, "serve args", load args...
 for mode in gpu-queue host-centric; do
   run "lenet-low-$mode" "--app lenet --mode $mode" --app lenet --outstanding 1 --duration 5 --verify
 done
+run "lenet-low-gpu-queue-words" "--app lenet --mode gpu-queue --rx-format words" --app lenet --outstanding 1 --duration 5 --verify
+# Where the GPU-queue worker's time goes (separate runs: the clock reads cost a little).
+for f in header words; do
+  run "lenet-profile-$f" "--app lenet --mode gpu-queue --profile --rx-format $f" --app lenet --outstanding 1 --duration 2
+  run "echo-profile-$f" "--app echo --mode gpu-queue --profile --rx-format $f" --app echo --size 64 --outstanding 1 --duration 2
+done
 for mode in gpu-queue host-centric; do
   run "lenet-peak-$mode" "--app lenet --mode $mode --max-in-flight 512 --streams 8" \
     --app lenet --outstanding 64 --threads 4 --duration 6 --verify
@@ -116,6 +122,13 @@ gL, hL = j("lenet-low-gpu-queue.load.json"), j("lenet-low-host-centric.load.json
 if gl and hl:
     s["low_server_p50_us"] = {"gpu_queue": gl["report"]["server_time"]["p50_us"], "host_centric": hl["report"]["server_time"]["p50_us"]}
     s["low_server_p50_ratio"] = ratio(hl["report"]["server_time"]["p50_us"], gl["report"]["server_time"]["p50_us"])
+gw, gW = j("lenet-low-gpu-queue-words.server.json"), j("lenet-low-gpu-queue-words.load.json")
+if gw and hl:
+    s["low_server_p50_us_words"] = gw["report"]["server_time"]["p50_us"]
+    s["low_server_p50_ratio_words"] = ratio(hl["report"]["server_time"]["p50_us"], gw["report"]["server_time"]["p50_us"])
+if gW and hL:
+    s["low_e2e_p50_us_words"] = gW["latency"]["p50_us"]
+    s["low_e2e_p50_ratio_words"] = ratio(hL["latency"]["p50_us"], gW["latency"]["p50_us"])
 if gL and hL:
     s["low_e2e_p50_us"] = {"gpu_queue": gL["latency"]["p50_us"], "host_centric": hL["latency"]["p50_us"]}
     s["low_e2e_p50_ratio"] = ratio(hL["latency"]["p50_us"], gL["latency"]["p50_us"])
@@ -136,6 +149,11 @@ h1, h2 = j("heavy-gpus-0.load.json"), j("heavy-gpus-0-1.load.json")
 if h1 and h2:
     s["two_gpu_rps"] = {"one": h1["throughput_rps"], "two": h2["throughput_rps"]}
     s["two_gpu_ratio"] = ratio(h2["throughput_rps"], h1["throughput_rps"])
+for name in ("lenet-profile-header", "echo-profile-header", "lenet-profile-words", "echo-profile-words"):
+    r = j(name + ".server.json")
+    if r:
+        s[name] = {"server_stages_p50_us": {k: v["p50_us"] for k, v in r["report"]["server_stages"].items()},
+                   "worker_stages_ns": r["report"].get("worker_stages")}
 wrong = {}
 for f in os.listdir(out):
     if f.endswith(".load.json"):

@@ -23,6 +23,11 @@ pub struct GpuShape {
     /// Keep the app's resident data (lenet's FC weights) in each worker block's shared memory
     /// where the GPU has room for it; off: the workers read it from global memory.
     pub resident: bool,
+    /// Workers time their stages (`clock64`, a little slower; [`worker_stages`]).
+    pub profile: bool,
+    /// RX slots in mq's word format (every word carries its seq; the worker's warp polls
+    /// the slot itself, no doorbell): one block per queue only.
+    pub rx_words: bool,
 }
 
 impl Default for GpuShape {
@@ -33,6 +38,8 @@ impl Default for GpuShape {
             warps: 16,
             blocks_per_queue: 1,
             resident: true,
+            profile: false,
+            rx_words: false,
         }
     }
 }
@@ -80,17 +87,66 @@ pub fn launch_workers(
             placement: shape.placement,
             wait_timeout: Duration::from_secs(5),
             first_index: 0,
-            rx_words: false,
+            rx_words: shape.rx_words,
         },
         queues,
         blocks_per_queue: shape.blocks_per_queue,
         warps_per_block: shape.warps,
         // A server stays up through idle hours; it stops the workers itself.
         idle_timeout: Duration::from_secs(7 * 24 * 3600),
-        profile: false,
+        profile: shape.profile,
         shared_mem: resident_shared_mem(ctx, app, shape)?,
+        // kernels.cu: warp 0 of each block receives and sends for the block.
+        receiving_warps: 1,
     };
     Ok(GpuWorkers::launch(ctx, &app.handler(), &cfg)?)
+}
+
+/// Where a GPU-queue worker's time goes, mean per batch (warp 0 of the queue's block, from
+/// `clock64` at its stage boundaries; [`GpuShape::profile`]).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct WorkerStages {
+    pub queue: String,
+    pub batches: u64,
+    /// Requests claimed -> in hand (header and first bytes read).
+    pub recv_ns: f64,
+    /// -> the app warps have them (shared-memory hand-over and block barrier).
+    pub handoff_ns: f64,
+    /// -> the app warps are done (the app and the block barrier after it).
+    pub app_ns: f64,
+    /// -> the responses' TX stores issued.
+    pub send_ns: f64,
+}
+
+/// `CU_DEVICE_ATTRIBUTE_CLOCK_RATE` (kHz).
+const ATTR_CLOCK_RATE_KHZ: i32 = 13;
+
+/// The stage times of every queue of `workers` (all zero unless they were launched with
+/// [`GpuShape::profile`]). kernels.cu's mq loop ends stage 0 (recv) in `gdr_mq_recv`, 1 after
+/// the first block barrier, 3 after the second, and `gdr_mq_send` ends 2 (TX stores).
+pub fn worker_stages(
+    ctx: &Context,
+    label: &str,
+    workers: &GpuWorkers,
+) -> Result<Vec<WorkerStages>, ServeError> {
+    let khz = ctx.device().attribute(ATTR_CLOCK_RATE_KHZ)?.max(1) as f64;
+    Ok(workers
+        .queues()
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let (c, batches) = q.worker_profile();
+            let per = |k: usize| c[k] as f64 / batches.max(1) as f64 / khz * 1e6;
+            WorkerStages {
+                queue: format!("{label}/q{i}"),
+                batches,
+                recv_ns: per(0),
+                handoff_ns: per(1),
+                app_ns: per(3),
+                send_ns: per(2),
+            }
+        })
+        .collect())
 }
 
 /// Offset of the response in the host-centric output buffer (its length word comes first).

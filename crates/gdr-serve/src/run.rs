@@ -4,7 +4,7 @@
 
 use crate::apps::App;
 use crate::exec::{cpu_workers, split_queues, Executor};
-use crate::gpu::{launch_workers, GpuShape, HostCentricExec};
+use crate::gpu::{launch_workers, worker_stages, GpuShape, HostCentricExec};
 use crate::server::{ServeReport, Server, ServerConfig};
 use crate::ServeError;
 use gdr::cuda::Context;
@@ -91,6 +91,7 @@ pub fn serve(
     match o.mode {
         Mode::GpuQueue => {
             let mut sets = Vec::new();
+            let mut ctxs = Vec::new();
             for &g in &o.gpus {
                 let ctx = Context::on(g)?;
                 if app.resident_bytes() > 0 {
@@ -103,6 +104,7 @@ pub fn serve(
                     );
                 }
                 sets.push((g, launch_workers(&ctx, app, o.threads as u32, &o.shape)?));
+                ctxs.push(ctx);
             }
             let lanes = split_queues(
                 sets.iter_mut()
@@ -112,7 +114,15 @@ pub fn serve(
                 o.max_in_flight,
             )?;
             on_ready(addr);
-            let report = server.run(&o.server, app, lanes, stop);
+            let mut report = server.run(&o.server, app, lanes, stop);
+            if let (Ok(r), true) = (&mut report, o.shape.profile) {
+                for ((g, w), ctx) in sets.iter().zip(&ctxs) {
+                    match worker_stages(ctx, &format!("gpu{g}"), w) {
+                        Ok(s) => r.worker_stages.extend(s),
+                        Err(e) => eprintln!("gdr-serve: worker stages of GPU {g}: {e}"),
+                    }
+                }
+            }
             for (g, w) in &mut sets {
                 if let Err(e) = w.stop(Duration::from_secs(5)) {
                     eprintln!("gdr-serve: stopping the workers on GPU {g}: {e}");

@@ -128,6 +128,9 @@ pub struct ServeReport {
     pub server_stages: StageSummary,
     #[serde(skip)]
     pub histogram: Histogram,
+    /// GPU-queue mode with `GpuShape::profile`: where each queue's worker spends its time.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub worker_stages: Vec<crate::gpu::WorkerStages>,
 }
 
 /// Server time by stage, for answered requests.
@@ -257,6 +260,7 @@ impl Server {
                 reply: times.reply.summary(),
             },
             histogram: times.total,
+            worker_stages: Vec::new(),
         })
     }
 }

@@ -17,7 +17,7 @@ fn with_gpu_server<R: Send>(
     app: &App,
     mode: Mode,
     threads: usize,
-    body: impl FnOnce(SocketAddr) -> R + Send,
+    body: impl FnOnce(SocketAddr, &AtomicBool) -> R + Send,
 ) -> (R, ServeReport) {
     let opts = ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
@@ -28,20 +28,25 @@ fn with_gpu_server<R: Send>(
     with_gpu_server_opts(app, opts, body)
 }
 
+/// Runs `body` against a server; `body` gets its address and a flag that is set when the
+/// server has stopped on its own (an error), which loads take as their stop flag: a load
+/// against a dead server would otherwise wait out every request's timeout.
 fn with_gpu_server_opts<R: Send>(
     app: &App,
     opts: ServeOptions,
-    body: impl FnOnce(SocketAddr) -> R + Send,
+    body: impl FnOnce(SocketAddr, &AtomicBool) -> R + Send,
 ) -> (R, ServeReport) {
     let stop = AtomicBool::new(false);
+    let down = AtomicBool::new(false);
     std::thread::scope(|s| {
         let (tx, rx) = mpsc::channel();
-        let (o, st) = (&opts, &stop);
+        let (o, st, dn) = (&opts, &stop, &down);
         let h = s.spawn(move || {
             let r = serve(app, o, st, &mut |a| {
                 let _ = tx.send(a);
             });
             let _ = tx.send("0.0.0.0:0".parse().unwrap()); // unblocks a failed start
+            dn.store(true, Ordering::Release);
             r
         });
         let addr = rx
@@ -53,7 +58,7 @@ fn with_gpu_server_opts<R: Send>(
             "server failed to start: {:?}",
             h.join().unwrap().err()
         );
-        let r = body(addr);
+        let r = body(addr, &down);
         stop.store(true, Ordering::Release);
         let (dtx, drx) = mpsc::channel();
         let rep = s.spawn(move || {
@@ -67,8 +72,13 @@ fn with_gpu_server_opts<R: Send>(
     })
 }
 
-fn load(addr: SocketAddr, payload: Payload, outstanding: usize, requests: u64) -> LoadReport {
-    let no = AtomicBool::new(false);
+fn load(
+    addr: SocketAddr,
+    down: &AtomicBool,
+    payload: Payload,
+    outstanding: usize,
+    requests: u64,
+) -> LoadReport {
     load::run(
         &LoadConfig {
             target: addr,
@@ -80,7 +90,7 @@ fn load(addr: SocketAddr, payload: Payload, outstanding: usize, requests: u64) -
             verify: true,
             ..Default::default()
         },
-        &no,
+        down,
     )
     .unwrap()
 }
@@ -91,8 +101,7 @@ fn lenet_on_the_gpu_queues_matches_the_cpu_reference_for_100k_images() {
         return;
     }
     let app = App::builtin("lenet", 1, 1024).unwrap();
-    let (rep, srv) = with_gpu_server(&app, Mode::GpuQueue, 2, |addr| {
-        let no = AtomicBool::new(false);
+    let (rep, srv) = with_gpu_server(&app, Mode::GpuQueue, 2, |addr, down| {
         load::run(
             &LoadConfig {
                 target: addr,
@@ -108,7 +117,7 @@ fn lenet_on_the_gpu_queues_matches_the_cpu_reference_for_100k_images() {
                 verify: true,
                 ..Default::default()
             },
-            &no,
+            down,
         )
         .unwrap()
     });
@@ -141,7 +150,9 @@ fn lenet_with_its_weights_in_global_memory_matches_the_cpu_reference() {
         seed: 1,
         images: 20_000,
     };
-    let (rep, srv) = with_gpu_server_opts(&app, opts, |addr| load(addr, payload, 16, 20_000));
+    let (rep, srv) = with_gpu_server_opts(&app, opts, |addr, down| {
+        load(addr, down, payload, 16, 20_000)
+    });
     assert_eq!(
         (rep.ok, rep.verified, rep.verify_failed),
         (20_000, 20_000, 0)
@@ -155,9 +166,9 @@ fn echo_through_the_gpu_queues_is_unchanged() {
         return;
     }
     let app = App::builtin("echo", 1, 1024).unwrap();
-    let (reps, _) = with_gpu_server(&app, Mode::GpuQueue, 1, |addr| {
+    let (reps, _) = with_gpu_server(&app, Mode::GpuQueue, 1, |addr, down| {
         [0usize, 1, 15, 16, 17, 100, 1000, 1024]
-            .map(|size| load(addr, Payload::Echo { size }, 8, 2000))
+            .map(|size| load(addr, down, Payload::Echo { size }, 8, 2000))
     });
     for r in reps {
         assert_eq!(
@@ -165,6 +176,59 @@ fn echo_through_the_gpu_queues_is_unchanged() {
             (2000, 2000, 0),
             "{r:?}"
         );
+    }
+}
+
+/// Word-format RX (`--rx-format words`): lone requests and batches (1 and 16 outstanding),
+/// every echo size up to the slot, and LeNet images against the CPU reference.
+#[test]
+fn word_format_rx_answers_echo_and_lenet_correctly() {
+    if gpu_context("rx_words").is_none() {
+        return;
+    }
+    for (app, payloads) in [
+        (
+            App::builtin("echo", 1, 1024).unwrap(),
+            [0usize, 1, 15, 16, 17, 100, 239, 240, 241, 1000, 1024]
+                .map(|size| Payload::Echo { size })
+                .to_vec(),
+        ),
+        (
+            App::builtin("lenet", 1, 1024).unwrap(),
+            vec![Payload::Lenet {
+                seed: 1,
+                images: 4096,
+            }],
+        ),
+    ] {
+        let mut opts = ServeOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            mode: Mode::GpuQueue,
+            threads: 1,
+            ..Default::default()
+        };
+        opts.shape.rx_words = true;
+        let (reps, srv) = with_gpu_server_opts(&app, opts, |addr, down| {
+            let mut reps = Vec::new();
+            for p in &payloads {
+                for outstanding in [1, 16] {
+                    reps.push((
+                        p.clone(),
+                        outstanding,
+                        load(addr, down, p.clone(), outstanding, 2000),
+                    ));
+                }
+            }
+            reps
+        });
+        for (p, outstanding, r) in &reps {
+            assert_eq!(
+                (r.ok, r.verified, r.verify_failed),
+                (2000, 2000, 0),
+                "{p:?} with {outstanding} outstanding: {r:?}"
+            );
+        }
+        assert_eq!(srv.counters.responses, 2000 * reps.len() as u64);
     }
 }
 
@@ -176,9 +240,10 @@ fn both_modes_measured_in_one_run_with_correct_answers() {
     let app = App::builtin("lenet", 1, 1024).unwrap();
     let mut rows = Vec::new();
     for mode in [Mode::GpuQueue, Mode::HostCentric] {
-        let (rep, srv) = with_gpu_server(&app, mode, 1, |addr| {
+        let (rep, srv) = with_gpu_server(&app, mode, 1, |addr, down| {
             load(
                 addr,
+                down,
                 Payload::Lenet {
                     seed: 1,
                     images: 512,

@@ -62,6 +62,14 @@ pub struct Args {
     /// of keeping it in shared memory
     #[arg(long)]
     no_resident: bool,
+    /// GPU-queue workers time their stages (clock64; a little slower) and the totals show
+    /// the mean per batch: receive, hand-over to the app warps, app, send
+    #[arg(long)]
+    profile: bool,
+    /// RX slot format: header (a doorbell, then the slot) or words (every 8-byte word carries
+    /// its seq and the worker polls the slot: one round trip; one block per queue)
+    #[arg(long, default_value = "header")]
+    rx_format: String,
     /// Queue placement: lynx, host, gpu, crossed
     #[arg(long, default_value = "lynx")]
     placement: String,
@@ -122,6 +130,12 @@ pub fn run(a: Args) -> CmdResult {
             warps: a.warps,
             blocks_per_queue: a.blocks_per_queue,
             resident: !a.no_resident,
+            profile: a.profile,
+            rx_words: match a.rx_format.as_str() {
+                "header" => false,
+                "words" => true,
+                f => return Err(format!("unknown RX format {f:?} (header, words)").into()),
+            },
         },
         max_in_flight: a.max_in_flight,
         streams: a.streams,
@@ -224,4 +238,10 @@ fn print_totals(mode: Mode, r: &ServeReport) {
         "  stages p50 us: dispatch {:.2}  device {:.2}  reply {:.2}",
         st.dispatch.p50_us, st.device.p50_us, st.reply.p50_us
     );
+    for w in &r.worker_stages {
+        println!(
+            "  worker {} ns per batch ({} batches): recv {:.0}  hand-over {:.0}  app {:.0}  send {:.0}",
+            w.queue, w.batches, w.recv_ns, w.handoff_ns, w.app_ns, w.send_ns
+        );
+    }
 }

@@ -104,6 +104,9 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
 }
 
 #define GDR_SERVE_LONE_RESP_BYTES 256
+// A lone request up to this size is read by the whole mq warp into shared memory
+// (gdr_mq_worker::lone_req), where the app reads it instead of from the RX slot in L2.
+#define GDR_SERVE_LONE_REQ_BYTES 1024
 
 // What warp 0 tells the block about each batch.
 struct gdr_serve_shared {
@@ -116,6 +119,7 @@ struct gdr_serve_shared {
     // shared memory (~30 cycles) instead of from scratch the app's warps wrote (the L1 does
     // not keep global stores, so that read was an L2 round trip on the reply path).
     uint4 lone_resp[GDR_SERVE_LONE_RESP_BYTES / 16];
+    uint4 lone_req[GDR_SERVE_LONE_REQ_BYTES / 16];
 };
 
 // Warps of the block that run the app: all but warp 0 (the mq loop), unless the block is one
@@ -158,6 +162,8 @@ __device__ __noinline__ void gdr_serve_mq_loop(const gdr_mq_queue_desc *desc, gd
                                                const float *resident, gdr_serve_shared *sh) {
     struct gdr_mq_worker w;
     gdr_mq_worker_init(w, *desc, warp);
+    w.lone_req = (unsigned char *)sh->lone_req;
+    w.lone_cap = GDR_SERVE_LONE_REQ_BYTES;
     gdr_u32 err = 0, arg = 0;
     gdr_mq_batch b;
     for (;;) {
@@ -175,8 +181,10 @@ __device__ __noinline__ void gdr_serve_mq_loop(const gdr_mq_queue_desc *desc, gd
         }
         gdr_serve_sync_bar(0u, blockDim.x);
         if (reason) break;
+        gdr_mq_prof(w, 1);  // profile stage 1: the hand-over (gpu.rs, worker_stages)
         if (gdr_serve_first_app_warp() == 0u) gdr_serve_block_batch(b.n, smem, consts, resident, sh);
         gdr_serve_sync_bar(0u, blockDim.x);
+        gdr_mq_prof(w, 3);  // stage 3: the app; gdr_mq_send ends stage 2, the TX stores
         gdr_mq_send(w, b, resp, w.lane < b.n ? sh->outs[w.lane] : 0u);
     }
     gdr_mq_worker_exit(w, sh->reason, err, arg);

@@ -4,8 +4,10 @@
 // An app runs on a *group*: a set of whole warps of one block that work on one request
 // together. It is called by every thread of the group with the same arguments and must
 // return the same response length in every thread (the group's thread 0 is the one used).
-// A request arrives 16-byte aligned, in GPU memory written by the host (read it with
-// gdr_serve_load16 or plain loads); the response buffer is 16-byte aligned, `cap` bytes.
+// A request arrives 16-byte aligned, in GPU memory written by the host or, a lone request
+// in the persistent worker, in the block's shared memory: read it through the generic
+// pointer (gdr_serve_load16 or plain loads; not with `.global` instructions). The response
+// buffer is 16-byte aligned, `cap` bytes.
 //
 // An app that reads the same data on every request (weights) may keep up to
 // GDR_SERVE_CONST_FLOATS floats of it in shared memory: it defines that count and
@@ -51,9 +53,11 @@ __device__ __forceinline__ void gdr_serve_sync(const gdr_serve_group &g) {
     gdr_serve_sync_bar(g.bar, g.size);
 }
 
-// 16 request bytes, past any cache (the host wrote them through BAR1).
+// 16 request bytes, past any cache (the host wrote them through BAR1). A generic load: a
+// lone request is in the worker's shared memory (gdr_mq_worker::lone_req), others in the
+// RX slot.
 __device__ __forceinline__ uint4 gdr_serve_load16(const unsigned char *p) {
-    return gdr_ld_volatile_v4(p);
+    return gdr_ld_volatile_generic_v4(p);
 }
 
 // ---- echo: the request back -------------------------------------------------------------
