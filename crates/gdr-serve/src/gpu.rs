@@ -118,9 +118,6 @@ pub struct WorkerStages {
     pub send_ns: f64,
 }
 
-/// `CU_DEVICE_ATTRIBUTE_CLOCK_RATE` (kHz).
-const ATTR_CLOCK_RATE_KHZ: i32 = 13;
-
 /// The stage times of every queue of `workers` (all zero unless they were launched with
 /// [`GpuShape::profile`]). kernels.cu's mq loop ends stage 0 (recv) in `gdr_mq_recv`, 1 after
 /// the first block barrier, 3 after the second, and `gdr_mq_send` ends 2 (TX stores).
@@ -129,7 +126,10 @@ pub fn worker_stages(
     label: &str,
     workers: &GpuWorkers,
 ) -> Result<Vec<WorkerStages>, ServeError> {
-    let khz = ctx.device().attribute(ATTR_CLOCK_RATE_KHZ)?.max(1) as f64;
+    let khz = ctx
+        .device()
+        .attribute(gdr::cuda::sys::ATTR_CLOCK_RATE)?
+        .max(1) as f64;
     Ok(workers
         .queues()
         .iter()

@@ -49,6 +49,8 @@ pub const ATTR_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS: c_int = 117;
 pub const ATTR_GPU_DIRECT_RDMA_WRITES_ORDERING: c_int = 118;
 pub const ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: c_int = 110;
 pub const ATTR_DMA_BUF_SUPPORTED: c_int = 124;
+/// The SM clock's peak rate, kHz (what `clock64` counts at full speed).
+pub const ATTR_CLOCK_RATE: c_int = 13;
 
 // CUfunction_attribute values.
 pub const FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: c_int = 0;

@@ -157,9 +157,6 @@ fn check(got: &[u8], want: &[u8], what: &str) -> Result<(), MqError> {
     Ok(())
 }
 
-/// `CU_DEVICE_ATTRIBUTE_CLOCK_RATE` (kHz).
-const ATTR_CLOCK_RATE_KHZ: i32 = 13;
-
 /// One-message round trips through one queue with one worker warp, RX in the word format
 /// when `rx_words` (the path is then named `<placement> words`).
 pub fn queue_latency(
@@ -182,7 +179,7 @@ pub fn queue_stages(
     iters: usize,
 ) -> Result<GpuStages, MqError> {
     let (_, (cycles, batches)) = round_trips(ctx, placement, rx_words, size, iters, true)?;
-    let khz = ctx.device().attribute(ATTR_CLOCK_RATE_KHZ)? as f64;
+    let khz = ctx.device().attribute(crate::cuda::sys::ATTR_CLOCK_RATE)? as f64;
     let per = |c: u64| c as f64 / batches.max(1) as f64 / khz * 1e6;
     Ok(GpuStages {
         recv_ns: per(cycles[0]),

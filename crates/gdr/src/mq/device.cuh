@@ -483,18 +483,10 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_words(gdr_mq_worker &w, gdr_mq_ba
             // every load of a round in flight, then re-reads of the late ones.
             for (gdr_u32 base = poll_units; base < need; base += 32u) {
                 const gdr_u32 j = base + w.lane;
-                if (j < need) {
-                    uint4 v = gdr_ld_volatile_v4(slot0 + j);
-                    for (gdr_u32 tries = 0; !gdr_mq_unit_ok(v, seq0); tries++) {
-                        if (tries >= 1000u) {
-                            bad = GDR_MQ_ERR_BAD_SEQ;
-                            break;
-                        }
-                        if (tries >= 16u) __nanosleep(1000);
-                        v = gdr_ld_volatile_v4(slot0 + j);
-                    }
-                    if (!bad) dst[j - 2u] = make_uint2(v.x, v.z);
-                }
+                uint4 v[1];
+                const gdr_u32 late = gdr_mq_units_fetch<1>(slot0, j, need, seq0, v);
+                if (late) bad = late;
+                else if (j < need) dst[j - 2u] = make_uint2(v[0].x, v[0].z);
             }
             if (w.lane == 0) {
                 b.req_len = len0;
