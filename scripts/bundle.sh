@@ -18,14 +18,20 @@ gcc -O2 -Wall -Wextra -Werror -I crates/gdr-capi/include crates/gdr-capi/tests/c
   -o "$out/capi/gdrapi_test" -L "$out/capi" -lgdrapi -ldl -Wl,-rpath,'$ORIGIN'
 cargo test --release --workspace --no-run --message-format=json 2>/dev/null |
   python3 -c '
-import json, sys, shutil, os
+import json, sys, shutil, os, collections
 out = sys.argv[1]
+bins = []
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
         t = m["target"]
         name = t["name"] if "lib" not in t["kind"] else t["name"] + "-lib"
-        shutil.copy(m["executable"], os.path.join(out, "tests", name))
+        crate = os.path.basename(os.path.dirname(os.path.dirname(t["src_path"])))
+        bins.append((name, crate, m["executable"]))
+# Two crates may have a test file of the same name (cuda_sources): those get the crate in front.
+count = collections.Counter(n for n, _, _ in bins)
+for name, crate, exe in bins:
+    shutil.copy(exe, os.path.join(out, "tests", name if count[name] == 1 else crate + "-" + name))
 ' "$out"
 strip "$out/gdr" "$out"/tests/* 2>/dev/null || true
 cp scripts/run-gpu.sh "$out/run.sh"

@@ -8,7 +8,8 @@
 #   10^6 requests under load: sent = answered + lost, lost = server drops + client drops
 #   2 GPUs vs 1 with a heavy app (--work), when the host has 2 GPUs (>= 1.7)
 # Environment: SERVE_THREADS (server network threads = cores, default 2), SERVE_CPUS (cores
-# for the server, default 2-(1+threads)), LOAD_CPUS (default the rest), HEAVY_WORK (default 40).
+# for the server, default 2-(1+threads)), LOAD_CPUS (default the rest), HEAVY_WORK (default 40),
+# SERVE_ONLY (space-separated parts to run: low profile peak million heavy sockperf; default all).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: serve-bench.sh OUTDIR [GDR]}
@@ -76,28 +77,30 @@ run() { # name, "serve args", load args...
   fi
 }
 
-for mode in gpu-queue host-centric; do
+want() { [ -z "${SERVE_ONLY:-}" ] || [[ " $SERVE_ONLY " == *" $1 "* ]]; }
+
+want low && for mode in gpu-queue host-centric; do
   run "lenet-low-$mode" "--app lenet --mode $mode" --app lenet --outstanding 1 --duration 5 --verify
 done
-run "lenet-low-gpu-queue-words" "--app lenet --mode gpu-queue --rx-format words" --app lenet --outstanding 1 --duration 5 --verify
+want low && run "lenet-low-gpu-queue-words" "--app lenet --mode gpu-queue --rx-format words" --app lenet --outstanding 1 --duration 5 --verify
 # Where the GPU-queue worker's time goes (separate runs: the clock reads cost a little).
-for f in header words; do
+want profile && for f in header words; do
   run "lenet-profile-$f" "--app lenet --mode gpu-queue --profile --rx-format $f" --app lenet --outstanding 1 --duration 2
   run "echo-profile-$f" "--app echo --mode gpu-queue --profile --rx-format $f" --app echo --size 64 --outstanding 1 --duration 2
 done
-for mode in gpu-queue host-centric; do
+want peak && for mode in gpu-queue host-centric; do
   run "lenet-peak-$mode" "--app lenet --mode $mode --max-in-flight 512 --streams 8" \
     --app lenet --outstanding 64 --threads 4 --duration 6 --verify
 done
-run "million-gpu-queue" "--app lenet --mode gpu-queue" \
+want million && run "million-gpu-queue" "--app lenet --mode gpu-queue" \
   --app lenet --rate 400000 --requests 1000000 --threads 4 --duration 60 --timeout-ms 2000
-if [ "$ngpu" -ge 2 ]; then
+if [ "$ngpu" -ge 2 ] && want heavy; then
   for gpus in 0 0,1; do
     run "heavy-gpus-${gpus/,/-}" "--app lenet --work $HEAVY --mode gpu-queue --gpus $gpus --max-in-flight 512" \
       --app lenet --outstanding 128 --threads 4 --duration 6 --verify
   done
 fi
-if command -v sockperf >/dev/null; then
+if command -v sockperf >/dev/null && want sockperf; then
   echo "== sockperf ping-pong against echo (sockperf framing)"
   if start_server sockperf --app echo --mode "${SOCKPERF_MODE:-gpu-queue}" --framing sockperf; then
     timeout 30 taskset -c "$LCPUS" sockperf ping-pong -i 127.0.0.1 -p $port -m 64 -t 5 \

@@ -236,8 +236,16 @@ impl App {
         self.weights.as_deref().map(|v| &v[..])
     }
 
-    /// The device program body (after gdr::mq's device header): the app and our kernels.
+    /// The device program body (after gdr::mq's device header): the app and our kernels, for
+    /// workers on header-format queues without stage timing.
     pub fn device_source(&self) -> String {
+        self.device_source_for(false, false)
+    }
+
+    /// As [`device_source`](Self::device_source), for workers whose queues are in mq's word
+    /// format (`rx_words`) and that time their stages (`profile`): the worker kernel carries
+    /// the code of one RX format, and the stage clocks only when asked (kernels.cu).
+    pub fn device_source_for(&self, rx_words: bool, profile: bool) -> String {
         let mut s = format!("#define GDR_SERVE_WORK {}u\n{SERVE_CUH}\n", self.work);
         match &self.kind {
             AppKind::Echo => s += "#define GDR_SERVE_APP gdr_app_echo\n",
@@ -266,15 +274,35 @@ impl App {
                 );
             }
         }
+        s += &format!(
+            "#define GDR_SERVE_RX_WORDS {}\n#define GDR_SERVE_PROFILE {}\n",
+            u8::from(rx_words),
+            u8::from(profile)
+        );
         s += "#line 1 \"gdr-serve/kernels.cu\"\n";
         s += KERNELS_CU;
         s
     }
 
     /// The mq handler whose program carries our kernels; mq launches our block-wide worker.
+    /// For header-format queues without stage timing ([`worker_handler`](Self::worker_handler)).
     pub fn handler(&self) -> gdr::mq::Handler {
-        gdr::mq::Handler::new(&format!("serve_{}", self.name), &self.device_source())
-            .with_kernel(WORKER_KERNEL)
+        self.worker_handler(false, false)
+    }
+
+    /// The handler for workers on queues in the given RX format, timing their stages or not
+    /// ([`device_source_for`](Self::device_source_for)).
+    pub fn worker_handler(&self, rx_words: bool, profile: bool) -> gdr::mq::Handler {
+        gdr::mq::Handler::new(
+            &format!(
+                "serve_{}{}{}",
+                self.name,
+                if rx_words { "_words" } else { "" },
+                if profile { "_profile" } else { "" }
+            ),
+            &self.device_source_for(rx_words, profile),
+        )
+        .with_kernel(WORKER_KERNEL)
     }
 }
 
@@ -347,6 +375,23 @@ mod tests {
         assert_eq!(l.handler().kernel(), WORKER_KERNEL);
         let e = App::builtin("echo", 1, 64).unwrap().device_source();
         assert!(!e.contains("#define GDR_SERVE_APP_LOAD"));
+    }
+
+    #[test]
+    fn worker_builds_name_their_rx_format_and_profiling_before_the_kernels() {
+        let l = App::builtin("lenet", 1, 1024).unwrap();
+        let kernels = "#line 1 \"gdr-serve/kernels.cu\"";
+        for (rx_words, profile) in [(false, false), (true, false), (false, true), (true, true)] {
+            let s = l.device_source_for(rx_words, profile);
+            let words = format!("#define GDR_SERVE_RX_WORDS {}\n", u8::from(rx_words));
+            let prof = format!("#define GDR_SERVE_PROFILE {}\n", u8::from(profile));
+            let at = |what: &str| s.find(what).unwrap_or_else(|| panic!("no {what:?}"));
+            assert!(at(&words) < at(kernels) && at(&prof) < at(kernels));
+            let h = l.worker_handler(rx_words, profile);
+            assert_eq!(h.kernel(), WORKER_KERNEL);
+            assert!(h.program().contains(&s));
+        }
+        assert_eq!(l.device_source(), l.device_source_for(false, false));
     }
 
     /// The device's resident layout (lenet.cuh's defines) is the one the host sizes the

@@ -99,7 +99,8 @@ pub fn launch_workers(
         // kernels.cu: warp 0 of each block receives and sends for the block.
         receiving_warps: 1,
     };
-    Ok(GpuWorkers::launch(ctx, &app.handler(), &cfg)?)
+    let handler = app.worker_handler(shape.rx_words, shape.profile);
+    Ok(GpuWorkers::launch(ctx, &handler, &cfg)?)
 }
 
 /// Where a GPU-queue worker's time goes, mean per batch (warp 0 of the queue's block, from
@@ -119,8 +120,9 @@ pub struct WorkerStages {
 }
 
 /// The stage times of every queue of `workers` (all zero unless they were launched with
-/// [`GpuShape::profile`]). kernels.cu's mq loop ends stage 0 (recv) in `gdr_mq_recv`, 1 after
-/// the first block barrier, 3 after the second, and `gdr_mq_send` ends 2 (TX stores).
+/// [`GpuShape::profile`]). kernels.cu's mq loop ends stage 0 (recv) in its receive; stages 1
+/// (hand-over) and 3 (app) end on the first app warp's clock when it has the batch and when
+/// its share is done; `gdr_mq_send` ends 2 (the second block barrier and the TX stores).
 pub fn worker_stages(
     ctx: &Context,
     label: &str,

@@ -1,5 +1,7 @@
-//! Every gdr-serve device program compiles with NVRTC for Hopper (sm_90), each well under a
-//! second. Needs NVRTC, no GPU (`GDR_NVRTC` may point at a libnvrtc.so); skipped without it.
+//! Every gdr-serve device program compiles with NVRTC for Hopper (sm_90) in a few seconds (a
+//! server compiles one at start; LeNet's, with the app in three kernels' code, took 2.4 s here
+//! and 3.2 s on the H100 host). Needs NVRTC, no GPU (`GDR_NVRTC` may point at a
+//! libnvrtc.so); skipped without it.
 
 use gdr::cuda::nvrtc;
 use gdr::testing::skip_or_fail;
@@ -18,10 +20,10 @@ __device__ unsigned int gdr_serve_app(const gdr_serve_group &g, const unsigned c
 "#;
 
 #[test]
-fn every_app_program_compiles_quickly_for_sm_90() {
+fn every_app_and_worker_build_compiles_quickly_for_sm_90() {
     if let Err(e) = nvrtc::version() {
         skip_or_fail::<()>(
-            "every_app_program_compiles_quickly_for_sm_90",
+            "every_app_and_worker_build_compiles_quickly_for_sm_90",
             &e.to_string(),
         );
         return;
@@ -33,16 +35,21 @@ fn every_app_program_compiles_quickly_for_sm_90() {
         App::builtin("vecadd", 1, 1024).unwrap(),
         App::user("negate.cu", USER_APP.into(), 100, 1, 512).unwrap(),
     ];
+    // Every worker build: each RX format, with and without the stage clocks.
+    let builds = [(false, false), (true, false), (false, true), (true, true)];
     for app in apps {
-        let t = Instant::now();
-        let prog = app.handler().program();
-        match nvrtc::compile(app.name(), &prog, "90") {
-            Ok(cubin) => assert!(cubin.starts_with(b"\x7fELF"), "{}: not a cubin", app.name()),
-            Err(e) => panic!("{}: {e}", app.name()),
+        for (rx_words, profile) in builds {
+            let t = Instant::now();
+            let prog = app.worker_handler(rx_words, profile).program();
+            let what = format!("{} (rx_words {rx_words}, profile {profile})", app.name());
+            match nvrtc::compile(app.name(), &prog, "90") {
+                Ok(cubin) => assert!(cubin.starts_with(b"\x7fELF"), "{what}: not a cubin"),
+                Err(e) => panic!("{what}: {e}"),
+            }
+            let took = t.elapsed();
+            println!("{what} (work {}): {took:?}", app.work());
+            assert!(took < Duration::from_secs(8), "{what}: {took:?}");
         }
-        let took = t.elapsed();
-        println!("{} (work {}): {took:?}", app.name(), app.work());
-        assert!(took < Duration::from_secs(3), "{}: {took:?}", app.name());
     }
 }
 

@@ -25,8 +25,8 @@ const PHASES: [(&str, usize, usize); 7] = [
 ];
 
 /// The harness kernel: the worker's block setup (shared constants, resident FC weights when
-/// the launch has the dynamic shared memory), then `reps` + 1 requests through the same app
-/// call as the worker, each followed by a block barrier.
+/// the launch has the dynamic shared memory), then `reps` + 1 requests through the app inlined
+/// as in the worker's app warps (`gdr_serve_app_on`), each followed by a block barrier.
 const HARNESS: &str = r#"
 extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
     gdr_lenet_phases(const unsigned char *req, unsigned char *resp, gdr_u64 *marks,
@@ -34,7 +34,8 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
     __shared__ __align__(16) float smem[GDR_SERVE_GROUP_FLOATS];
     __shared__ __align__(16) float consts[GDR_SERVE_CONST_FLOATS];
     gdr_serve_block_consts(consts);
-    const float *resident = gdr_serve_block_resident();
+    gdr_serve_block_resident();
+    const float *resident = gdr_serve_resident_at();
     gdr_u64 t0 = 0, c0 = 0;
     for (gdr_u32 r = 0; r <= reps; r++) {
         if (r == 1 && threadIdx.x == 0) {
@@ -43,7 +44,8 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
         }
         gdr_serve_mark_out = marks + 16u * r;
         __syncthreads();
-        gdr_serve_run(threadIdx.x, blockDim.x, 1u, smem, consts, resident, req, 784u, resp, 48u);
+        gdr_serve_app_on(threadIdx.x, blockDim.x, 1u, smem, consts, resident, req, 784u, resp,
+                         48u);
         __syncthreads();
         if (threadIdx.x == 0) marks[16u * r + 15u] = clock64();
     }

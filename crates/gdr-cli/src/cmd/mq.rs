@@ -56,6 +56,9 @@ struct BenchArgs {
     /// Round trips per latency point
     #[arg(long)]
     iters: Option<usize>,
+    /// Bytes of the latency test's message (at most 4096)
+    #[arg(long, default_value_t = 64)]
+    latency_size: u32,
     /// Milliseconds per throughput point
     #[arg(long)]
     ms: Option<u64>,
@@ -125,6 +128,10 @@ fn run_bench(a: BenchArgs) -> CmdResult {
         }
         bc.latency_iters = i;
     }
+    if a.latency_size > 4096 {
+        return Err(format!("--latency-size {} is over 4096", a.latency_size).into());
+    }
+    bc.latency_size = a.latency_size;
     if let Some(ms) = a.ms {
         bc.duration = Duration::from_millis(ms.max(1));
     }
@@ -143,15 +150,19 @@ fn print_tables(r: &BenchReport) {
     println!();
     println!("round trip, one message at a time");
     println!(
-        "{:<22} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9}",
-        "path", "bytes", "iters", "p50 us", "p99 us", "p999 us", "mean us"
+        "{:<22} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "path", "bytes", "iters", "p50 us", "p99 us", "p999 us", "mean us", "send us"
     );
     for l in &r.latency {
+        let send = l
+            .host_send_p50_us
+            .map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
         println!(
-            "{:<22} {:>6} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
-            l.path, l.size, l.iters, l.p50_us, l.p99_us, l.p999_us, l.mean_us
+            "{:<22} {:>6} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9}",
+            l.path, l.size, l.iters, l.p50_us, l.p99_us, l.p999_us, l.mean_us, send
         );
     }
+    println!("(send us: median time in `send`, packing and writing the request out)");
     println!(
         "best queue placement {} at p50 {:.2} us: {:.1}x lower than copy-launch-copy, {:.1}x \
          lower than its CUDA graph",

@@ -55,34 +55,54 @@ __device__ void gdr_serve_block_consts(float *consts) {
 #endif
 }
 
-// Where the block's app reads its resident data (serve.cuh): copied once into dynamic shared
-// memory when the launch has enough of it (the host asks for it where the GPU allows), else
-// the global array.
-__device__ const float *gdr_serve_block_resident() {
+// Where the block's app reads its resident data (serve.cuh): in dynamic shared memory when
+// the launch has enough of it (the host asks for it where the GPU allows; gdr_serve_block_resident
+// copies it there once), else the global array. Cheap enough to ask again on every request
+// (a special register), which the worker's loops do rather than keep the pointer live.
+__device__ __forceinline__ const float *gdr_serve_resident_at() {
 #ifdef GDR_SERVE_RESIDENT_FLOATS
     unsigned int dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    if (dyn >= GDR_SERVE_RESIDENT_FLOATS * 4u) {
-        const float4 *src = (const float4 *)GDR_SERVE_RESIDENT_GLOBAL;
-        for (unsigned int i = threadIdx.x; i < GDR_SERVE_RESIDENT_FLOATS / 4u; i += blockDim.x)
-            ((float4 *)gdr_serve_dyn)[i] = __ldcg(src + i);
-        __syncthreads();
-        return gdr_serve_dyn;
-    }
+    asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn >= GDR_SERVE_RESIDENT_FLOATS * 4u) return gdr_serve_dyn;
 #endif
     return GDR_SERVE_RESIDENT_GLOBAL;
 }
 
-// The app as a call of its own, in both kernels: its loops get the registers to themselves
-// instead of sharing them with the worker's mq state (saved once per request around the call;
-// inlined, the two spilled inside the convolutions).
+// Copies the resident data into dynamic shared memory once, if it goes there.
+__device__ void gdr_serve_block_resident() {
+#ifdef GDR_SERVE_RESIDENT_FLOATS
+    if (gdr_serve_resident_at() == gdr_serve_dyn) {
+        const float4 *src = (const float4 *)GDR_SERVE_RESIDENT_GLOBAL;
+        for (unsigned int i = threadIdx.x; i < GDR_SERVE_RESIDENT_FLOATS / 4u; i += blockDim.x)
+            ((float4 *)gdr_serve_dyn)[i] = __ldcg(src + i);
+    }
+#endif
+    __syncthreads();
+}
+
+// The app on one group. Inlined into the app warps' loop, which keeps almost nothing else
+// live: there the app has the registers to itself. As a call of its own (gdr_serve_run) in
+// the host-centric kernel and in a one-warp block's mq loop, where inlining it next to the
+// mq state spilled inside the convolutions. (The app warps used to call gdr_serve_run too:
+// under the 128 registers of a 512-thread block the call's ABI made the app spill in its
+// inner loops, 117 local loads, where the inlined app has none.)
+__device__ __forceinline__ unsigned int gdr_serve_app_on(unsigned int rank, unsigned int size,
+                                                        unsigned int bar, float *smem,
+                                                        const float *consts,
+                                                        const float *resident,
+                                                        const unsigned char *req,
+                                                        unsigned int len, unsigned char *resp,
+                                                        unsigned int cap) {
+    const gdr_serve_group g = {rank, size, bar, smem, consts, resident};
+    return GDR_SERVE_APP(g, req, len, resp, cap);
+}
+
 __device__ __noinline__ unsigned int gdr_serve_run(unsigned int rank, unsigned int size,
                                                    unsigned int bar, float *smem,
                                                    const float *consts, const float *resident,
                                                    const unsigned char *req, unsigned int len,
                                                    unsigned char *resp, unsigned int cap) {
-    const gdr_serve_group g = {rank, size, bar, smem, consts, resident};
-    return GDR_SERVE_APP(g, req, len, resp, cap);
+    return gdr_serve_app_on(rank, size, bar, smem, consts, resident, req, len, resp, cap);
 }
 
 // Host-centric setup: the same one-time init, one block.
@@ -108,6 +128,19 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
 // (gdr_mq_worker::lone_req), where the app reads it instead of from the RX slot in L2.
 #define GDR_SERVE_LONE_REQ_BYTES 1024
 
+// Set by the host for each launch (gpu.rs, App::worker_handler): the queues' RX format (the mq
+// loop carries the code of that receive only) and whether the workers time their stages.
+// Without GDR_SERVE_PROFILE the mq loop clears GDR_MQ_FLAG_PROFILE from its copy of the
+// queue descriptor, so the compiler drops every stage clock of gdr::mq and the registers
+// that held them: under the 128 registers of a 512-thread block that state alone made the
+// mq loop spill on the request path.
+#ifndef GDR_SERVE_RX_WORDS
+#define GDR_SERVE_RX_WORDS 0
+#endif
+#ifndef GDR_SERVE_PROFILE
+#define GDR_SERVE_PROFILE 0
+#endif
+
 // What warp 0 tells the block about each batch.
 struct gdr_serve_shared {
     const unsigned char *reqs[GDR_MQ_WARP_BATCH];
@@ -115,12 +148,30 @@ struct gdr_serve_shared {
     unsigned int lens[GDR_MQ_WARP_BATCH];
     unsigned int outs[GDR_MQ_WARP_BATCH];
     unsigned int n, reason, cap;
+    // GDR_SERVE_PROFILE: the first app warp's clock64 when it had the batch and when its
+    // share of the batch was done (the same SM clock as warp 0's).
+    gdr_u64 app_clock[2];
     // A lone request's response (when cap fits): gdr_mq_send's warp reads it back from
     // shared memory (~30 cycles) instead of from scratch the app's warps wrote (the L1 does
     // not keep global stores, so that read was an L2 round trip on the reply path).
     uint4 lone_resp[GDR_SERVE_LONE_RESP_BYTES / 16];
     uint4 lone_req[GDR_SERVE_LONE_REQ_BYTES / 16];
 };
+
+// The persistent worker block's shared memory. At file scope, so the loops below address it
+// by constant instead of keeping pointers to it in registers, which the app warps' loop
+// spilled around the app (a small saving: no change showed in the profile).
+__shared__ __align__(16) float gdr_serve_wsmem[GDR_SERVE_MAX_GROUPS * GDR_SERVE_GROUP_FLOATS];
+__shared__ __align__(16) float gdr_serve_wconsts[GDR_SERVE_CONST_FLOATS];
+__shared__ gdr_serve_shared gdr_serve_wsh;
+
+// clock64 once `v` (a shared-memory value read after a block barrier) has arrived. A clock
+// read right after bar.sync appears to issue before the barrier releases (a profile that read
+// it so put a LeNet request's app in 0.4 us, and its time in the next stage); a load after
+// the barrier cannot, and the branch on v makes the clock read wait for that load.
+__device__ __forceinline__ gdr_u64 gdr_serve_clock_after(unsigned int v) {
+    return v == 0xfffffffeu ? 0ull : (gdr_u64)clock64();
+}
 
 // Warps of the block that run the app: all but warp 0 (the mq loop), unless the block is one
 // warp. Warp 0 stays out because calling the app from its loop made it save its mq state
@@ -131,43 +182,64 @@ __device__ __forceinline__ unsigned int gdr_serve_first_app_warp() {
 }
 
 // The block's share of one batch of n: its app warps split into groups, each group runs the
-// app on every groups-th claimed request. Called by every app warp of the block.
-__device__ __forceinline__ void gdr_serve_block_batch(unsigned int n, float *smem,
-                                                      const float *consts, const float *resident,
-                                                      gdr_serve_shared *sh) {
+// app on every groups-th claimed request. Called by every app warp of the block; INLINE_APP
+// as gdr_serve_app_on says.
+template <bool INLINE_APP>
+__device__ __forceinline__ void gdr_serve_block_batch(unsigned int n) {
+    gdr_serve_shared *sh = &gdr_serve_wsh;
+    const float *consts = gdr_serve_wconsts, *resident = gdr_serve_resident_at();
     const unsigned int first = gdr_serve_first_app_warp();
     const unsigned int wpb = blockDim.x / 32u - first, wib = threadIdx.x / 32u - first;
-    unsigned int groups = 1;
-    while (groups * 2u <= n && groups * 2u <= GDR_SERVE_MAX_GROUPS && groups * 2u <= wpb)
-        groups *= 2u;
-    const unsigned int wpg = wpb / groups, gid = wib / wpg;
+    // One request (the latency case): one group of every app warp, without the divisions.
+    unsigned int groups = 1, wpg = wpb, gid = 0;
+    if (n > 1u) {
+        while (groups * 2u <= n && groups * 2u <= GDR_SERVE_MAX_GROUPS && groups * 2u <= wpb)
+            groups *= 2u;
+        wpg = wpb / groups;
+        gid = wib / wpg;
+    }
     if (gid < groups) {
         const unsigned int rank = threadIdx.x - (first + gid * wpg) * 32u;
-        float *gsmem = smem + gid * GDR_SERVE_GROUP_FLOATS;
+        float *gsmem = gdr_serve_wsmem + gid * GDR_SERVE_GROUP_FLOATS;
         for (unsigned int k = gid; k < n; k += groups) {
-            const unsigned int r = gdr_serve_run(rank, wpg * 32u, 1u + gid, gsmem, consts,
-                                                 resident, sh->reqs[k], sh->lens[k],
-                                                 sh->resps[k], sh->cap);
+            const unsigned int r =
+                INLINE_APP ? gdr_serve_app_on(rank, wpg * 32u, 1u + gid, gsmem, consts, resident,
+                                              sh->reqs[k], sh->lens[k], sh->resps[k], sh->cap)
+                           : gdr_serve_run(rank, wpg * 32u, 1u + gid, gsmem, consts, resident,
+                                           sh->reqs[k], sh->lens[k], sh->resps[k], sh->cap);
             if (rank == 0) sh->outs[k] = r;
             gdr_serve_sync_bar(1u + gid, wpg * 32u);
         }
     }
 }
 
-// Warp 0's loop: mq's receive, the app warps' share of the batch (warp 0 takes part only in a
-// one-warp block), mq's send. A call of its own, as is the other warps' loop below, so each
-// keeps only its own state in registers.
+// Warp 0's loop: mq's receive, the app warps' share of the batch, mq's send. SOLO: a one-warp
+// block, whose warp 0 runs the app itself (through the gdr_serve_run call, which only this
+// instance carries: around a call every live register is saved, so the multi-warp loop has
+// none). A call of its own, as is the other warps' loop below, so each keeps only its own
+// state in registers.
+//
+// GDR_SERVE_PROFILE stages (gpu.rs, worker_stages): 0 recv (gdr_mq_recv: requests found ->
+// in hand), 1 hand-over (-> the first app warp has the batch), 3 app (-> that warp's share
+// is done), 2 send (-> the TX stores issued: the block barrier after the app, then
+// gdr_mq_send). Stages 1 and 3 end on the app warp's clock, read by warp 0 after the barrier.
+template <bool SOLO>
 __device__ __noinline__ void gdr_serve_mq_loop(const gdr_mq_queue_desc *desc, gdr_u32 warp,
-                                               gdr_u64 idle_ns, float *smem, const float *consts,
-                                               const float *resident, gdr_serve_shared *sh) {
+                                               gdr_u64 idle_ns) {
+    gdr_serve_shared *sh = &gdr_serve_wsh;
     struct gdr_mq_worker w;
     gdr_mq_worker_init(w, *desc, warp);
+    if (!GDR_SERVE_PROFILE) w.q.flags &= ~(gdr_u32)GDR_MQ_FLAG_PROFILE;
     w.lone_req = (unsigned char *)sh->lone_req;
     w.lone_cap = GDR_SERVE_LONE_REQ_BYTES;
     gdr_u32 err = 0, arg = 0;
     gdr_mq_batch b;
     for (;;) {
-        const gdr_u32 reason = gdr_mq_recv(w, b, idle_ns, &err, &arg);
+#if GDR_SERVE_RX_WORDS
+        const gdr_u32 reason = gdr_mq_recv_words(w, b, idle_ns, &err, &arg);
+#else
+        const gdr_u32 reason = gdr_mq_recv_header(w, b, idle_ns, &err, &arg);
+#endif
         if (w.lane == 0) {
             sh->reason = reason;
             sh->n = reason ? 0u : b.n;
@@ -179,13 +251,27 @@ __device__ __noinline__ void gdr_serve_mq_loop(const gdr_mq_queue_desc *desc, gd
             sh->lens[w.lane] = b.req_len;
             sh->resps[w.lane] = resp;
         }
-        gdr_serve_sync_bar(0u, blockDim.x);
-        if (reason) break;
-        gdr_mq_prof(w, 1);  // profile stage 1: the hand-over (gpu.rs, worker_stages)
-        if (gdr_serve_first_app_warp() == 0u) gdr_serve_block_batch(b.n, smem, consts, resident, sh);
-        gdr_serve_sync_bar(0u, blockDim.x);
-        gdr_mq_prof(w, 3);  // stage 3: the app; gdr_mq_send ends stage 2, the TX stores
-        gdr_mq_send(w, b, resp, w.lane < b.n ? sh->outs[w.lane] : 0u);
+        if (SOLO) {
+            __syncwarp();
+            if (reason) break;
+            if (GDR_SERVE_PROFILE && w.lane == 0) sh->app_clock[0] = clock64();
+            gdr_serve_block_batch<false>(b.n);
+            if (GDR_SERVE_PROFILE && w.lane == 0)
+                sh->app_clock[1] = gdr_serve_clock_after(sh->outs[0]);
+            __syncwarp();
+        } else {
+            gdr_serve_sync_bar(0u, blockDim.x);
+            if (reason) break;
+            gdr_serve_sync_bar(0u, blockDim.x);
+        }
+        const gdr_u32 out = w.lane < b.n ? sh->outs[w.lane] : 0u;
+        if (GDR_SERVE_PROFILE && (w.q.flags & GDR_MQ_FLAG_PROFILE)) {
+            const gdr_u64 a0 = sh->app_clock[0], a1 = sh->app_clock[1];
+            w.prof[1] += a0 - w.prof_mark;
+            w.prof[3] += a1 - a0;
+            w.prof_mark = a1;
+        }
+        gdr_mq_send(w, b, resp, out);
     }
     gdr_mq_worker_exit(w, sh->reason, err, arg);
 }
@@ -193,14 +279,16 @@ __device__ __noinline__ void gdr_serve_mq_loop(const gdr_mq_queue_desc *desc, gd
 // The other warps' loop: no mq state at all; they learn each batch (or the exit reason) from
 // warp 0 through shared memory. Their mq worker state is made only where they leave
 // (gdr_mq_worker_init has no effect outside warp 0 of the queue, which is in warp 0 of a block).
-__device__ __noinline__ void gdr_serve_app_loop(const gdr_mq_queue_desc *desc, gdr_u32 warp,
-                                                float *smem, const float *consts,
-                                                const float *resident, gdr_serve_shared *sh) {
+__device__ __noinline__ void gdr_serve_app_loop(const gdr_mq_queue_desc *desc, gdr_u32 warp) {
+    gdr_serve_shared *sh = &gdr_serve_wsh;
+    const bool stamps = GDR_SERVE_PROFILE && threadIdx.x == 32u;
     for (;;) {
         gdr_serve_sync_bar(0u, blockDim.x);
         const unsigned int reason = sh->reason, n = sh->n;
         if (reason) break;
-        gdr_serve_block_batch(n, smem, consts, resident, sh);
+        if (stamps) sh->app_clock[0] = gdr_serve_clock_after(n);
+        gdr_serve_block_batch<true>(n);
+        if (stamps) sh->app_clock[1] = gdr_serve_clock_after(sh->outs[0]);
         gdr_serve_sync_bar(0u, blockDim.x);
     }
     struct gdr_mq_worker w;
@@ -217,19 +305,18 @@ __device__ __noinline__ void gdr_serve_app_loop(const gdr_mq_queue_desc *desc, g
 extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
     gdr_serve_worker(const gdr_mq_queue_desc *descs, gdr_u32 nqueues, gdr_u32 blocks_per_queue,
                      gdr_u64 idle_ns) {
-    __shared__ __align__(16) float smem[GDR_SERVE_MAX_GROUPS * GDR_SERVE_GROUP_FLOATS];
-    __shared__ __align__(16) float consts[GDR_SERVE_CONST_FLOATS];
-    __shared__ gdr_serve_shared sh;
     const gdr_u32 q = blockIdx.x / blocks_per_queue;
     if (q >= nqueues) return;
     const gdr_u32 wpb = blockDim.x / 32u, wib = threadIdx.x / 32u;
     const gdr_u32 warp = (blockIdx.x % blocks_per_queue) * wpb + wib;
-    if (threadIdx.x == 0) sh.cap = descs[q].max_msg;
+    if (threadIdx.x == 0) gdr_serve_wsh.cap = descs[q].max_msg;
     gdr_serve_block_init();
-    gdr_serve_block_consts(consts);
-    const float *resident = gdr_serve_block_resident();
-    if (wib == 0)
-        gdr_serve_mq_loop(descs + q, warp, idle_ns, smem, consts, resident, &sh);
+    gdr_serve_block_consts(gdr_serve_wconsts);
+    gdr_serve_block_resident();
+    if (wpb == 1u)
+        gdr_serve_mq_loop<true>(descs + q, warp, idle_ns);
+    else if (wib == 0)
+        gdr_serve_mq_loop<false>(descs + q, warp, idle_ns);
     else
-        gdr_serve_app_loop(descs + q, warp, smem, consts, resident, &sh);
+        gdr_serve_app_loop(descs + q, warp);
 }

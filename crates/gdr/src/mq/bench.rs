@@ -75,6 +75,10 @@ pub struct Latency {
     pub p99_us: f64,
     pub p999_us: f64,
     pub mean_us: f64,
+    /// Median time inside `send` per round trip (queue placements only): packing the request
+    /// and writing it out (stores and the fence that pushes them out of the CPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_send_p50_us: Option<f64>,
     /// Where a worker's time goes per message (queue placements only), from a separate
     /// profiled run.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -139,6 +143,7 @@ fn latency_of(path: String, size: u32, mut ns: Vec<u64>) -> Latency {
         p99_us: pick(0.99),
         p999_us: pick(0.999),
         mean_us: ns.iter().sum::<u64>() as f64 / ns.len() as f64 / 1000.0,
+        host_send_p50_us: None,
         gpu_stages: None,
     }
 }
@@ -218,11 +223,14 @@ fn round_trips(
     }
     check(&buf, &msg, "latency warm-up")?;
     let mut ns = Vec::with_capacity(iters);
+    let mut send_ns = Vec::with_capacity(iters);
     for _ in 0..iters {
         let t = Instant::now();
         q.send(&msg)?;
+        let sent = t.elapsed();
         q.recv(&mut buf)?;
         ns.push(t.elapsed().as_nanos() as u64);
+        send_ns.push(sent.as_nanos() as u64);
     }
     check(&buf, &msg, "latency")?;
     let prof = w.queue(0).worker_profile();
@@ -232,7 +240,10 @@ fn round_trips(
     } else {
         placement.name()
     };
-    Ok((latency_of(path, size, ns), prof))
+    let mut l = latency_of(path, size, ns);
+    send_ns.sort_unstable();
+    l.host_send_p50_us = send_ns.get(send_ns.len() / 2).map(|&v| v as f64 / 1000.0);
+    Ok((l, prof))
 }
 
 /// The host-centric baseline: plain and CUDA-graph round trips.

@@ -128,23 +128,35 @@ pub(crate) fn init_rings(geo: &Geometry, rx: &Region, tx: &Region, first_index: 
 
 /// Packs a request into RX words (`rx_words` geometry): len, tag low, tag high, 0, then 4
 /// payload bytes per word (the last zero-padded), each word `(data, seq)`; `words` in all
-/// (more than the request needs pads with `(0, seq)`, which restamps the slot).
+/// (more than the request needs pads with `(0, seq)`, which restamps the slot). Written in
+/// place into a buffer sized once (a push per word cost ~0.4 us for a 784-byte request).
 fn pack_words(out: &mut Vec<u8>, seq: u32, tag: u64, msg: &[u8], words: usize) {
-    out.clear();
-    let mut push = |d: u32| out.extend_from_slice(&layout::tx_word(d, seq).to_ne_bytes());
-    push(msg.len() as u32);
-    push(tag as u32);
-    push((tag >> 32) as u32);
-    push(0);
-    for c in msg.chunks(4) {
-        let mut b = [0u8; 4];
-        b[..c.len()].copy_from_slice(c);
-        push(u32::from_ne_bytes(b));
-    }
     // Whole 16-byte units (the GPU checks both words of each), then any restamp padding.
     let have = layout::TX_HEADER_WORDS + msg.len().div_ceil(4);
-    for _ in have..words.max(have.next_multiple_of(2)) {
-        push(0);
+    let total = words.max(have.next_multiple_of(2));
+    out.clear();
+    out.resize(total * layout::TX_WORD_SIZE, 0);
+    let word = |d: u32| layout::tx_word(d, seq).to_ne_bytes();
+    let (head, body) = out.split_at_mut(layout::TX_HEADER_WORDS * layout::TX_WORD_SIZE);
+    let header = [msg.len() as u32, tag as u32, (tag >> 32) as u32, 0];
+    for (w, d) in head.chunks_exact_mut(layout::TX_WORD_SIZE).zip(header) {
+        w.copy_from_slice(&word(d));
+    }
+    let mut slots = body.chunks_exact_mut(layout::TX_WORD_SIZE);
+    let mut quads = msg.chunks_exact(4);
+    for (q, w) in (&mut quads).zip(&mut slots) {
+        w.copy_from_slice(&word(u32::from_ne_bytes(q.try_into().expect("4 bytes"))));
+    }
+    let rest = quads.remainder();
+    if !rest.is_empty() {
+        let mut b = [0u8; 4];
+        b[..rest.len()].copy_from_slice(rest);
+        if let Some(w) = slots.next() {
+            w.copy_from_slice(&word(u32::from_ne_bytes(b)));
+        }
+    }
+    for w in slots {
+        w.copy_from_slice(&word(0));
     }
 }
 
@@ -734,6 +746,38 @@ mod tests {
         let g = Geometry::new(4, 64).unwrap().with_rx_words();
         assert_eq!(g.rx_words_of(13), 8);
         assert_eq!(g.stride as usize / 8, 24);
+    }
+
+    #[test]
+    fn rx_words_pack_every_length_and_padding() {
+        let mut rng = rand::thread_rng();
+        let mut out = vec![0xa5u8; 3]; // stale contents are replaced
+        for len in 0..=70usize {
+            let mut msg = vec![0u8; len];
+            rng.fill_bytes(&mut msg);
+            let seq = rng.next_u32();
+            let tag = rng.next_u64();
+            let need = layout::TX_HEADER_WORDS + 2 * len.div_ceil(8);
+            for words in [0, need, need + 6] {
+                pack_words(&mut out, seq, tag, &msg, words);
+                let w: Vec<u64> = out
+                    .chunks_exact(8)
+                    .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+                    .collect();
+                let even = (layout::TX_HEADER_WORDS + len.div_ceil(4)).next_multiple_of(2);
+                assert_eq!(w.len(), words.max(even), "len {len} words {words}");
+                assert!(w.iter().all(|&x| (x >> 32) as u32 == seq), "len {len}");
+                assert_eq!(w[0] as u32 as usize, len);
+                assert_eq!((w[2] << 32) | (w[1] & 0xffff_ffff), tag);
+                assert_eq!(w[3] as u32, 0);
+                let data: Vec<u8> = w[4..]
+                    .iter()
+                    .flat_map(|&x| (x as u32).to_ne_bytes())
+                    .collect();
+                assert_eq!(&data[..len], &msg[..], "len {len}");
+                assert!(data[len..].iter().all(|&b| b == 0), "len {len}: padding");
+            }
+        }
     }
 
     #[test]
