@@ -56,9 +56,9 @@ struct BenchArgs {
     /// Round trips per latency point
     #[arg(long)]
     iters: Option<usize>,
-    /// Bytes of the latency test's message (at most 4096)
-    #[arg(long, default_value_t = 64)]
-    latency_size: u32,
+    /// Bytes of the latency test's message (default 64, at most 4096)
+    #[arg(long)]
+    latency_size: Option<u32>,
     /// Milliseconds per throughput point
     #[arg(long)]
     ms: Option<u64>,
@@ -128,10 +128,12 @@ fn run_bench(a: BenchArgs) -> CmdResult {
         }
         bc.latency_iters = i;
     }
-    if a.latency_size > 4096 {
-        return Err(format!("--latency-size {} is over 4096", a.latency_size).into());
+    if let Some(size) = a.latency_size {
+        if size > 4096 {
+            return Err(format!("--latency-size {size} is over 4096").into());
+        }
+        bc.latency_size = size;
     }
-    bc.latency_size = a.latency_size;
     if let Some(ms) = a.ms {
         bc.duration = Duration::from_millis(ms.max(1));
     }
