@@ -20,6 +20,19 @@ pub use vulkan::{VulkanBackend, VulkanInfo};
 use crate::cuda::{self, CudaError, DeviceMemory};
 use std::sync::Arc;
 
+/// Marks a fresh CPU mapping of GPU memory MADV_DONTFORK, so a forked child does not inherit
+/// it: the child's copy would outlive the parent's control of the memory (the parent may unpin
+/// or free it while the child still writes). A child that touches the address faults instead.
+/// Best effort: a kernel that refuses leaves the mapping as it was.
+pub(crate) fn keep_from_fork(ptr: *mut u8, len: usize) {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    let start = ptr as usize & !(page - 1);
+    let end = (ptr as usize).saturating_add(len).next_multiple_of(page);
+    // SAFETY: madvise only changes the fork behaviour of our own mapping's pages.
+    unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTFORK) };
+}
+
 /// Errors from the BAR-mapping backends. Each says what is missing and how to get it.
 #[derive(Debug, thiserror::Error)]
 pub enum BarError {

@@ -102,7 +102,13 @@ pub enum PinError {
          backend pins only memory allocated with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR \
          (gdr::cuda::vmm::VmmBuffer)"
     )]
-    NotExportable { addr: u64, why: String },
+    NotExportable {
+        addr: u64,
+        /// Whether the range is `cuMemCreate` memory (made without a POSIX-fd handle type, or
+        /// whose export failed) rather than `cuMemAlloc`/`cudaMalloc` memory.
+        cumemcreate: bool,
+        why: String,
+    },
     #[error("Vulkan refused to import the CUDA allocation into the host-visible memory type: {0}")]
     ImportRefused(BarError),
     #[error("the pinned range is already mapped (one mapping per pin, as gdrcopy)")]
@@ -322,7 +328,8 @@ fn pin_vulkan(be: &VulkanBackend, addr: u64, size: u64) -> Result<Pinned, PinErr
     }
     let (handle, posix) = vmm::retain_handle(base).map_err(|e| PinError::NotExportable {
         addr,
-        why: e.to_string(),
+        cumemcreate: false,
+        why: format!("not cuMemCreate memory: {e}"),
     })?;
     let fd = if posix {
         vmm::export_handle(handle)
@@ -332,6 +339,7 @@ fn pin_vulkan(be: &VulkanBackend, addr: u64, size: u64) -> Result<Pinned, PinErr
     vmm::release_handle(handle);
     let fd = fd.map_err(|e| PinError::NotExportable {
         addr,
+        cumemcreate: true,
         why: if posix {
             e.to_string()
         } else {
@@ -462,6 +470,7 @@ impl Pinned {
                 // SAFETY: the mapping lives in a PinnedMapping that borrows this Pinned, which
                 // unpins only in its own drop.
                 let m = unsafe { drv.map(*handle, map_len)? };
+                super::keep_from_fork(m.as_ptr(), map_len);
                 (m.as_ptr(), MapImp::GdrDrv { mapping: Some(m) })
             }
             PinnedImp::DmaBuf(buf) => {
@@ -484,6 +493,7 @@ impl Pinned {
                         .unwrap_or_default();
                     return Err(PinError::MmapRefused { errno, driver });
                 }
+                super::keep_from_fork(p.cast(), map_len);
                 let p = NonNull::new(p.cast::<u8>()).ok_or(PinError::MmapRefused {
                     errno: libc::EFAULT,
                     driver: String::new(),

@@ -230,7 +230,10 @@ impl Block {
             dev.device
                 .map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty())
         } {
-            Ok(p) => p.cast::<u8>(),
+            Ok(p) => {
+                super::keep_from_fork(p.cast(), size);
+                p.cast::<u8>()
+            }
             Err(r) => {
                 free_memory(&dev);
                 return Err(BarError::Vulkan {
@@ -539,7 +542,10 @@ impl Imported {
                 .device
                 .map_memory(self.memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty())
         }
-        .map(|p| p.cast::<u8>())
+        .map(|p| {
+            super::keep_from_fork(p.cast(), self.size);
+            p.cast::<u8>()
+        })
         .map_err(vk_err("vkMapMemory"))
     }
 

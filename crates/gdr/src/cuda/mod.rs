@@ -446,6 +446,55 @@ impl Drop for DeviceBuffer {
     }
 }
 
+/// The ordinal of the GPU that owns device memory at `addr`
+/// (`CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`).
+pub fn pointer_device(addr: u64) -> Result<usize> {
+    let d = driver()?;
+    let mut ordinal: c_int = -1;
+    // SAFETY: the DEVICE_ORDINAL attribute is an int written to the out-pointer.
+    d.check("cuPointerGetAttribute(DEVICE_ORDINAL)", unsafe {
+        (d.api.pointer_get_attribute)(
+            (&mut ordinal as *mut c_int).cast(),
+            sys::POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            addr,
+        )
+    })?;
+    Ok(ordinal.max(0) as usize)
+}
+
+/// Puts back, on drop, whatever CUDA context was current on this thread when it was made. For
+/// entry points called from other people's threads (gdr's C library): gdr binds its own
+/// contexts to do its work and must not leave them current for the caller.
+pub struct CurrentContextGuard {
+    prev: sys::CUcontext,
+    /// The current context is per thread: the guard stays on the thread that made it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl CurrentContextGuard {
+    pub fn save() -> Result<CurrentContextGuard> {
+        let d = driver()?;
+        let mut prev = std::ptr::null_mut();
+        // SAFETY: out-pointer to a live local.
+        d.check("cuCtxGetCurrent", unsafe {
+            (d.api.ctx_get_current)(&mut prev)
+        })?;
+        Ok(CurrentContextGuard {
+            prev,
+            _not_send: std::marker::PhantomData,
+        })
+    }
+}
+
+impl Drop for CurrentContextGuard {
+    fn drop(&mut self) {
+        if let Ok(d) = driver() {
+            // SAFETY: restores the caller's own context (or none); CUDA validates the handle.
+            unsafe { (d.api.ctx_set_current)(self.prev) };
+        }
+    }
+}
+
 /// Page-locked host memory mapped into the GPU's address space (`cuMemHostAlloc` with
 /// DEVICEMAP): the CPU reads and writes it as ordinary memory, GPU threads reach it over PCIe.
 pub struct HostBuffer {

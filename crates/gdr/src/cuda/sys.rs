@@ -61,6 +61,7 @@ pub const POINTER_ATTRIBUTE_CONTEXT: c_int = 1;
 pub const POINTER_ATTRIBUTE_MEMORY_TYPE: c_int = 2;
 pub const POINTER_ATTRIBUTE_SYNC_MEMOPS: c_int = 6;
 pub const POINTER_ATTRIBUTE_BUFFER_ID: c_int = 7;
+pub const POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_int = 9;
 pub const POINTER_ATTRIBUTE_RANGE_START_ADDR: c_int = 11;
 pub const POINTER_ATTRIBUTE_RANGE_SIZE: c_int = 12;
 
@@ -187,6 +188,7 @@ driver_api! {
     device_primary_ctx_retain = "cuDevicePrimaryCtxRetain"(*mut CUcontext, CUdevice);
     device_primary_ctx_release = "cuDevicePrimaryCtxRelease_v2"(CUdevice);
     ctx_set_current = "cuCtxSetCurrent"(CUcontext);
+    ctx_get_current = "cuCtxGetCurrent"(*mut CUcontext);
     ctx_push_current = "cuCtxPushCurrent_v2"(CUcontext);
     ctx_pop_current = "cuCtxPopCurrent_v2"(*mut CUcontext);
     ctx_synchronize = "cuCtxSynchronize"();
