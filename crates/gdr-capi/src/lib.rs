@@ -1,21 +1,25 @@
-//! A stand-in for gdrcopy's `libgdrapi.so.2` on top of gdr: gdrcopy's C API names and
-//! semantics (see `include/gdrapi.h`), with pinning through [`gdr::bar::Pinner`] and one
-//! extension, `gdr_alloc_mapped`, for machines where only new memory can be mapped (Vulkan).
+//! gdr's `libgdrapi.so.2`: gdrcopy 2.6's C API and ABI (see `include/gdrapi.h`) on top of gdr,
+//! pinning through [`gdr::bar::Pinner`] (gdrdrv, dma-buf mmap or Vulkan import), with one
+//! extension, `gdr_alloc_mapped`, for machines where only new memory can be mapped.
 //!
-//! Every entry point catches panics (none may unwind into C) and returns 0 or a positive
-//! errno. Handles and `gdr_t` values are looked up in one process-wide table, so a stale or
-//! made-up handle is answered with `EINVAL` instead of touching freed memory.
+//! Every entry point catches panics (none may unwind into C) and returns 0 or a positive errno.
+//! Handles and `gdr_t` values live in one process-wide table ([`table`]), so a stale or made-up
+//! one is answered with EINVAL. Messages follow gdrcopy's `GDRCOPY_ENABLE_LOGGING` /
+//! `GDRCOPY_LOG_LEVEL` ([`log`]).
 
 // The entry points are C functions whose pointer contracts are the header's; Rust callers are
-// only this crate's tests. `c_ulong` is u64 here but not on every target, hence the casts.
+// only this crate's tests and `gdr apiperf`. `c_ulong` is u64 here but not on every target.
 #![allow(clippy::not_unsafe_ptr_arg_deref, clippy::unnecessary_cast)]
 
-use gdr::bar::{MappedBuffer, PinBackend, Pinned, PinnedMapping, Pinner, VulkanBackend};
+mod log;
+mod table;
+
+use gdr::bar::{PinBackend, PinError, Pinned, Pinner, VulkanBackend};
 use gdr::cuda::{Context, DeviceMemory};
-use std::collections::HashMap;
-use std::ffi::{c_int, c_uint, c_ulong, c_void};
+use log::{log, Level};
+use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Mutex, MutexGuard};
+use table::{forked, with_state, Gdr, Handle, Kind};
 
 /// `gdr_mh_t`.
 #[repr(C)]
@@ -38,99 +42,127 @@ pub struct GdrInfoV2 {
     pub mapping_type: c_uint,
 }
 
+/// gdrcopy's v1 `gdr_info_t` (what the exported symbol `gdr_get_info` fills): the v2 struct
+/// without `mapping_type`, 40 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GdrInfoV1 {
+    pub va: u64,
+    pub mapped_size: u64,
+    pub page_size: u32,
+    pub tm_cycles: u64,
+    pub cycles_per_ms: u32,
+    pub flags: c_uint,
+}
+
 pub const MAPPING_TYPE_NONE: c_uint = 0;
 pub const MAPPING_TYPE_WC: c_uint = 1;
+pub const MAPPING_TYPE_CACHING: c_uint = 2;
+pub const MAPPING_TYPE_DEVICE: c_uint = 3;
+pub const MAP_FLAG_DEFAULT: c_int = 0;
+pub const MAP_FLAG_REQ_WC_MAPPING: c_int = 1;
 pub const ATTR_USE_PERSISTENT_MAPPING: c_int = 1;
 pub const ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE: c_int = 2;
+pub const ATTR_USING_DMA_BUF_MMAP: c_int = 3;
+/// gdr extension: which backend (`GDR_ATTR_GDR_BACKEND`).
+pub const ATTR_GDR_BACKEND: c_int = 0x1000;
 pub const PIN_FLAG_FORCE_PCIE: u32 = 1;
 pub const API_MAJOR: c_int = 2;
-pub const API_MINOR: c_int = 5;
+pub const API_MINOR: c_int = 6;
+/// What `gdr_driver_get_version` answers on the backends without a kernel module: the gdrdrv
+/// interface level they implement (see the header).
+pub const USER_SPACE_DRIVER_VERSION: (c_int, c_int) = (2, 6);
 
-/// One `gdr_open`.
-struct Gdr {
-    ctx: Context,
-    pinner: Option<Pinner>,
-    vulkan: Option<VulkanBackend>,
-}
-
-enum Kind {
-    /// An existing range pinned. `map` borrows `pin` (boxed, so its address is stable) and is
-    /// declared first so that it drops first.
-    Pin {
-        map: Option<PinnedMapping<'static>>,
-        pin: Box<Pinned>,
-    },
-    /// Memory from `gdr_alloc_mapped`: mapped from birth; `mapped` tracks gdr_map/gdr_unmap.
-    Alloc { buf: MappedBuffer, mapped: bool },
-}
-
-struct Handle {
-    owner: usize,
-    kind: Kind,
-}
-
-impl Handle {
-    /// (GPU address of the first pinned byte, bytes pinned, CPU address of that byte).
-    fn geometry(&self) -> (u64, u64, *mut u8) {
-        match &self.kind {
-            Kind::Pin { map, pin } => (
-                pin.start(),
-                pin.pinned_len(),
-                map.as_ref().map_or(std::ptr::null_mut(), |m| m.base_ptr()),
-            ),
-            Kind::Alloc { buf, .. } => (buf.device_ptr(), buf.len() as u64, buf.host_ptr()),
-        }
-    }
-
-    fn is_mapped(&self) -> bool {
-        match &self.kind {
-            Kind::Pin { map, .. } => map.is_some(),
-            Kind::Alloc { mapped, .. } => *mapped,
-        }
+/// `GDR_GDR_BACKEND_*`.
+pub fn backend_code(b: PinBackend) -> c_int {
+    match b {
+        PinBackend::GdrDrv => 1,
+        PinBackend::DmaBuf => 2,
+        PinBackend::Vulkan => 3,
     }
 }
 
-#[derive(Default)]
-struct State {
-    gdrs: HashMap<usize, Gdr>,
-    handles: HashMap<u64, Handle>,
-    next: u64,
+/// Runs an entry point: EINVAL in a forked child (see [`table`]), EIO for a panic.
+fn guard(name: &str, f: impl FnOnce() -> c_int) -> c_int {
+    if forked() {
+        log!(
+            Level::Error,
+            "{name}: called in a child process after fork(); the parent's gdr_t and handles \
+             are not usable here"
+        );
+        return libc::EINVAL;
+    }
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        log!(Level::Error, "{name}: internal error (panic)");
+        libc::EIO
+    })
 }
 
-// SAFETY: every value in the table is Send except the CPU mapping pointers inside handles,
-// which are only dereferenced by the copy functions with the table locked.
-unsafe impl Send for State {}
-
-static STATE: Mutex<Option<State>> = Mutex::new(None);
-
-fn state() -> MutexGuard<'static, Option<State>> {
-    STATE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> T {
-    let mut g = state();
-    f(g.get_or_insert_with(State::default))
-}
-
-/// Runs an entry point, turning a panic into `EIO`.
-fn guard(f: impl FnOnce() -> c_int) -> c_int {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or(libc::EIO)
+/// Writes `v` through a caller's out-pointer, or EINVAL when it is null.
+fn put<T>(out: *mut T, v: T) -> c_int {
+    if out.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: non-null; the header's contract is that out-pointers are writable.
+    unsafe { out.write(v) };
+    0
 }
 
 fn open_inner() -> Option<Gdr> {
     let ordinal = std::env::var("GDR_CUDA_DEVICE")
         .ok()
-        .and_then(|v| v.parse().ok())
+        .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
-    let ctx = Context::on(ordinal).ok()?;
-    let pinner = Pinner::new(&ctx, None).ok();
-    let vulkan = VulkanBackend::new(&ctx).ok();
+    let ctx = match Context::on(ordinal) {
+        Ok(c) => c,
+        Err(e) => {
+            log!(Level::Error, "gdr_open: no usable GPU {ordinal}: {e}");
+            return None;
+        }
+    };
+    // gdrcopy's switch for its dma-buf backend; GDR_BACKEND (read by Pinner) names any.
+    let choice = match std::env::var("GDRCOPY_USE_DMABUF_MMAP").as_deref() {
+        Ok("1") => Some(PinBackend::DmaBuf),
+        _ => None,
+    };
+    let pinner = match Pinner::new(&ctx, choice) {
+        Ok(p) => {
+            log!(
+                Level::Info,
+                "gdr_open: {} backend ({})",
+                p.backend(),
+                p.reason()
+            );
+            Some(p)
+        }
+        Err(e) if choice.is_some() => {
+            log!(Level::Error, "gdr_open: GDRCOPY_USE_DMABUF_MMAP=1 but {e}");
+            return None;
+        }
+        Err(e) => {
+            log!(Level::Warn, "gdr_open: nothing can be pinned here: {e}");
+            None
+        }
+    };
+    let vulkan = match VulkanBackend::new(&ctx) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            log!(Level::Info, "gdr_open: gdr_alloc_mapped unavailable: {e}");
+            None
+        }
+    };
     if pinner.is_none() && vulkan.is_none() {
+        log!(
+            Level::Error,
+            "gdr_open: no backend works here (gdrdrv, CUDA 13.3+ dma-buf mmap or Vulkan with a \
+             mappable BAR1 are needed; `gdr info` explains)"
+        );
         return None;
     }
     Some(Gdr {
+        backend: pinner.as_ref().map(Pinner::backend),
+        pinners: [(ctx.device().ordinal(), pinner)].into_iter().collect(),
         ctx,
-        pinner,
         vulkan,
     })
 }
@@ -138,15 +170,23 @@ fn open_inner() -> Option<Gdr> {
 /// `gdr_open`.
 #[no_mangle]
 pub extern "C" fn gdr_open() -> *mut c_void {
+    if forked() {
+        log!(
+            Level::Error,
+            "gdr_open: not supported in a child forked after gdr_open"
+        );
+        return std::ptr::null_mut();
+    }
     catch_unwind(|| {
+        table::watch_fork();
+        let _current = gdr::cuda::CurrentContextGuard::save().ok();
         let Some(g) = open_inner() else {
             return std::ptr::null_mut();
         };
         // A token that is never handed out twice (not a freed allocation that malloc could
         // return again), so a stale gdr_t can never alias a newer one.
         with_state(|s| {
-            s.next += 1;
-            let token = (s.next as usize) << 4;
+            let token = (s.fresh() as usize) << 4;
             s.gdrs.insert(token, g);
             token as *mut c_void
         })
@@ -157,7 +197,7 @@ pub extern "C" fn gdr_open() -> *mut c_void {
 /// `gdr_close`.
 #[no_mangle]
 pub extern "C" fn gdr_close(g: *mut c_void) -> c_int {
-    guard(|| {
+    guard("gdr_close", || {
         let (gone, doomed) = with_state(|s| {
             let gone = s.gdrs.remove(&(g as usize));
             let keys: Vec<u64> = s
@@ -175,54 +215,171 @@ pub extern "C" fn gdr_close(g: *mut c_void) -> c_int {
         let Some(gdr) = gone else {
             return libc::EINVAL;
         };
-        drop(doomed);
+        let _current = gdr::cuda::CurrentContextGuard::save().ok();
+        if !doomed.is_empty() {
+            log!(
+                Level::Info,
+                "gdr_close: releasing {} handle(s) still pinned or allocated",
+                doomed.len()
+            );
+        }
+        drop(doomed); // unmaps, then unpins or frees, outside the lock
         drop(gdr);
         0
     })
 }
 
-fn pin(g: *mut c_void, addr: c_ulong, size: usize, out: *mut GdrMh) -> c_int {
-    if out.is_null() || size == 0 {
+/// The one line that says why a range cannot be pinned here and what works instead.
+fn refusal(addr: u64, size: usize, backend: PinBackend, e: &PinError) {
+    let what = match e {
+        PinError::NotExportable {
+            cumemcreate: true, ..
+        } => "cuMemCreate memory made without a POSIX-fd handle type",
+        PinError::NotExportable { .. } => "cuMemAlloc/cudaMalloc memory",
+        _ => "this memory",
+    };
+    log!(
+        Level::Error,
+        "gdr_pin_buffer: cannot pin {addr:#x}+{size}: {what} cannot be mapped by the {backend} \
+         backend ({e}). Without gdrdrv, and on CUDA drivers before 13.3 (no dma-buf mmap), \
+         only cuMemCreate memory made with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR can be \
+         pinned: allocate it so (PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), \
+         use gdr_alloc_mapped(), a CUDA 13.3+ driver, or load gdrdrv"
+    );
+}
+
+/// The pinner of GPU `ordinal` for `g`, opened (unlocked) at the first pin on that GPU;
+/// `Err(EINVAL)` for an unknown `g`, `Ok(None)` when that GPU cannot pin.
+fn pinner_for(g: *mut c_void, ordinal: usize) -> Result<Option<Pinner>, c_int> {
+    let (known, backend) = {
+        let s = table::read();
+        let gdr = s
+            .as_ref()
+            .and_then(|s| s.gdrs.get(&(g as usize)))
+            .ok_or(libc::EINVAL)?;
+        (gdr.pinners.get(&ordinal).cloned(), gdr.backend)
+    };
+    if let Some(p) = known {
+        return Ok(p);
+    }
+    let opened = Context::on(ordinal)
+        .map_err(PinError::from)
+        .and_then(|ctx| Pinner::new(&ctx, backend));
+    let opened = match opened {
+        Ok(p) => {
+            log!(
+                Level::Info,
+                "gdr_pin_buffer: GPU {ordinal}: {} backend",
+                p.backend()
+            );
+            Some(p)
+        }
+        Err(e) => {
+            log!(
+                Level::Error,
+                "gdr_pin_buffer: GPU {ordinal} cannot pin: {e}"
+            );
+            None
+        }
+    };
+    with_state(|s| {
+        let gdr = s.gdrs.get_mut(&(g as usize)).ok_or(libc::EINVAL)?;
+        Ok(gdr.pinners.entry(ordinal).or_insert(opened).clone())
+    })
+}
+
+fn pin(g: *mut c_void, addr: c_ulong, size: usize, handle: *mut GdrMh) -> c_int {
+    if handle.is_null() || size == 0 {
         return libc::EINVAL;
     }
-    let pinner = with_state(|s| s.gdrs.get(&(g as usize)).map(|gd| gd.pinner.clone()));
-    let pinner = match pinner {
-        None => return libc::EINVAL,
-        Some(None) => return libc::ENOTSUP,
-        Some(Some(p)) => p,
-    };
-    let pinned = match pinner.pin(addr as u64, size as u64) {
-        Ok(p) => Box::new(p),
-        Err(gdr::bar::PinError::Cuda(_) | gdr::bar::PinError::Peer(_)) => return libc::EINVAL,
-        Err(gdr::bar::PinError::NotExportable { .. }) => return libc::ENOTSUP,
-        Err(_) => return libc::EIO,
-    };
-    // Pinning ran unlocked: `g` may have been closed meanwhile; then the pin is released here
-    // instead of being left in the table with no owner.
-    let h = with_state(|s| {
-        if !s.gdrs.contains_key(&(g as usize)) {
-            return Err(pinned);
+    let _current = gdr::cuda::CurrentContextGuard::save().ok();
+    let ordinal = match gdr::cuda::pointer_device(addr as u64) {
+        Ok(o) => o,
+        Err(e) => {
+            // An unknown g is EINVAL too; say nothing about the address then.
+            log!(
+                Level::Error,
+                "gdr_pin_buffer: {addr:#x} is not CUDA device memory: {e}"
+            );
+            return libc::EINVAL;
         }
-        s.next += 1;
-        let h = s.next;
-        s.handles.insert(
-            h,
-            Handle {
-                owner: g as usize,
-                kind: Kind::Pin {
-                    map: None,
-                    pin: pinned,
-                },
-            },
-        );
-        Ok(h)
-    });
-    let Ok(h) = h else {
+    };
+    let pinner = match pinner_for(g, ordinal) {
+        Err(e) => return e,
+        Ok(None) => {
+            log!(
+                Level::Error,
+                "gdr_pin_buffer: no pinning backend works on GPU {ordinal} (only \
+                 gdr_alloc_mapped may); `gdr info` says why"
+            );
+            return libc::ENOTSUP;
+        }
+        Ok(Some(p)) => p,
+    };
+    let addr = addr as u64;
+    let pinned: Box<Pinned> = match pinner.pin(addr, size as u64) {
+        Ok(p) => Box::new(p),
+        Err(e @ (PinError::NotExportable { .. } | PinError::MmapRefused { .. })) => {
+            refusal(addr, size, pinner.backend(), &e);
+            return libc::ENOTSUP;
+        }
+        Err(e @ PinError::Peer(gdr::peer::PeerError::OutsideAllocation { .. })) => {
+            log!(
+                Level::Error,
+                "gdr_pin_buffer: {addr:#x}+{size} spans more than one CUDA allocation ({e}); a \
+                 pin lies inside one (PyTorch's expandable segments are 2 MiB / 20 MiB chunks)"
+            );
+            return libc::EINVAL;
+        }
+        Err(e @ (PinError::Cuda(_) | PinError::Peer(_))) => {
+            log!(
+                Level::Error,
+                "gdr_pin_buffer: {addr:#x}+{size} is not CUDA memory of this GPU: {e}"
+            );
+            return libc::EINVAL;
+        }
+        Err(e) => {
+            log!(Level::Error, "gdr_pin_buffer: {addr:#x}+{size}: {e}");
+            return libc::EIO;
+        }
+    };
+    let buffer_id = gdr::peer::dmabuf::buffer_id(addr).ok().flatten();
+    let entry = Handle::new(
+        g as usize,
+        Kind::Pin {
+            map: None,
+            pin: pinned,
+            buffer_id,
+        },
+    );
+    let window = entry.window;
+    let backend = entry.backend();
+    let Some(h) = insert(g, entry) else {
         return libc::EINVAL;
     };
-    // SAFETY: checked non-null; the caller passes a writable gdr_mh_t.
-    unsafe { out.write(GdrMh { h: h as c_ulong }) };
-    0
+    log!(
+        Level::Info,
+        "gdr_pin_buffer: {addr:#x}+{size} pinned ({backend}): handle {h}, va {:#x}, {} bytes",
+        window.va,
+        window.len
+    );
+    put(handle, GdrMh { h: h as c_ulong })
+}
+
+/// Adds `entry` to the table as a new handle of `g`. Pinning and allocating run unlocked, so `g`
+/// may have been closed meanwhile: then `entry` is released here (unlocked) and `None` returned.
+fn insert(g: *mut c_void, entry: Handle) -> Option<u64> {
+    let mut entry = Some(entry);
+    let h = with_state(|s| {
+        if !s.gdrs.contains_key(&(g as usize)) {
+            return None;
+        }
+        let h = s.fresh();
+        s.handles.insert(h, entry.take()?);
+        Some(h)
+    });
+    drop(entry);
+    h
 }
 
 /// `gdr_pin_buffer`. The P2P token and VA space (for legacy UVA-less code) are ignored, as
@@ -236,10 +393,10 @@ pub extern "C" fn gdr_pin_buffer(
     _va_space: u32,
     handle: *mut GdrMh,
 ) -> c_int {
-    guard(|| pin(g, addr, size, handle))
+    guard("gdr_pin_buffer", || pin(g, addr, size, handle))
 }
 
-/// `gdr_pin_buffer_v2`: FORCE_PCIE is what every backend here does on a discrete GPU.
+/// `gdr_pin_buffer_v2`: FORCE_PCIE is what every mapping is on an x86 host with a discrete GPU.
 #[no_mangle]
 pub extern "C" fn gdr_pin_buffer_v2(
     g: *mut c_void,
@@ -248,207 +405,303 @@ pub extern "C" fn gdr_pin_buffer_v2(
     flags: u32,
     handle: *mut GdrMh,
 ) -> c_int {
-    guard(|| {
+    guard("gdr_pin_buffer_v2", || {
         if flags & !PIN_FLAG_FORCE_PCIE != 0 {
+            log!(Level::Error, "gdr_pin_buffer_v2: unknown flags {flags:#x}");
             return libc::EINVAL;
         }
         pin(g, addr, size, handle)
     })
 }
 
-/// Removes `mh` of `g` if `accept` says it is the right kind.
+/// Removes `mh` of `g` if `accept` says it is the right kind, and drops it unlocked.
 fn take_handle(g: *mut c_void, mh: GdrMh, accept: fn(&Kind) -> bool) -> c_int {
+    let _current = gdr::cuda::CurrentContextGuard::save().ok();
     let taken = with_state(|s| {
         if !s.gdrs.contains_key(&(g as usize)) {
-            return Err(libc::EINVAL);
+            return None;
         }
         match s.handles.get(&(mh.h as u64)) {
-            Some(h) if h.owner == g as usize && accept(&h.kind) => {
-                Ok(s.handles.remove(&(mh.h as u64)))
-            }
-            _ => Err(libc::EINVAL),
+            Some(h) if h.owner == g as usize && accept(&h.kind) => s.handles.remove(&(mh.h as u64)),
+            _ => None,
         }
     });
     match taken {
-        Ok(h) => {
+        Some(h) => {
             drop(h); // unmaps, then unpins or frees, outside the lock
             0
         }
-        Err(e) => e,
+        None => libc::EINVAL,
     }
 }
 
 /// `gdr_unpin_buffer` (a live mapping is torn down first).
 #[no_mangle]
 pub extern "C" fn gdr_unpin_buffer(g: *mut c_void, mh: GdrMh) -> c_int {
-    guard(|| take_handle(g, mh, |k| matches!(k, Kind::Pin { .. })))
+    guard("gdr_unpin_buffer", || {
+        take_handle(g, mh, |k| matches!(k, Kind::Pin { .. }))
+    })
 }
 
 /// `gdr_free_mapped` (extension).
 #[no_mangle]
 pub extern "C" fn gdr_free_mapped(g: *mut c_void, mh: GdrMh) -> c_int {
-    guard(|| take_handle(g, mh, |k| matches!(k, Kind::Alloc { .. })))
+    guard("gdr_free_mapped", || {
+        take_handle(g, mh, |k| matches!(k, Kind::Alloc { .. }))
+    })
 }
 
-/// Runs `f` on handle `mh` of `g`.
-fn with_handle(g: *mut c_void, mh: GdrMh, f: impl FnOnce(&mut Handle, &Gdr) -> c_int) -> c_int {
+/// Runs `f` on handle `mh` of `g`, the table locked exclusively.
+fn with_handle(g: *mut c_void, mh: GdrMh, f: impl FnOnce(&mut Handle) -> c_int) -> c_int {
     with_state(|s| {
-        let Some(gdr) = s.gdrs.get(&(g as usize)) else {
+        if !s.gdrs.contains_key(&(g as usize)) {
             return libc::EINVAL;
-        };
+        }
         match s.handles.get_mut(&(mh.h as u64)) {
-            Some(h) if h.owner == g as usize => f(h, gdr),
+            Some(h) if h.owner == g as usize => f(h),
             _ => libc::EINVAL,
         }
     })
 }
 
-/// `gdr_get_callback_flag`: whether the memory was freed while pinned.
+/// `gdr_get_callback_flag`: whether the application freed the pinned memory before unpinning.
+/// gdrdrv says so itself; for the persistent backends the allocation's BUFFER_ID is compared
+/// with the one seen at pin time (the memory itself stays held by the pin until unpinned).
 #[no_mangle]
 pub extern "C" fn gdr_get_callback_flag(g: *mut c_void, mh: GdrMh, flag: *mut c_int) -> c_int {
-    guard(|| {
+    guard("gdr_get_callback_flag", || {
         if flag.is_null() {
             return libc::EINVAL;
         }
-        with_handle(g, mh, |h, _| {
-            let fired = match &h.kind {
-                Kind::Pin { pin, .. } => match pin.callback_fired() {
-                    Ok(f) => f,
-                    Err(_) => return libc::EIO,
-                },
-                Kind::Alloc { .. } => false,
-            };
-            // SAFETY: checked non-null; the caller passes a writable int.
-            unsafe { flag.write(c_int::from(fired)) };
+        let _current = gdr::cuda::CurrentContextGuard::save().ok();
+        let mut fired = Ok(false);
+        let rc = with_handle(g, mh, |h| {
+            if let Kind::Pin { pin, buffer_id, .. } = &h.kind {
+                fired = match pin.backend() {
+                    PinBackend::GdrDrv => pin.callback_fired(),
+                    // No allocation there any more, or another one: freed while pinned.
+                    _ => gdr::peer::dmabuf::buffer_id(pin.addr())
+                        .map(|now| buffer_id.is_some() && now != *buffer_id)
+                        .map_err(PinError::from),
+                };
+            }
             0
-        })
+        });
+        if rc != 0 {
+            return rc;
+        }
+        match fired {
+            Ok(f) => put(flag, c_int::from(f)),
+            Err(e) => {
+                log!(Level::Error, "gdr_get_callback_flag: {e}");
+                libc::EIO
+            }
+        }
+    })
+}
+
+/// The v2 info of handle `mh` of `g`.
+fn info_of(g: *mut c_void, mh: GdrMh) -> Result<GdrInfoV2, c_int> {
+    let s = table::read();
+    let s = s.as_ref().ok_or(libc::EINVAL)?;
+    if !s.gdrs.contains_key(&(g as usize)) {
+        return Err(libc::EINVAL);
+    }
+    let h = s
+        .handles
+        .get(&(mh.h as u64))
+        .filter(|h| h.owner == g as usize)
+        .ok_or(libc::EINVAL)?;
+    let mapped = h.is_mapped();
+    Ok(GdrInfoV2 {
+        va: h.window.va,
+        mapped_size: h.window.len,
+        page_size: h.window.page,
+        tm_cycles: 0,
+        cycles_per_ms: 0,
+        flags: c_uint::from(mapped) | (c_uint::from(mapped) << 1),
+        mapping_type: if mapped {
+            MAPPING_TYPE_WC
+        } else {
+            MAPPING_TYPE_NONE
+        },
     })
 }
 
 /// `gdr_get_info_v2`.
 #[no_mangle]
 pub extern "C" fn gdr_get_info_v2(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV2) -> c_int {
-    guard(|| {
+    guard("gdr_get_info_v2", || {
         if info.is_null() {
             return libc::EINVAL;
         }
-        with_handle(g, mh, |h, _| {
-            let (va, len, _) = h.geometry();
-            let page_size = match &h.kind {
-                Kind::Pin { pin, .. } if pin.backend() == PinBackend::DmaBuf => {
-                    gdr::peer::dmabuf::host_page_size() as u32
-                }
-                _ => 1 << 16,
-            };
-            let mapped = h.is_mapped();
-            let out = GdrInfoV2 {
-                va,
-                mapped_size: len,
-                page_size,
-                tm_cycles: 0,
-                cycles_per_ms: 0,
-                flags: c_uint::from(mapped) | (c_uint::from(mapped) << 1),
-                mapping_type: if mapped {
-                    MAPPING_TYPE_WC
-                } else {
-                    MAPPING_TYPE_NONE
-                },
-            };
-            // SAFETY: checked non-null; the caller passes a writable gdr_info_v2_t.
-            unsafe { info.write(out) };
-            0
-        })
+        match info_of(g, mh) {
+            Ok(i) => put(info, i),
+            Err(e) => e,
+        }
     })
 }
 
-fn map(g: *mut c_void, mh: GdrMh, va: *mut *mut c_void, size: usize, flags: u32) -> c_int {
-    if va.is_null() || size == 0 || !matches!(flags, MAPPING_TYPE_NONE | MAPPING_TYPE_WC) {
-        return libc::EINVAL;
+/// `gdr_get_info`: gdrcopy's v1 call, still exported for binaries and `dlsym` users (NCCL);
+/// fills the 40-byte v1 struct only.
+#[no_mangle]
+pub extern "C" fn gdr_get_info(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV1) -> c_int {
+    guard("gdr_get_info", || {
+        if info.is_null() {
+            return libc::EINVAL;
+        }
+        match info_of(g, mh) {
+            Ok(i) => put(
+                info,
+                GdrInfoV1 {
+                    va: i.va,
+                    mapped_size: i.mapped_size,
+                    page_size: i.page_size,
+                    tm_cycles: i.tm_cycles,
+                    cycles_per_ms: i.cycles_per_ms,
+                    flags: i.flags,
+                },
+            ),
+            Err(e) => e,
+        }
+    })
+}
+
+/// Maps handle `mh` of `g` (`size` bytes from its `va`); the CPU address of `va`.
+fn map(g: *mut c_void, mh: GdrMh, size: usize, flags: c_int) -> Result<*mut u8, c_int> {
+    if size == 0 {
+        return Err(libc::EINVAL);
     }
-    with_handle(g, mh, |h, _| {
-        let (_, len, _) = h.geometry();
-        if size as u64 > len {
+    if !matches!(flags, MAP_FLAG_DEFAULT | MAP_FLAG_REQ_WC_MAPPING) {
+        log!(
+            Level::Error,
+            "gdr_map_v2: mapping flag {flags} refused: gdr's mappings are write-combined \
+             (GDR_MAP_FLAG_DEFAULT or GDR_MAP_FLAG_REQ_WC_MAPPING)"
+        );
+        return Err(libc::EINVAL);
+    }
+    let host_page = gdr::peer::dmabuf::host_page_size() as usize;
+    let _current = gdr::cuda::CurrentContextGuard::save().ok();
+    let mut out = Err(libc::EINVAL);
+    let rc = with_handle(g, mh, |h| {
+        if size as u64 > h.window.len {
+            log!(
+                Level::Error,
+                "gdr_map: size {size} is larger than the pinned {} bytes",
+                h.window.len
+            );
             return libc::EINVAL;
         }
         if h.is_mapped() {
-            return libc::EBUSY;
+            return libc::EAGAIN;
         }
-        match &mut h.kind {
-            Kind::Pin { map, pin } => {
+        let va = h.window.va;
+        let cpu = match &mut h.kind {
+            Kind::Pin { map, pin, .. } => {
                 let p: &Pinned = pin;
                 // SAFETY: the Box keeps the pin at a fixed address until the handle drops, and
                 // the handle drops `map` before `pin` (field order; gdr_unmap clears it first).
                 let p: &'static Pinned = unsafe { &*(p as *const Pinned) };
                 match p.map() {
-                    Ok(m) => *map = Some(m),
-                    Err(_) => return libc::EIO,
+                    Ok(m) => {
+                        let cpu = m.base_ptr().wrapping_add((va - p.start()) as usize);
+                        *map = Some(m);
+                        cpu
+                    }
+                    Err(e) => {
+                        log!(Level::Error, "gdr_map: {e}");
+                        return libc::EIO;
+                    }
                 }
             }
-            Kind::Alloc { mapped, .. } => *mapped = true,
-        }
-        let (_, _, host) = h.geometry();
-        // SAFETY: checked non-null; the caller passes a writable void *.
-        unsafe { va.write(host.cast()) };
+            Kind::Alloc { buf, mapped } => {
+                *mapped = true;
+                buf.host_ptr()
+            }
+        };
+        h.cpu = cpu;
+        h.cpu_len = size.next_multiple_of(host_page).min(h.window.len as usize);
+        out = Ok(cpu);
         0
-    })
+    });
+    if rc != 0 {
+        return Err(rc);
+    }
+    log!(Level::Info, "gdr_map: handle {} mapped, {size} bytes", mh.h);
+    out
+}
+
+/// Maps and hands the caller the CPU address of the handle's `va`.
+fn map_out(g: *mut c_void, mh: GdrMh, va: *mut *mut c_void, size: usize, flags: c_int) -> c_int {
+    if va.is_null() {
+        return libc::EINVAL;
+    }
+    match map(g, mh, size, flags) {
+        Ok(cpu) => put(va, cpu.cast()),
+        Err(e) => e,
+    }
 }
 
 /// `gdr_map`.
 #[no_mangle]
 pub extern "C" fn gdr_map(g: *mut c_void, mh: GdrMh, va: *mut *mut c_void, size: usize) -> c_int {
-    guard(|| map(g, mh, va, size, MAPPING_TYPE_NONE))
+    guard("gdr_map", || map_out(g, mh, va, size, MAP_FLAG_DEFAULT))
 }
 
-/// `gdr_map_v2`: `flags` is the wanted mapping type (NONE or WC; both give WC here).
+/// `gdr_map_v2`: `flags` is a `gdr_map_flags_t`; default and WC are granted (mappings are WC).
 #[no_mangle]
 pub extern "C" fn gdr_map_v2(
     g: *mut c_void,
     mh: GdrMh,
     va: *mut *mut c_void,
     size: usize,
-    flags: u32,
+    flags: c_int,
 ) -> c_int {
-    guard(|| map(g, mh, va, size, flags))
+    guard("gdr_map_v2", || map_out(g, mh, va, size, flags))
 }
 
 /// `gdr_unmap`: `va` must be what gdr_map gave.
 #[no_mangle]
 pub extern "C" fn gdr_unmap(g: *mut c_void, mh: GdrMh, va: *mut c_void, size: usize) -> c_int {
-    guard(|| {
-        with_handle(g, mh, |h, _| {
-            let (_, len, host) = h.geometry();
-            if !h.is_mapped() || va.cast::<u8>() != host || size == 0 || size as u64 > len {
+    guard("gdr_unmap", || {
+        let mut gone = None;
+        let rc = with_handle(g, mh, |h| {
+            if !h.is_mapped() || va.cast::<u8>() != h.cpu || size == 0 {
                 return libc::EINVAL;
             }
             match &mut h.kind {
-                Kind::Pin { map, .. } => *map = None,
+                Kind::Pin { map, .. } => gone = map.take(),
                 Kind::Alloc { mapped, .. } => *mapped = false,
             }
+            h.cpu = std::ptr::null_mut();
+            h.cpu_len = 0;
             0
-        })
+        });
+        // The exclusive lock is released: nothing can copy through the handle any more, and the
+        // unmap itself runs unlocked.
+        drop(gone);
+        rc
     })
 }
 
 /// Checks that `[ptr, ptr + size)` lies in `mh`'s live mapping and runs `f` with the table
-/// locked (so no unmap can race the copy).
+/// read-locked (so no unmap can race the copy, while copies on other handles go on).
 fn with_mapped_range(mh: GdrMh, ptr: *const u8, size: usize, f: impl FnOnce()) -> c_int {
-    with_state(|s| {
-        let Some(h) = s.handles.get(&(mh.h as u64)) else {
-            return libc::EINVAL;
-        };
-        if !h.is_mapped() {
-            return libc::EINVAL;
+    let s = table::read();
+    let Some(h) = s.as_ref().and_then(|s| s.handles.get(&(mh.h as u64))) else {
+        return libc::EINVAL;
+    };
+    if !h.is_mapped() {
+        return libc::EINVAL;
+    }
+    let (start, end) = (h.cpu as usize, h.cpu as usize + h.cpu_len);
+    match (ptr as usize).checked_add(size) {
+        Some(e) if ptr as usize >= start && e <= end => {
+            f();
+            0
         }
-        let (_, len, host) = h.geometry();
-        let (start, end) = (host as usize, host as usize + len as usize);
-        match (ptr as usize).checked_add(size) {
-            Some(e) if ptr as usize >= start && e <= end => {
-                f();
-                0
-            }
-            _ => libc::EINVAL,
-        }
-    })
+        _ => libc::EINVAL,
+    }
 }
 
 /// `gdr_copy_to_mapping`.
@@ -459,7 +712,7 @@ pub extern "C" fn gdr_copy_to_mapping(
     h_ptr: *const c_void,
     size: usize,
 ) -> c_int {
-    guard(|| {
+    guard("gdr_copy_to_mapping", || {
         if size == 0 {
             return 0;
         }
@@ -485,7 +738,7 @@ pub extern "C" fn gdr_copy_from_mapping(
     map_d_ptr: *const c_void,
     size: usize,
 ) -> c_int {
-    guard(|| {
+    guard("gdr_copy_from_mapping", || {
         if size == 0 {
             return 0;
         }
@@ -506,84 +759,95 @@ pub extern "C" fn gdr_copy_from_mapping(
 /// `gdr_get_attribute`.
 #[no_mangle]
 pub extern "C" fn gdr_get_attribute(g: *mut c_void, attr: c_int, v: *mut c_int) -> c_int {
-    guard(|| {
+    guard("gdr_get_attribute", || {
         if v.is_null() {
             return libc::EINVAL;
         }
-        let value = with_state(|s| {
-            let gdr = s.gdrs.get(&(g as usize))?;
-            let drv = gdr.pinner.as_ref().and_then(|p| p.gdrdrv());
-            Some(match (attr, drv) {
+        let value = {
+            let s = table::read();
+            let Some(gdr) = s.as_ref().and_then(|s| s.gdrs.get(&(g as usize))) else {
+                return libc::EINVAL;
+            };
+            let backend = gdr.backend();
+            let drv = gdr.first_pinner().and_then(|p| p.gdrdrv());
+            match (attr, drv) {
                 (ATTR_USE_PERSISTENT_MAPPING | ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE, Some(d)) => d
                     .get_attr(gdr::bar::gdrdrv::Attr(attr as u32))
                     .map(|x| x as c_int)
-                    .map_err(|_| libc::EIO),
-                // dma-buf and Vulkan pins keep the memory until unpinned: persistent.
-                (ATTR_USE_PERSISTENT_MAPPING, None) => Ok(1),
-                (ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE, None) => Ok(0),
-                _ => Err(libc::EINVAL),
-            })
-        });
-        match value {
-            None => libc::EINVAL,
-            Some(Err(e)) => e,
-            Some(Ok(x)) => {
-                // SAFETY: checked non-null.
-                unsafe { v.write(x) };
-                0
+                    .map_err(|e| {
+                        log!(Level::Error, "gdr_get_attribute({attr}): {e}");
+                        libc::EIO
+                    }),
+                // dma-buf and Vulkan pins hold the memory until unpinned, and every mapping of
+                // a discrete GPU on this host is BAR1 over PCIe.
+                (ATTR_USE_PERSISTENT_MAPPING | ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE, None) => Ok(1),
+                (ATTR_USING_DMA_BUF_MMAP, _) => Ok(c_int::from(backend == PinBackend::DmaBuf)),
+                (ATTR_GDR_BACKEND, _) => Ok(backend_code(backend)),
+                _ => {
+                    log!(Level::Debug, "gdr_get_attribute: unknown attribute {attr}");
+                    Err(libc::EINVAL)
+                }
             }
+        };
+        match value {
+            Ok(x) => put(v, x),
+            Err(e) => e,
         }
+    })
+}
+
+/// `gdr_get_mapping_type_string`.
+#[no_mangle]
+pub extern "C" fn gdr_get_mapping_type_string(
+    mapping_type: c_uint,
+    pstr: *mut *const c_char,
+) -> c_int {
+    guard("gdr_get_mapping_type_string", || {
+        let name: &'static std::ffi::CStr = match mapping_type {
+            MAPPING_TYPE_NONE => c"None",
+            MAPPING_TYPE_WC => c"Write Combining",
+            MAPPING_TYPE_CACHING => c"Caching",
+            MAPPING_TYPE_DEVICE => c"Device",
+            _ => return libc::EINVAL,
+        };
+        put(pstr, name.as_ptr())
     })
 }
 
 /// `gdr_runtime_get_version`: the API level this library implements.
 #[no_mangle]
 pub extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) {
-    let _ = catch_unwind(|| {
-        // SAFETY: each pointer is written only when non-null.
-        unsafe {
-            if !major.is_null() {
-                major.write(API_MAJOR);
-            }
-            if !minor.is_null() {
-                minor.write(API_MINOR);
-            }
-        }
-    });
+    let _ = put(major, API_MAJOR);
+    let _ = put(minor, API_MINOR);
 }
 
-/// `gdr_driver_get_version`: gdrdrv's version, or 0.0 when no kernel driver is in use.
+/// `gdr_driver_get_version`: gdrdrv's version, or [`USER_SPACE_DRIVER_VERSION`] for the
+/// backends without a kernel module.
 #[no_mangle]
 pub extern "C" fn gdr_driver_get_version(
     g: *mut c_void,
     major: *mut c_int,
     minor: *mut c_int,
 ) -> c_int {
-    guard(|| {
+    guard("gdr_driver_get_version", || {
         if major.is_null() || minor.is_null() {
             return libc::EINVAL;
         }
-        let v = with_state(|s| {
+        let v = table::read().as_ref().and_then(|s| {
             let gdr = s.gdrs.get(&(g as usize))?;
-            Some(
-                gdr.pinner
-                    .as_ref()
-                    .and_then(|p| p.gdrdrv())
-                    .map_or((0, 0), |d| {
-                        let v = d.version().driver;
-                        (v.major() as c_int, v.minor() as c_int)
-                    }),
-            )
+            Some(gdr.first_pinner().and_then(|p| p.gdrdrv()).map_or(
+                USER_SPACE_DRIVER_VERSION,
+                |d| {
+                    let v = d.version().driver;
+                    (v.major() as c_int, v.minor() as c_int)
+                },
+            ))
         });
         let Some((a, b)) = v else {
             return libc::EINVAL;
         };
-        // SAFETY: both checked non-null.
-        unsafe {
-            major.write(a);
-            minor.write(b);
-        }
-        0
+        put(major, a);
+        put(minor, b)
     })
 }
 
@@ -595,55 +859,52 @@ pub extern "C" fn gdr_alloc_mapped(
     dptr: *mut c_ulong,
     handle: *mut GdrMh,
 ) -> c_int {
-    guard(|| {
+    guard("gdr_alloc_mapped", || {
         if dptr.is_null() || handle.is_null() || size == 0 {
             return libc::EINVAL;
         }
-        let be = with_state(|s| s.gdrs.get(&(g as usize)).map(|gd| gd.vulkan.clone()));
+        let be = table::read()
+            .as_ref()
+            .and_then(|s| s.gdrs.get(&(g as usize)).map(|gd| gd.vulkan.clone()));
         let be = match be {
             None => return libc::EINVAL,
-            Some(None) => return libc::ENOTSUP,
+            Some(None) => {
+                log!(
+                    Level::Error,
+                    "gdr_alloc_mapped: the Vulkan backend is not usable here"
+                );
+                return libc::ENOTSUP;
+            }
             Some(Some(be)) => be,
         };
+        let _current = gdr::cuda::CurrentContextGuard::save().ok();
         let buf = match be.alloc(size, 1 << 16) {
             Ok(b) => b,
-            Err(gdr::bar::BarError::OutOfMemory { .. }) => return libc::ENOMEM,
-            Err(gdr::bar::BarError::BadLayout(_)) => return libc::EINVAL,
-            Err(_) => return libc::EIO,
+            Err(e) => {
+                log!(Level::Error, "gdr_alloc_mapped({size}): {e}");
+                return match e {
+                    gdr::bar::BarError::OutOfMemory { .. } => libc::ENOMEM,
+                    gdr::bar::BarError::BadLayout(_) => libc::EINVAL,
+                    _ => libc::EIO,
+                };
+            }
         };
         let addr = buf.device_ptr();
-        // As in pin: `g` may have been closed while allocating.
-        let h = with_state(|s| {
-            if !s.gdrs.contains_key(&(g as usize)) {
-                return Err(buf);
-            }
-            s.next += 1;
-            let h = s.next;
-            s.handles.insert(
-                h,
-                Handle {
-                    owner: g as usize,
-                    kind: Kind::Alloc { buf, mapped: false },
-                },
-            );
-            Ok(h)
-        });
-        let Ok(h) = h else {
+        let entry = Handle::new(g as usize, Kind::Alloc { buf, mapped: false });
+        let Some(h) = insert(g, entry) else {
             return libc::EINVAL;
         };
-        // SAFETY: both checked non-null; the caller passes writable outputs.
-        unsafe {
-            dptr.write(addr as c_ulong);
-            handle.write(GdrMh { h: h as c_ulong });
-        }
-        0
+        put(dptr, addr as c_ulong);
+        put(handle, GdrMh { h: h as c_ulong })
     })
 }
 
 /// The CUDA context a `gdr_t` uses (for tests and for callers mixing this API with gdr's Rust
 /// one); `None` for a closed or unknown `g`.
 pub fn context_of(g: *mut c_void) -> Option<Context> {
-    with_state(|s| s.gdrs.get(&(g as usize)).map(|gd| gd.ctx.clone()))
+    table::read()
+        .as_ref()
+        .and_then(|s| s.gdrs.get(&(g as usize)).map(|gd| gd.ctx.clone()))
 }
 
 #[cfg(test)]
@@ -651,13 +912,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn info_layout_matches_the_header() {
+    fn info_layouts_match_gdrcopy() {
         assert_eq!(std::mem::size_of::<GdrInfoV2>(), 48);
         assert_eq!(std::mem::offset_of!(GdrInfoV2, tm_cycles), 24);
         assert_eq!(std::mem::offset_of!(GdrInfoV2, cycles_per_ms), 32);
         assert_eq!(std::mem::offset_of!(GdrInfoV2, flags), 36);
         assert_eq!(std::mem::offset_of!(GdrInfoV2, mapping_type), 40);
+        assert_eq!(std::mem::size_of::<GdrInfoV1>(), 40);
+        assert_eq!(std::mem::offset_of!(GdrInfoV1, flags), 36);
         assert_eq!(std::mem::size_of::<GdrMh>(), 8);
+    }
+
+    #[test]
+    fn mapping_type_names_are_gdrcopys() {
+        let mut p: *const c_char = std::ptr::null();
+        let name = |p: *const c_char| {
+            // SAFETY: the library hands out static NUL-terminated names.
+            unsafe { std::ffi::CStr::from_ptr(p) }.to_str().unwrap()
+        };
+        for (t, want) in [
+            (0, "None"),
+            (1, "Write Combining"),
+            (2, "Caching"),
+            (3, "Device"),
+        ] {
+            assert_eq!(gdr_get_mapping_type_string(t, &mut p), 0);
+            assert_eq!(name(p), want);
+        }
+        assert_eq!(gdr_get_mapping_type_string(4, &mut p), libc::EINVAL);
+        assert_eq!(
+            gdr_get_mapping_type_string(1, std::ptr::null_mut()),
+            libc::EINVAL
+        );
     }
 
     #[test]
@@ -678,8 +964,11 @@ mod tests {
         );
         let mut info = GdrInfoV2::default();
         assert_eq!(gdr_get_info_v2(bogus, mh, &mut info), libc::EINVAL);
+        let mut v1 = GdrInfoV1::default();
+        assert_eq!(gdr_get_info(bogus, mh, &mut v1), libc::EINVAL);
         let mut va = std::ptr::null_mut();
         assert_eq!(gdr_map(bogus, mh, &mut va, 4096), libc::EINVAL);
+        assert_eq!(gdr_map_v2(bogus, mh, &mut va, 4096, 2), libc::EINVAL);
         assert_eq!(gdr_unmap(bogus, mh, va, 4096), libc::EINVAL);
         let buf = [0u8; 8];
         let mut back = [0u8; 8];
@@ -691,12 +980,14 @@ mod tests {
             gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), buf.as_ptr().cast(), 8),
             libc::EINVAL
         );
+        let mut flag = 0;
+        assert_eq!(gdr_get_callback_flag(bogus, mh, &mut flag), libc::EINVAL);
         let mut v = 0;
         assert_eq!(gdr_get_attribute(bogus, 1, &mut v), libc::EINVAL);
         let (mut a, mut b) = (0, 0);
         assert_eq!(gdr_driver_get_version(bogus, &mut a, &mut b), libc::EINVAL);
         gdr_runtime_get_version(&mut a, &mut b);
-        assert_eq!((a, b), (2, 5));
+        assert_eq!((a, b), (2, 6));
         let mut d: c_ulong = 0;
         assert_eq!(gdr_alloc_mapped(bogus, 64, &mut d, &mut out), libc::EINVAL);
         assert_eq!(

@@ -1,83 +1,144 @@
-//! Builds `tests/c/gdrapi_test.c` with gcc against the built libgdrapi.so and runs it. Without
-//! a GPU the program skips (exit 0); with `GDR_REQUIRE_GPU=1` it must pass for real. The
-//! library is found next to this test's target directory (`target/<profile>/libgdrapi.so`) or
-//! at `$GDRAPI_LIB`; gcc must be installed.
+//! Builds the C programs in `tests/c/` against the libgdrapi that this `cargo test` built, the
+//! way a C user would (the public header, `-lgdrapi`, `-Wall -Wextra -Werror`), and runs them.
+//!
+//! - `api_names.c`: every name of gdrcopy 2.6's API, as C99 and as C++11; runs fully without a
+//!   GPU.
+//! - `gdrapi_test.c` and `semantics.c`: the API's behaviour on a GPU. Without one they print
+//!   `skipped: no GPU`; with `GDR_REQUIRE_GPU=1` they must pass.
+//!
+//! The library is the cdylib cargo builds next to this test (`target/<profile>/deps/`), or
+//! `$GDRAPI_LIB`. A missing compiler or library fails the test: nothing here skips silently.
+//! `scripts/capi-check.sh` builds the same programs against an installed library through
+//! pkg-config (scripts/test.sh does, and the GPU bundle runner).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn library() -> Option<PathBuf> {
+fn library() -> PathBuf {
     if let Some(p) = std::env::var_os("GDRAPI_LIB") {
-        return Some(p.into());
+        return p.into();
     }
-    // target/<profile>/deps/c_program-<hash> -> target/<profile>/libgdrapi.so
-    let exe = std::env::current_exe().ok()?;
-    let profile = exe.parent()?.parent()?;
-    // In a bundle (scripts/bundle.sh): tests/c_program and capi/libgdrapi.so.
-    [
-        profile.join("libgdrapi.so"),
-        profile.join("capi/libgdrapi.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
+    // target/<profile>/deps/c_programs-<hash>: cargo builds the cdylib into the same folder
+    // before integration tests (and copies it one level up only for `cargo build`).
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("test binary has a folder");
+    [deps.join("libgdrapi.so"), deps.join("../libgdrapi.so")]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| {
+            panic!(
+                "libgdrapi.so not found next to {} (set GDRAPI_LIB)",
+                exe.display()
+            )
+        })
 }
 
-#[test]
-fn c_test_program_passes() {
-    let Some(lib) = library() else {
-        // Cargo builds the cdylib before integration tests; only a bundle without it lands here.
-        assert!(
-            std::env::var("GDR_REQUIRE_GPU").as_deref() != Ok("1"),
-            "libgdrapi.so not found (set GDRAPI_LIB)"
-        );
-        println!("c_test_program_passes: skipped: libgdrapi.so not found");
-        return;
-    };
-    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    if !crate_dir.join("tests/c/gdrapi_test.c").exists() {
-        // A bundle carries the program prebuilt (capi/gdrapi_test), which run.sh runs.
-        println!("c_test_program_passes: skipped: no source tree here; run capi/gdrapi_test");
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("gdrapi-test-{}", std::process::id()));
+fn crate_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A folder holding the library (links) under its file, soname and link names, like an install.
+fn staged_library() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gdrapi-c-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    // The library's soname is libgdrapi.so.2, which is what the program will ask for.
-    std::fs::copy(&lib, dir.join("libgdrapi.so")).unwrap();
-    std::fs::copy(&lib, dir.join("libgdrapi.so.2")).unwrap();
-    let exe = dir.join("gdrapi_test");
-    let gcc = Command::new("gcc")
-        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(crate_dir.join("include"))
-        .arg(crate_dir.join("tests/c/gdrapi_test.c"))
+    let lib = library();
+    for name in ["libgdrapi.so.2.6.0", "libgdrapi.so.2", "libgdrapi.so"] {
+        let to = dir.join(name);
+        // Several tests stage at once: link under a private name, then rename into place.
+        let tmp = dir.join(format!("{name}.{:?}", std::thread::current().id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&lib, &tmp).unwrap();
+        std::fs::rename(&tmp, &to).unwrap();
+    }
+    dir
+}
+
+/// Compiles `tests/c/<src>` with `compiler` (gcc as C99, g++ as C++11) into the staging folder.
+fn build(src: &str, cxx: bool) -> PathBuf {
+    let dir = staged_library();
+    let stem = Path::new(src).file_stem().unwrap().to_str().unwrap();
+    let exe = dir.join(format!("{stem}{}", if cxx { "-cxx11" } else { "-c99" }));
+    let (cc, std) = if cxx {
+        ("g++", "-std=c++11")
+    } else {
+        ("gcc", "-std=c99")
+    };
+    let mut cmd = Command::new(cc);
+    cmd.arg(std);
+    if cxx {
+        cmd.args(["-x", "c++"]);
+    }
+    let out = cmd
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-I"])
+        .arg(crate_dir().join("include"))
+        .arg(crate_dir().join("tests/c").join(src))
         .arg("-o")
         .arg(&exe)
         .arg("-L")
         .arg(&dir)
         .args(["-lgdrapi", "-ldl"])
-        .output();
-    let gcc = match gcc {
-        Ok(o) => o,
-        Err(e) => {
-            println!("c_test_program_passes: skipped: no gcc ({e})");
-            return;
-        }
-    };
-    assert!(
-        gcc.status.success(),
-        "gcc failed:\n{}",
-        String::from_utf8_lossy(&gcc.stderr)
-    );
-    let run = Command::new(&exe)
-        .env("LD_LIBRARY_PATH", &dir)
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
         .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&run.stdout);
-    let err = String::from_utf8_lossy(&run.stderr);
-    println!("{out}{err}");
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(run.status.success(), "gdrapi_test failed:\n{out}\n{err}");
+        .unwrap_or_else(|e| {
+            panic!("cannot run {cc} ({e}): the C tests need gcc and g++ (Debian: build-essential)")
+        });
     assert!(
-        out.contains("all checks passed") || out.contains("skipped"),
-        "{out}"
+        out.status.success(),
+        "{cc} {src} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
     );
+    exe
+}
+
+/// Runs `exe`; its stdout and stderr, after checking the exit status.
+fn run(exe: &Path) -> String {
+    let out = Command::new(exe).output().expect("run C test program");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{text}");
+    assert!(out.status.success(), "{} failed:\n{text}", exe.display());
+    text
+}
+
+fn require_gpu() -> bool {
+    std::env::var("GDR_REQUIRE_GPU").as_deref() == Ok("1")
+}
+
+#[test]
+fn api_names_c99() {
+    let text = run(&build("api_names.c", false));
+    assert!(text.contains("api_names: all checks passed"), "{text}");
+}
+
+#[test]
+fn api_names_cxx11() {
+    let text = run(&build("api_names.c", true));
+    assert!(text.contains("api_names: all checks passed"), "{text}");
+}
+
+/// A GPU program: passes, or (no GPU, not required) says it skipped.
+fn gpu_program(src: &str, passed: &str) {
+    let text = run(&build(src, false));
+    if text.contains("skipped") {
+        assert!(
+            !require_gpu(),
+            "GDR_REQUIRE_GPU=1 but {src} skipped:\n{text}"
+        );
+        println!("{src}: skipped: no GPU");
+        return;
+    }
+    assert!(text.contains(passed), "{text}");
+}
+
+#[test]
+fn gdrapi_test_program() {
+    gpu_program("gdrapi_test.c", "gdrapi_test: all checks passed");
+}
+
+#[test]
+fn semantics_program() {
+    gpu_program("semantics.c", " 0 failed");
 }

@@ -43,6 +43,10 @@ typedef int (*cu_memcpy_dtoh_t)(void *, unsigned long long, size_t);
 typedef int (*cu_mem_alloc_t)(unsigned long long *, size_t);
 typedef int (*cu_mem_free_t)(unsigned long long);
 typedef int (*cu_sync_t)(void);
+typedef int (*cu_init_t)(unsigned);
+typedef int (*cu_device_get_t)(int *, int);
+typedef int (*cu_ctx_retain_t)(void **, int);
+typedef int (*cu_ctx_set_t)(void *);
 
 struct cuda {
     cu_memcpy_htod_t htod;
@@ -61,7 +65,18 @@ static int load_cuda(struct cuda *c) {
     c->alloc = (cu_mem_alloc_t)dlsym(lib, "cuMemAlloc_v2");
     c->free_ = (cu_mem_free_t)dlsym(lib, "cuMemFree_v2");
     c->sync = (cu_sync_t)dlsym(lib, "cuCtxSynchronize");
-    return c->htod && c->dtoh && c->alloc && c->free_ && c->sync;
+    if (!(c->htod && c->dtoh && c->alloc && c->free_ && c->sync))
+        return 0;
+    /* Our own CUDA calls need a current context: device 0's primary one, which gdr_open also
+     * uses (gdr leaves the caller's current context as it found it). */
+    cu_init_t init = (cu_init_t)dlsym(lib, "cuInit");
+    cu_device_get_t device_get = (cu_device_get_t)dlsym(lib, "cuDeviceGet");
+    cu_ctx_retain_t retain = (cu_ctx_retain_t)dlsym(lib, "cuDevicePrimaryCtxRetain");
+    cu_ctx_set_t set = (cu_ctx_set_t)dlsym(lib, "cuCtxSetCurrent");
+    int dev = 0;
+    void *ctx = NULL;
+    return init && device_get && retain && set && init(0) == 0 && device_get(&dev, 0) == 0 &&
+           retain(&ctx, dev) == 0 && set(ctx) == 0;
 }
 
 static void fill_random(unsigned char *p, size_t n) {
@@ -87,7 +102,7 @@ static void exercise_mapping(gdr_t g, gdr_mh_t mh, unsigned long dptr, size_t si
     EXPECT_RC(gdr_map(g, mh, &base, info.mapped_size), 0);
     CHECK(base != NULL, "%s: gdr_map gave NULL", what);
     void *again = NULL;
-    EXPECT_RC(gdr_map_v2(g, mh, &again, info.mapped_size, GDR_MAPPING_TYPE_WC), EBUSY);
+    EXPECT_RC(gdr_map_v2(g, mh, &again, info.mapped_size, GDR_MAP_FLAG_REQ_WC_MAPPING), EAGAIN);
     EXPECT_RC(gdr_get_info_v2(g, mh, &info), 0);
     CHECK(info.mapped == 1 && info.wc_mapping == 1 && info.mapping_type == GDR_MAPPING_TYPE_WC,
           "%s: info after map: mapped %u wc %u type %d", what, info.mapped, info.wc_mapping,
@@ -149,7 +164,7 @@ int main(void) {
     }
 
     EXPECT_RC(gdr_driver_get_version(g, &major, &minor), 0);
-    printf("gdrdrv version %d.%d (0.0: no kernel driver in use)\n", major, minor);
+    printf("driver version %d.%d\n", major, minor);
     int v = -1;
     EXPECT_RC(gdr_get_attribute(g, GDR_ATTR_USE_PERSISTENT_MAPPING, &v), 0);
     printf("persistent mapping %d\n", v);

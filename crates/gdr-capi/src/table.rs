@@ -1,0 +1,204 @@
+//! The process-wide table behind every `gdr_t` and `gdr_mh_t`.
+//!
+//! A `gdr_t` is a token (never a pointer, never reused) and a `gdr_mh_t` a counter value, both
+//! looked up here, so a stale or made-up value is answered with EINVAL instead of touching freed
+//! memory. The table is one `RwLock`: copies take it shared (copies on different handles run in
+//! parallel, and no unmap can pull a mapping from under one), everything that changes it takes
+//! it exclusive for a lookup or an insert, and the slow work (pinning, allocating, unpinning)
+//! runs unlocked.
+//!
+//! Fork: a child inherits a copy of the table, but neither the GPU context nor (MADV_DONTFORK)
+//! the mappings. A `pthread_atfork` child handler raises [`forked`], and every entry point checks
+//! it before touching the lock (which another thread of the parent may have held at the fork).
+
+use gdr::bar::gdrdrv::GPU_PAGE_SIZE;
+use gdr::bar::{MappedBuffer, PinBackend, Pinned, PinnedMapping, Pinner, VulkanBackend};
+use gdr::cuda::{Context, DeviceMemory};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Once, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// One `gdr_open`.
+pub(crate) struct Gdr {
+    /// The context of the GPU `gdr_open` probed (device 0 or `GDR_CUDA_DEVICE`); also where
+    /// `gdr_alloc_mapped` allocates.
+    pub ctx: Context,
+    /// The backend found on that GPU; pins on other GPUs use the same one.
+    pub backend: Option<PinBackend>,
+    /// One pinner per GPU ordinal, opened at the first pin of that GPU's memory (gdrcopy, too,
+    /// pins through the GPU that owns the address); `None`: that GPU cannot pin.
+    pub pinners: HashMap<usize, Option<Pinner>>,
+    pub vulkan: Option<VulkanBackend>,
+}
+
+impl Gdr {
+    /// The backend that pins here, or Vulkan when only `gdr_alloc_mapped` works.
+    pub fn backend(&self) -> PinBackend {
+        self.backend.unwrap_or(PinBackend::Vulkan)
+    }
+
+    /// The pinner of the probed GPU.
+    pub fn first_pinner(&self) -> Option<&Pinner> {
+        self.pinners.get(&self.ctx.device().ordinal())?.as_ref()
+    }
+}
+
+pub(crate) enum Kind {
+    /// An existing range pinned. `map` borrows `pin` (boxed, so its address is stable) and is
+    /// declared first so that it drops first.
+    Pin {
+        map: Option<PinnedMapping<'static>>,
+        pin: Box<Pinned>,
+        /// CUDA's BUFFER_ID of the pinned allocation when pinned: a later mismatch means the
+        /// application freed the memory while pinned (what gdrdrv's callback flag reports).
+        buffer_id: Option<u64>,
+    },
+    /// Memory from `gdr_alloc_mapped`: mapped from birth; `mapped` tracks gdr_map/gdr_unmap.
+    Alloc { buf: MappedBuffer, mapped: bool },
+}
+
+/// What `gdr_get_info` reports and `gdr_map` maps: the range asked for, rounded out to `page`
+/// and clamped to what the backend pinned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Window {
+    pub va: u64,
+    pub len: u64,
+    pub page: u32,
+}
+
+impl Window {
+    /// `[addr, addr + size)` rounded out to `page`, inside `[start, start + pinned)`.
+    pub fn new(addr: u64, size: u64, page: u32, start: u64, pinned: u64) -> Window {
+        let p = u64::from(page);
+        let lo = (addr & !(p - 1)).max(start);
+        let hi = (addr + size).next_multiple_of(p).min(start + pinned);
+        Window {
+            va: lo,
+            len: hi.saturating_sub(lo),
+            page,
+        }
+    }
+}
+
+pub(crate) struct Handle {
+    pub owner: usize,
+    pub kind: Kind,
+    pub window: Window,
+    /// CPU address of `window.va` while mapped (else null), and the bytes from there that the
+    /// caller mapped and may copy.
+    pub cpu: *mut u8,
+    pub cpu_len: usize,
+}
+
+impl Handle {
+    pub fn new(owner: usize, kind: Kind) -> Handle {
+        let window = match &kind {
+            Kind::Pin { pin, .. } => {
+                let page = if pin.backend() == PinBackend::DmaBuf {
+                    gdr::peer::dmabuf::host_page_size() as u32
+                } else {
+                    GPU_PAGE_SIZE as u32
+                };
+                Window::new(pin.addr(), pin.size(), page, pin.start(), pin.pinned_len())
+            }
+            Kind::Alloc { buf, .. } => Window {
+                va: buf.device_ptr(),
+                len: buf.len() as u64,
+                page: GPU_PAGE_SIZE as u32,
+            },
+        };
+        Handle {
+            owner,
+            kind,
+            window,
+            cpu: std::ptr::null_mut(),
+            cpu_len: 0,
+        }
+    }
+
+    pub fn is_mapped(&self) -> bool {
+        !self.cpu.is_null()
+    }
+
+    pub fn backend(&self) -> PinBackend {
+        match &self.kind {
+            Kind::Pin { pin, .. } => pin.backend(),
+            Kind::Alloc { .. } => PinBackend::Vulkan,
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    pub gdrs: HashMap<usize, Gdr>,
+    pub handles: HashMap<u64, Handle>,
+    next: u64,
+}
+
+impl State {
+    /// A value never handed out before (tokens and handles share the counter).
+    pub fn fresh(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+}
+
+// SAFETY: every value in the table is Send except the CPU mapping pointers inside handles,
+// which are only dereferenced by the copy functions while the table is read-locked.
+unsafe impl Send for State {}
+// SAFETY: as above; shared access only reads the pointers.
+unsafe impl Sync for State {}
+
+static STATE: RwLock<Option<State>> = RwLock::new(None);
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn mark_forked() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
+/// Registers the fork handler (once, at the first `gdr_open`).
+pub(crate) fn watch_fork() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a child handler that only stores to an atomic (async-signal-safe).
+        unsafe { libc::pthread_atfork(None, None, Some(mark_forked)) };
+    });
+}
+
+/// Whether this process is a child forked after `gdr_open`: then nothing of the table is usable.
+pub(crate) fn forked() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}
+
+pub(crate) fn read() -> RwLockReadGuard<'static, Option<State>> {
+    STATE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn write() -> RwLockWriteGuard<'static, Option<State>> {
+    STATE.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `f` on the table, exclusively.
+pub(crate) fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> T {
+    let mut g = write();
+    f(g.get_or_insert_with(State::default))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_rounds_out_to_the_page_and_stays_inside_the_pin() {
+        const P: u32 = 1 << 16;
+        // An unaligned byte inside a 2 MiB allocation: one GPU page around it.
+        let w = Window::new(0x20_0000 + 70_000, 1, P, 0x20_0000, 2 << 20);
+        assert_eq!((w.va, w.len), (0x20_0000 + 65536, 65536));
+        // A range crossing a page boundary covers both pages.
+        let w = Window::new(0x20_0000 + 65535, 2, P, 0x20_0000, 2 << 20);
+        assert_eq!((w.va, w.len), (0x20_0000, 2 * 65536));
+        // Clamped to what was pinned (a dma-buf export rounded to host pages).
+        let w = Window::new(0x1000 + 10, 100, P, 0x1000, 0x1000);
+        assert_eq!((w.va, w.len), (0x1000, 0x1000));
+    }
+}
