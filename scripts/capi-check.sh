@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Builds gdr's C test programs against an INSTALLED libgdrapi the way its users do,
+# `cc app.c $(pkg-config --cflags --libs gdrapi)`, runs them with nothing else set (no
+# LD_LIBRARY_PATH), and checks that the unversioned name NCCL dlopens resolves.
+# Usage: scripts/capi-check.sh SRC_DIR [BUILD_DIR]
+#   SRC_DIR: the C sources (crates/gdr-capi/tests/c, or capi/c in a bundle)
+#   pkg-config must find gdrapi.pc (set PKG_CONFIG_PATH for a non-default prefix).
+# GPU programs print "skipped" without a GPU, and fail instead under GDR_REQUIRE_GPU=1.
+set -uo pipefail
+src=${1:?usage: capi-check.sh SRC_DIR [BUILD_DIR]}
+build=${2:-$(mktemp -d)}
+mkdir -p "$build"
+command -v pkg-config >/dev/null || { echo "capi-check: pkg-config not found" >&2; exit 1; }
+flags=$(pkg-config --cflags --libs gdrapi) || { echo "capi-check: pkg-config has no gdrapi" >&2; exit 1; }
+echo "capi-check: gdrapi $(pkg-config --modversion gdrapi): $flags"
+pass=0; fail=0
+check() { # name, command...
+  local n=$1; shift
+  if "$@" >"$build/$n.log" 2>&1; then
+    pass=$((pass+1)); echo "ok $n: $(grep -E 'passed|skipped' "$build/$n.log" | tail -1)"
+  else
+    fail=$((fail+1)); echo "FAILED $n:"; tail -20 "$build/$n.log" | sed 's/^/  /'
+  fi
+}
+# Each program as C99; the API-names program also as C++11.
+check build-api_names-c99 cc -std=c99 -Wall -Wextra -Werror "$src/api_names.c" -o "$build/api_names" $flags -ldl
+check build-api_names-cxx11 c++ -std=c++11 -x c++ -Wall -Wextra -Werror "$src/api_names.c" -o "$build/api_names_cxx" $flags -ldl
+check build-gdrapi_test cc -std=c99 -O2 -Wall -Wextra -Werror "$src/gdrapi_test.c" -o "$build/gdrapi_test" $flags -ldl
+check build-semantics cc -std=c99 -O2 -Wall -Wextra -Werror -pthread "$src/semantics.c" -o "$build/semantics" $flags -ldl
+for p in api_names api_names_cxx gdrapi_test semantics; do
+  [ -x "$build/$p" ] && check "run-$p" env -u LD_LIBRARY_PATH timeout 300 "$build/$p"
+done
+# NCCL opens the unversioned name; NVSHMEM and UCX the soname. Both must resolve the same way
+# a dlopen() from any program does (rpath of the caller does not help a library's dlopen).
+cat >"$build/dlopen.c" <<'EOF'
+#include <dlfcn.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        void *h = dlopen(argv[i], RTLD_NOW);
+        if (!h || !dlsym(h, "gdr_get_info") || !dlsym(h, "gdr_get_info_v2")) {
+            printf("dlopen %s: %s\n", argv[i], h ? "symbols missing" : dlerror());
+            return 1;
+        }
+        printf("dlopen %s: ok\n", argv[i]);
+    }
+    printf("dlopen: all checks passed\n");
+    return 0;
+}
+EOF
+libdir=$(pkg-config --variable=libdir gdrapi)
+if cc -std=c99 "$build/dlopen.c" -o "$build/dlopen" -ldl; then
+  if ldconfig -p | grep -q "libgdrapi.so "; then
+    check dlopen-by-name env -u LD_LIBRARY_PATH "$build/dlopen" libgdrapi.so libgdrapi.so.2
+  else
+    # A prefix outside the loader's path: clients find it through LD_LIBRARY_PATH.
+    check dlopen-by-name env LD_LIBRARY_PATH="$libdir" "$build/dlopen" libgdrapi.so libgdrapi.so.2
+  fi
+else
+  fail=$((fail+1)); echo "FAILED build-dlopen"
+fi
+echo "capi-check: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
