@@ -8,6 +8,9 @@
 //!   backend's pin+map: new memory, not an existing range), and its free.
 //! - `pin-<backend>`: every [`Pinner`] backend that works here: pin, map, unmap, unpin of an
 //!   existing allocation (of a POSIX-fd `cuMemCreate` allocation for `pin-vulkan`).
+//! - `capi-<backend>`: the same four operations through libgdrapi's C entry points
+//!   (`gdr_pin_buffer`, `gdr_map`, `gdr_unmap`, `gdr_unpin_buffer`) on the same kind of memory,
+//!   so the C layer's cost shows beside the Rust API's in one run.
 //! - `cache`: [`RegCache`](gdr::peer::RegCache) over dma-buf exports: a miss (export + insert)
 //!   and a hit.
 
@@ -148,6 +151,44 @@ fn pinned(p: &Pinner, size: usize, iters: usize, out: &mut Vec<Row>) -> Result<(
     Ok(())
 }
 
+/// libgdrapi's C entry points on memory the backend can pin (POSIX-fd VMM memory for vulkan).
+fn capi(
+    g: *mut std::ffi::c_void,
+    ctx: &Context,
+    backend: PinBackend,
+    size: usize,
+    iters: usize,
+    out: &mut Vec<Row>,
+) -> Result<(), E> {
+    use gdrapi::{gdr_map, gdr_pin_buffer, gdr_unmap, gdr_unpin_buffer, GdrMh};
+    let mem: Box<dyn DeviceMemory> = match backend {
+        PinBackend::Vulkan => Box::new(VmmBuffer::new(ctx, size)?),
+        _ => Box::new(DeviceBuffer::new(ctx, size)?),
+    };
+    let check = |what: &str, rc: i32| match rc {
+        0 => Ok(()),
+        e => Err(format!("{what}: errno {e}")),
+    };
+    let mut s = Samples::new(&["pin", "map", "unmap", "unpin"]);
+    for _ in 0..iters {
+        let mut mh = GdrMh { h: 0 };
+        let addr = mem.device_ptr() as std::ffi::c_ulong;
+        check(
+            "gdr_pin_buffer",
+            s.time("pin", || gdr_pin_buffer(g, addr, size, 0, 0, &mut mh)),
+        )?;
+        let mut va = std::ptr::null_mut();
+        check("gdr_map", s.time("map", || gdr_map(g, mh, &mut va, size)))?;
+        check("gdr_unmap", s.time("unmap", || gdr_unmap(g, mh, va, size)))?;
+        check(
+            "gdr_unpin_buffer",
+            s.time("unpin", || gdr_unpin_buffer(g, mh)),
+        )?;
+    }
+    s.into_rows(&format!("capi-{backend}"), size, out);
+    Ok(())
+}
+
 fn cache(ctx: &Context, size: usize, iters: usize, out: &mut Vec<Row>) -> Result<(), E> {
     let buf = DeviceBuffer::new(ctx, size)?;
     let mut s = Samples::new(&["miss", "hit"]);
@@ -187,6 +228,29 @@ pub fn run(args: Args) -> CmdResult {
             Err(e) => rep.skipped.push(format!("pin-{b}: {e}")),
         }
     }
+    // libgdrapi as a C caller sees it: its own gdr_open (device 0 or GDR_CUDA_DEVICE).
+    let g = if args.gpu.gpu == 0 || std::env::var_os("GDR_CUDA_DEVICE").is_some() {
+        gdrapi::gdr_open()
+    } else {
+        std::ptr::null_mut()
+    };
+    let capi_backend = gdrapi::context_of(g).and_then(|_| {
+        let mut v = 0;
+        (gdrapi::gdr_get_attribute(g, gdrapi::ATTR_GDR_BACKEND, &mut v) == 0)
+            .then(|| {
+                PinBackend::ALL
+                    .into_iter()
+                    .find(|&b| gdrapi::backend_code(b) == v)
+            })
+            .flatten()
+    });
+    if capi_backend.is_none() {
+        rep.skipped.push(if args.gpu.gpu != 0 {
+            "capi: libgdrapi uses GDR_CUDA_DEVICE (or 0); set it to time another GPU".into()
+        } else {
+            "capi: gdr_open() failed (GDRCOPY_ENABLE_LOGGING=1 says why)".into()
+        });
+    }
     for size in sizes(args.min_size, args.max_size) {
         let iters = if size > 256 << 20 {
             args.iters.clamp(1, 5)
@@ -208,7 +272,16 @@ pub fn run(args: Args) -> CmdResult {
                 pinned(p, size, iters, &mut rep.rows),
             );
         }
+        if let Some(b) = capi_backend {
+            note(
+                &format!("capi-{b}"),
+                capi(g, &ctx, b, size, iters, &mut rep.rows),
+            );
+        }
         note("cache", cache(&ctx, size, iters, &mut rep.rows));
+    }
+    if !g.is_null() {
+        gdrapi::gdr_close(g);
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rep)?);
