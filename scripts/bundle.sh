@@ -7,15 +7,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bundle}
 rm -rf "$out"; mkdir -p "$out/tests"
-cargo build --release -p gdr-cli -p gdr-capi
+cargo build --release -p gdr-cli
 cp target/release/gdr "$out/gdr"
-# The gdrcopy stand-in: library (also under its soname), header, and the C test built against it.
-mkdir -p "$out/capi"
-cp target/release/libgdrapi.so "$out/capi/libgdrapi.so"
-cp target/release/libgdrapi.so "$out/capi/libgdrapi.so.2"
-cp crates/gdr-capi/include/gdrapi.h "$out/capi/"
-gcc -O2 -Wall -Wextra -Werror -I crates/gdr-capi/include crates/gdr-capi/tests/c/gdrapi_test.c \
-  -o "$out/capi/gdrapi_test" -L "$out/capi" -lgdrapi -ldl -Wl,-rpath,'$ORIGIN'
+# libgdrapi staged as it installs under /usr/local (run.sh copies it there and runs ldconfig),
+# with the C test programs' sources, built on the GPU host against the installed library.
+bash scripts/install-capi.sh --prefix /usr/local --destdir "$out/capi/root"
+mkdir -p "$out/capi/c" && cp crates/gdr-capi/tests/c/*.c "$out/capi/c/"
+cp scripts/capi-check.sh "$out/capi/check.sh"
+mkdir -p "$out/clients" && cp scripts/clients/*.py "$out/clients/"
 cargo test --release --workspace --no-run --message-format=json 2>/dev/null |
   python3 -c '
 import json, sys, shutil, os, collections
@@ -27,6 +26,8 @@ for line in sys.stdin:
         t = m["target"]
         name = t["name"] if "lib" not in t["kind"] else t["name"] + "-lib"
         crate = os.path.basename(os.path.dirname(os.path.dirname(t["src_path"])))
+        if name == "c_programs":  # needs the source tree; the bundle runs capi/check.sh
+            continue
         bins.append((name, crate, m["executable"]))
 # Two crates may have a test file of the same name (cuda_sources): those get the crate in front.
 count = collections.Counter(n for n, _, _ in bins)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs in a bundle folder on a GPU host: every test binary with GDR_REQUIRE_GPU=1, then the
 # tools and benchmarks. Usage: run.sh OUTDIR [--tests-only]. Logs and JSON go to OUTDIR; a summary is printed.
+# ONLY="tests capi clients apiperf ..." runs just the named parts (names: tests, info, sanity,
+# copylat, copybw, pplat, mq, apiperf, capi, clients, serve).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: run.sh OUTDIR}
@@ -11,10 +13,17 @@ if ! ldconfig -p | grep -q libvulkan.so.1 && [ -d "$here/gl" ]; then
 fi
 icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 [ -f "$icd" ] && export VK_DRIVER_FILES=${VK_DRIVER_FILES:-$icd}
+# libgdrapi installed as a user installs it (into /usr/local, then ldconfig); pkg-config for
+# the C programs built against it, from the carried packages when the host has none.
+cp -a "$here/capi/root/usr/local/." /usr/local/ && ldconfig
+if ! command -v pkg-config >/dev/null && [ -d "$here/gl" ]; then
+  for f in "$here"/gl/pkgconf*.deb "$here"/gl/libpkgconf3*.deb; do dpkg -x "$f" /; done; ldconfig
+fi
 export GDR_REQUIRE_GPU=1
 export GDR_TOPO_FIXTURES="$here/fixtures/topo"
+want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 pass=0; fail=0
-for t in "$here"/tests/*; do
+want tests && for t in "$here"/tests/*; do
   n=$(basename "$t")
   # Bounded: a test that hangs fails here instead of eating the whole run.
   if timeout "${TEST_TIMEOUT:-240}" "$t" --test-threads=1 --nocapture >"$out/test-$n.log" 2>&1; then pass=$((pass+1)); r=ok; else fail=$((fail+1)); r=FAILED; fi
@@ -27,16 +36,25 @@ if [ "${2:-}" != "--tests-only" ]; then
     local n=$1; shift
     if timeout 300 "$@" >"$out/$n" 2>"$out/$n.err"; then pass=$((pass+1)); echo "bench $n: ok"; else fail=$((fail+1)); echo "bench $n: FAILED ($(tail -1 "$out/$n.err"))"; fi
   }
-  bench info.json "$g" info --json
-  bench sanity.txt "$g" sanity
-  bench copylat.json "$g" copylat --max-size 256M --json --plot "$out/copylat.svg"
-  bench copybw.json "$g" copybw --json --plot "$out/copybw.svg"
-  bench pplat.json "$g" pplat --json
-  bench mq.json "$g" mq bench --json
-  bench apiperf.json "$g" apiperf --json
-  bench gdrapi_test.txt "$here/capi/gdrapi_test"
+  want info && bench info.json "$g" info --json
+  want sanity && bench sanity.txt "$g" sanity
+  want copylat && bench copylat.json "$g" copylat --max-size 256M --json --plot "$out/copylat.svg"
+  want copybw && bench copybw.json "$g" copybw --json --plot "$out/copybw.svg"
+  want pplat && bench pplat.json "$g" pplat --json
+  want mq && bench mq.json "$g" mq bench --json
+  want apiperf && bench apiperf.json "$g" apiperf --json
+  # libgdrapi: C programs built with pkg-config against the installed library, then real
+  # clients (NCCL through torch.distributed, PyTorch tensors through ctypes).
+  want capi && bench capi-check.txt bash "$here/capi/check.sh" "$here/capi/c" "$out/capi-build"
+  want clients && bench torch_gdrapi.txt python3 "$here/clients/torch_gdrapi.py"
+  want clients && bench nccl_gdrcopy.txt python3 "$here/clients/nccl_gdrcopy.py" --out "$out/nccl"
+  # The same with the system's NCCL (another version than torch's), when the host has one.
+  sys_nccl=/usr/lib/x86_64-linux-gnu/libnccl.so.2
+  want clients && [ -f "$sys_nccl" ] && bench nccl_system.txt env LD_PRELOAD="$sys_nccl" \
+    python3 "$here/clients/nccl_gdrcopy.py" --out "$out/nccl-system"
   # The network server against its host-centric baseline (writes $out/serve/summary.json).
-  if timeout 300 bash "$here/serve-bench.sh" "$out/serve" "$g" >"$out/serve.log" 2>&1; then
+  if ! want serve; then :
+  elif timeout 300 bash "$here/serve-bench.sh" "$out/serve" "$g" >"$out/serve.log" 2>&1; then
     pass=$((pass+1)); echo "bench serve: ok"
   else
     fail=$((fail+1)); echo "bench serve: FAILED ($(tail -1 "$out/serve.log"))"
