@@ -408,6 +408,48 @@ fn stop_mid_stream() {
     }
 }
 
+/// A worker does not wait forever for another worker's batch to retire: past the retire
+/// timeout it fails the queue with ERR_STALLED instead of holding every later batch.
+#[test]
+fn a_stalled_batch_fails_the_queue_after_the_retire_timeout() {
+    let name = "a_stalled_batch_fails_the_queue_after_the_retire_timeout";
+    let Some((ctx, _g)) = gpu(name) else { return };
+    let h = Handler::new("slow_stall", SLOW).with_retire_timeout(Duration::from_millis(20));
+    let mut cfg = config(Placement::LYNX, 16, 32);
+    cfg.warps_per_block = 2;
+    let Some(mut w) = launch(&ctx, name, &h, &cfg) else {
+        return;
+    };
+    let q = w.queue(0);
+    // One warp takes a 300 ms request; the other takes the next one, answers it at once and
+    // waits for the first batch to retire.
+    q.send(&slow_msg(300_000, 0)).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    q.send(&slow_msg(0, 1)).unwrap();
+    let t = Instant::now();
+    let mut buf = [0u8; 32];
+    let mut err = None;
+    while err.is_none() && q.in_flight() > 0 {
+        err = q.recv(&mut buf).err();
+    }
+    while err.is_none() && t.elapsed() < Duration::from_secs(3) {
+        err = q.health().err();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    match err {
+        Some(MqError::WorkerExited {
+            reason: ExitReason::Protocol { error, arg },
+            ..
+        }) => {
+            assert_eq!(error, gdr::mq::layout::ERR_STALLED);
+            assert_eq!(arg, 1, "the waiting batch starts at message 1");
+        }
+        e => panic!("expected the stalled-retire failure, got {e:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    println!("{name}: queue failed after {:?}", t.elapsed());
+}
+
 #[test]
 fn idle_watchdog_ends_workers() {
     let name = "idle_watchdog_ends_workers";
@@ -567,6 +609,7 @@ fn test_handlers_compile_with_nvrtc() {
     for h in [
         Handler::new("transform", TRANSFORM),
         Handler::new("slow", SLOW),
+        Handler::new("slow_stall", SLOW).with_retire_timeout(Duration::from_millis(20)),
         Handler::new("own_kernel", OWN_KERNEL),
         Handler::echo(),
     ] {

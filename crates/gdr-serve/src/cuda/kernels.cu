@@ -32,7 +32,15 @@ __device__ unsigned int handle(const unsigned char *, unsigned int, unsigned cha
     return 0;
 }
 
-// One-time app setup by block 0; every other block waits for it.
+// How long a block waits for block 0's one-time app setup. Block 0 that never runs (a grid
+// larger than the GPU holds at once) or a setup that never ends would otherwise hold every
+// other block forever; past this the waiting blocks trap, and the launch fails with a CUDA
+// error that the server reports instead of hanging. A program may define it first.
+#ifndef GDR_SERVE_INIT_TIMEOUT_NS
+#define GDR_SERVE_INIT_TIMEOUT_NS 10000000000ull
+#endif
+
+// One-time app setup by block 0; every other block waits for it (bounded, see above).
 __device__ void gdr_serve_block_init() {
 #ifdef GDR_SERVE_APP_INIT
     if (blockIdx.x == 0) {
@@ -41,7 +49,11 @@ __device__ void gdr_serve_block_init() {
         __syncthreads();
         if (threadIdx.x == 0) gdr_st_release_gpu_u32(&gdr_serve_init_done, 1u);
     } else if (threadIdx.x == 0) {
-        while (gdr_ld_acquire_gpu_u32(&gdr_serve_init_done) == 0u) __nanosleep(100);
+        const gdr_u64 since = gdr_globaltimer_ns();
+        while (gdr_ld_acquire_gpu_u32(&gdr_serve_init_done) == 0u) {
+            if (gdr_globaltimer_ns() - since > (gdr_u64)GDR_SERVE_INIT_TIMEOUT_NS) __trap();
+            __nanosleep(100);
+        }
     }
 #endif
     __syncthreads();

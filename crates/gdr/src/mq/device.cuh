@@ -39,6 +39,15 @@ typedef unsigned long long gdr_u64;
 #define GDR_MQ_ERR_BAD_SEQ 1
 #define GDR_MQ_ERR_BAD_LEN 2
 #define GDR_MQ_ERR_OVERRUN 3
+#define GDR_MQ_ERR_STALLED 4
+
+// How long a worker waits for the batch before its own to be retired by another worker of the
+// queue. A handler that runs longer (or a worker that stopped without marking the queue failed)
+// fails the queue with GDR_MQ_ERR_STALLED instead of holding every later batch forever. A
+// program may define it before this header (Handler::with_retire_timeout).
+#ifndef GDR_MQ_RETIRE_TIMEOUT_NS
+#define GDR_MQ_RETIRE_TIMEOUT_NS 10000000000ull
+#endif
 
 struct gdr_mq_slot_header {
     gdr_u32 seq;
@@ -907,8 +916,15 @@ __device__ void gdr_mq_send(gdr_mq_worker &w, const gdr_mq_batch &b, const unsig
             batches = ++w.batches;
         } else {
             gdr_mq_worker_state *ws = gdr_mq_ws(w);
+            const gdr_u64 since = gdr_globaltimer_ns();
             while (gdr_ld_acquire_gpu_u32(&ws->retired) != b.first) {
                 if (*(volatile gdr_u32 *)&ws->failed) break;
+                if (gdr_globaltimer_ns() - since > (gdr_u64)GDR_MQ_RETIRE_TIMEOUT_NS) {
+                    gdr_st_volatile_u32(&st->error_arg, b.first);
+                    gdr_st_volatile_u32(&st->error, GDR_MQ_ERR_STALLED);
+                    atomicExch(&ws->failed, 1u);
+                    break;
+                }
             }
             volatile gdr_u64 *tot = (volatile gdr_u64 *)&ws->messages;
             messages = tot[0] + b.n;

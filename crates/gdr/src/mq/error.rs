@@ -66,6 +66,11 @@ impl fmt::Display for ExitReason {
                     "ring corrupt: message {arg} claims a length above the slot"
                 ),
                 ERR_OVERRUN => write!(f, "ring corrupt: doorbell {arg} is more than a ring ahead"),
+                ERR_STALLED => write!(
+                    f,
+                    "stalled: the batch before message {arg} was not retired within the retire \
+                     timeout (a handler ran longer, or its worker stopped)"
+                ),
                 e => write!(f, "worker error {e} at message {arg}"),
             },
             ExitReason::Unknown { state } => write!(f, "worker ended early (state {state})"),

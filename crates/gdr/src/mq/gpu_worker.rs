@@ -37,6 +37,7 @@ pub struct Handler {
     name: String,
     source: String,
     kernel: String,
+    retire_timeout: Option<Duration>,
 }
 
 /// The worker kernel `worker.cu` defines; [`Handler::with_kernel`] names another.
@@ -49,7 +50,16 @@ impl Handler {
             name: name.into(),
             source: source.into(),
             kernel: WORKER_KERNEL.into(),
+            retire_timeout: None,
         }
+    }
+
+    /// How long a worker of a queue with several workers waits for the batch before its own
+    /// to be retired before it fails the queue (`ERR_STALLED`); 10 s unless set. Set it above
+    /// the longest a handler may run.
+    pub fn with_retire_timeout(mut self, timeout: Duration) -> Handler {
+        self.retire_timeout = Some(timeout);
+        self
     }
 
     /// Launches the kernel `kernel`, which the source defines, instead of `worker.cu`'s
@@ -114,8 +124,14 @@ __device__ unsigned int handle(const unsigned char *req, unsigned int len,
 
     /// The whole NVRTC program: header, handler, worker kernels.
     pub fn program(&self) -> String {
+        let defines = self.retire_timeout.map_or(String::new(), |t| {
+            format!(
+                "#define GDR_MQ_RETIRE_TIMEOUT_NS {}ull\n",
+                t.as_nanos().clamp(1, u64::MAX as u128)
+            )
+        });
         format!(
-            "{DEVICE_HEADER}\n#line 1 \"{name}\"\n{src}\n#line 1 \"gdr/mq/worker.cu\"\n{WORKER_SOURCE}",
+            "{defines}{DEVICE_HEADER}\n#line 1 \"{name}\"\n{src}\n#line 1 \"gdr/mq/worker.cu\"\n{WORKER_SOURCE}",
             name = self.name.replace(['"', '\\', '\n'], "_"),
             src = self.source
         )

@@ -155,6 +155,9 @@ pub const ERR_BAD_SEQ: u32 = 1;
 pub const ERR_BAD_LEN: u32 = 2;
 /// The doorbell ran more than a ring ahead of the consumer.
 pub const ERR_OVERRUN: u32 = 3;
+/// A worker waited longer than the retire timeout for the batch before its own (another
+/// worker's handler stalled); `arg` is the first message of the waiting batch.
+pub const ERR_STALLED: u32 = 4;
 
 /// Sizes of one queue's rings, derived from the slot count and payload capacity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -350,6 +353,7 @@ mod tests {
             ("GDR_MQ_ERR_BAD_SEQ", ERR_BAD_SEQ),
             ("GDR_MQ_ERR_BAD_LEN", ERR_BAD_LEN),
             ("GDR_MQ_ERR_OVERRUN", ERR_OVERRUN),
+            ("GDR_MQ_ERR_STALLED", ERR_STALLED),
         ];
         for (name, v) in want {
             let line = src
