@@ -62,6 +62,15 @@ fn add_nvlinks(topo: &mut Topology) {
     }
 }
 
+/// The line for an empty view; it suggests `--all` only to those who did not give it.
+fn nothing_to_show(all: bool) -> &'static str {
+    if all {
+        "no devices to show (no PCIe endpoint found, only bridges)"
+    } else {
+        "no devices to show (no GPU, NIC, NVMe or accelerator found; --all shows every endpoint)"
+    }
+}
+
 pub fn run(args: Args) -> CmdResult {
     if let Some(dest) = &args.capture {
         let s = capture::capture(&args.sysfs, dest)?;
@@ -119,7 +128,11 @@ pub fn run(args: Args) -> CmdResult {
         println!("{}", serde_json::to_string_pretty(&topo.report(&shown))?);
         return Ok(ExitCode::SUCCESS);
     }
-    print!("{}", render::matrix(&topo, &shown));
+    if shown.is_empty() {
+        println!("{}", nothing_to_show(args.all));
+    } else {
+        print!("{}", render::matrix(&topo, &shown));
+    }
     if shown.len() > 1 {
         println!();
         print!("{}", render::verdicts(&topo, &shown));

@@ -8,7 +8,8 @@
 //! relative links, with a directory at the target when the target existed). Empty directories
 //! get a [`KEEP_FILE`] so that the tree survives being committed to git.
 
-use super::sysfs::{relative_target, Recorded, Sysfs};
+use super::resolve::relative_target;
+use super::sysfs::{Recorded, Sysfs};
 use super::{config, scan, TopoError, Topology, Warning};
 use std::path::{Path, PathBuf};
 

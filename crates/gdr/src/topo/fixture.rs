@@ -4,7 +4,7 @@
 
 use super::bdf::Bdf;
 use super::device::PortType;
-use super::sysfs::relative_target;
+use super::resolve::relative_target;
 use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};

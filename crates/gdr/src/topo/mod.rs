@@ -26,9 +26,11 @@ mod cpulist;
 mod device;
 #[doc(hidden)] // builders of sysfs trees for tests and fixture generation, not the API
 pub mod fixture;
+pub mod limits;
 mod path;
 pub mod render;
 mod report;
+mod resolve;
 mod scan;
 mod sysfs;
 mod verdict;
@@ -40,6 +42,7 @@ pub use device::{
 };
 pub use path::{Hop, HopKind, PathClass, PeerPath};
 pub use report::{PairReport, Report};
+pub use sysfs::SysfsError;
 pub use verdict::{Reason, Severity, Verdict};
 
 use serde::Serialize;
@@ -87,10 +90,7 @@ impl fmt::Display for Warning {
 #[derive(Debug, thiserror::Error)]
 pub enum TopoError {
     #[error("{}: not a sysfs tree (cannot list bus/pci/devices: {source})", root.display())]
-    NotSysfs {
-        root: PathBuf,
-        source: std::io::Error,
-    },
+    NotSysfs { root: PathBuf, source: SysfsError },
     #[error("no device matches `{query}`; known: {known}")]
     UnknownDevice { query: String, known: String },
     #[error("device {0} is not in this topology")]

@@ -30,7 +30,7 @@ fn pad(out: &mut String, s: &str, w: usize) {
 pub fn matrix(topo: &Topology, devices: &[&Device]) -> String {
     let mut out = String::new();
     if devices.is_empty() {
-        out.push_str("no devices to show (no GPU, NIC, NVMe or accelerator found; try --all)\n");
+        out.push_str("no devices to show\n");
         return out;
     }
     let labels: Vec<&str> = devices.iter().map(|d| d.label.as_str()).collect();

@@ -5,20 +5,56 @@ use super::bdf::Bdf;
 use super::config::{self, AcsState};
 use super::cpulist::IdList;
 use super::device::{classify, Bar, Device, DeviceClass, IommuGroup, LinkState, PortType};
-use super::sysfs::Sysfs;
+use super::limits::{MAX_ATTR_BYTES, MAX_CONFIG_BYTES, MAX_WARNINGS};
+use super::sysfs::{Sysfs, SysfsError};
 use super::{HostBridge, TopoError, Topology, Warning};
 use std::collections::{BTreeMap, HashMap};
-use std::io;
 use std::path::{Path, PathBuf};
 
-struct Warnings(Vec<Warning>);
+/// The warnings of one scan, at most [`MAX_WARNINGS`] of them: a hostile tree can hold far
+/// more odd entries than anyone reads.
+struct Warnings {
+    kept: Vec<Warning>,
+    dropped: usize,
+}
 
 impl Warnings {
     fn push(&mut self, path: &Path, message: impl Into<String>) {
-        self.0.push(Warning {
+        if self.kept.len() == MAX_WARNINGS {
+            self.dropped += 1;
+            return;
+        }
+        self.kept.push(Warning {
             path: path.display().to_string(),
             message: message.into(),
         });
+    }
+
+    /// The kept warnings, then what the reader read only in part (never dropped: there are
+    /// few), then how many were dropped.
+    fn finish(mut self, fs: &Sysfs) -> Vec<Warning> {
+        for (path, message) in fs.take_notes() {
+            self.kept.push(Warning {
+                path: path.display().to_string(),
+                message,
+            });
+        }
+        if self.dropped > 0 {
+            self.kept.push(Warning {
+                path: String::new(),
+                message: format!("{} more warnings not shown", self.dropped),
+            });
+        }
+        self.kept
+    }
+}
+
+/// Why an entry was left out, for a warning: a file longer than sysfs allows is malformed,
+/// anything else unreadable.
+fn unreadable(e: &SysfsError) -> String {
+    match e {
+        SysfsError::TooLong { .. } => format!("malformed: {e}"),
+        _ => format!("unreadable: {e}"),
     }
 }
 
@@ -42,7 +78,10 @@ struct Raw {
 }
 
 pub(crate) fn scan(fs: &Sysfs) -> Result<Topology, TopoError> {
-    let mut w = Warnings(Vec::new());
+    let mut w = Warnings {
+        kept: Vec::new(),
+        dropped: 0,
+    };
     let bus = Path::new("bus/pci/devices");
     let entries = fs.list(bus).map_err(|source| TopoError::NotSysfs {
         root: fs.root().to_path_buf(),
@@ -58,18 +97,15 @@ pub(crate) fn scan(fs: &Sysfs) -> Result<Topology, TopoError> {
         };
         let dir = match fs.link(&rel) {
             Ok(t) => t,
-            // EINVAL: a plain directory instead of a link (hand-made trees); read it in place.
-            Err(e) if e.kind() == io::ErrorKind::InvalidInput => rel.clone(),
+            // A plain directory instead of a link (hand-made trees): read it in place.
+            Err(SysfsError::NotALink) => rel.clone(),
             Err(e) => {
                 w.push(&rel, format!("unreadable link ({e}); device skipped"));
                 continue;
             }
         };
-        if !fs.exists(&dir) {
-            w.push(
-                &rel,
-                format!("dangling link to {}; device skipped", dir.display()),
-            );
+        if let Err(why) = target_problem(fs, &dir) {
+            w.push(&rel, format!("{why}; device skipped"));
             continue;
         }
         raws.push(read_device(fs, bdf, dir, &mut w));
@@ -210,8 +246,19 @@ pub(crate) fn scan(fs: &Sysfs) -> Result<Topology, TopoError> {
         devices,
         host_bridges,
         !groups.is_empty(),
-        w.0,
+        w.finish(fs),
     ))
+}
+
+/// Whether the directory a link points at can be read; if not, what to say.
+fn target_problem(fs: &Sysfs, target: &Path) -> Result<(), String> {
+    match fs.resolve_dir(target) {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_not_found() => Err(format!("dangling link to {}", target.display())),
+        // A loop names where it turns.
+        Err(e @ SysfsError::LinkLoop(_)) => Err(e.to_string()),
+        Err(e) => Err(format!("link to {}: {e}", target.display())),
+    }
 }
 
 fn infer_port(class: DeviceClass, parent: Option<PortType>) -> PortType {
@@ -276,11 +323,11 @@ fn parse_device_path(dir: &Path, bdf: Bdf, w: &mut Warnings) -> (String, Vec<Bdf
 /// NUMA node); every other failure is a warning.
 fn attr(fs: &Sysfs, dir: &Path, name: &str, required: bool, w: &mut Warnings) -> Option<String> {
     let rel = dir.join(name);
-    match fs.read_text(&rel) {
+    match fs.read_text(&rel, MAX_ATTR_BYTES) {
         Ok(s) => Some(s),
-        Err(e) if e.kind() == io::ErrorKind::NotFound && !required => None,
+        Err(e) if e.is_not_found() && !required => None,
         Err(e) => {
-            w.push(&rel, format!("unreadable: {e}"));
+            w.push(&rel, unreadable(&e));
             None
         }
     }
@@ -397,10 +444,10 @@ fn read_device(fs: &Sysfs, bdf: Bdf, dir: PathBuf, w: &mut Warnings) -> Raw {
         }
         None => Vec::new(),
     };
-    let config = match fs.read(&dir.join("config")) {
+    let config = match fs.read(&dir.join("config"), MAX_CONFIG_BYTES) {
         Ok(c) => Some(c),
         Err(e) => {
-            w.push(&dir.join("config"), format!("unreadable: {e}"));
+            w.push(&dir.join("config"), unreadable(&e));
             None
         }
     };
@@ -437,7 +484,7 @@ fn read_device(fs: &Sysfs, bdf: Bdf, dir: PathBuf, w: &mut Warnings) -> Raw {
 fn optional_link(fs: &Sysfs, rel: &Path, w: &mut Warnings) -> Option<PathBuf> {
     match fs.link(rel) {
         Ok(t) => Some(t),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) if e.is_not_found() => None,
         Err(e) => {
             w.push(rel, format!("unreadable link: {e}"));
             None
@@ -452,7 +499,7 @@ fn read_iommu_groups(fs: &Sysfs, raws: &[Raw], w: &mut Warnings) -> BTreeMap<u32
     let mut groups = BTreeMap::new();
     let listed = match fs.list(dir) {
         Ok(v) => v,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) if e.is_not_found() => Vec::new(),
         Err(e) => {
             w.push(dir, format!("unreadable: {e}"));
             Vec::new()
@@ -476,7 +523,7 @@ fn read_numa_nodes(fs: &Sysfs, w: &mut Warnings) -> Option<Vec<(u32, IdList)>> {
     let dir = Path::new("devices/system/node");
     let names = match fs.list(dir) {
         Ok(v) => v,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+        Err(e) if e.is_not_found() => return None,
         Err(e) => {
             w.push(dir, format!("unreadable: {e}"));
             return Some(Vec::new());
@@ -562,7 +609,7 @@ fn class_links(fs: &Sysfs, class: &str, w: &mut Warnings) -> Vec<(String, Bdf)> 
     let dir = Path::new("class").join(class);
     let names = match fs.list(&dir) {
         Ok(v) => v,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) if e.is_not_found() => return Vec::new(),
         Err(e) => {
             w.push(&dir, format!("unreadable: {e}"));
             return Vec::new();
@@ -578,8 +625,8 @@ fn class_links(fs: &Sysfs, class: &str, w: &mut Warnings) -> Vec<(String, Bdf)> 
                 continue;
             }
         };
-        if !fs.exists(&target) {
-            w.push(&rel, format!("dangling link to {}", target.display()));
+        if let Err(why) = target_problem(fs, &target) {
+            w.push(&rel, why);
             continue;
         }
         let owner = target

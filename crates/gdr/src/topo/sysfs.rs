@@ -2,14 +2,81 @@
 //! optionally recording every entry read so that `capture` can write exactly those entries out.
 //!
 //! All paths handed in and out are relative to the root, so a tree read from a fixture behaves as
-//! the real one would. Symlinks are resolved lexically (without following them on disk) because
-//! sysfs links are relative and a captured tree may hold only part of what they point into.
+//! the real one would. A capture is untrusted input, so every read is bounded (see
+//! [`limits`](super::limits)): paths are looked up inside the tree only ([`resolve`]), only
+//! regular files are opened, and never by more than a cap.
 
 use super::capture::KEEP_FILE;
-use std::cell::RefCell;
-use std::collections::BTreeMap;
-use std::io;
-use std::path::{Component, Path, PathBuf};
+use super::limits::{MAX_DIR_ENTRIES, MAX_LINK_HOPS, MAX_TOTAL_BYTES};
+use super::resolve::{self, kind_of, resolve_lexically, Resolved};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// Why an entry of a sysfs tree was not read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SysfsError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("not a {expected} (a {found}); not opened")]
+    WrongType {
+        expected: &'static str,
+        found: &'static str,
+    },
+    #[error("longer than {cap} bytes, more than sysfs holds there; not read")]
+    TooLong { cap: usize },
+    #[error("not a symlink")]
+    NotALink,
+    #[error("symlink loop at {}", .0.display())]
+    LinkLoop(PathBuf),
+    #[error("more than {MAX_LINK_HOPS} symlinks to follow")]
+    TooManyLinks,
+    /// `link` is the offending link where it is not the entry asked for itself.
+    #[error("absolute link to {} refused{} (sysfs and captures hold relative links only)",
+            .target.display(), at(.link))]
+    AbsoluteLink {
+        link: Option<PathBuf>,
+        target: PathBuf,
+    },
+    #[error("link target {}{} leaves the sysfs root; not followed", .target.display(), at(.link))]
+    LeavesRoot {
+        link: Option<PathBuf>,
+        target: PathBuf,
+    },
+    #[error("{MAX_TOTAL_BYTES} bytes read from the tree already; not read")]
+    BudgetSpent,
+}
+
+fn at(link: &Option<PathBuf>) -> String {
+    link.as_ref()
+        .map(|l| format!(" at {}", l.display()))
+        .unwrap_or_default()
+}
+
+impl SysfsError {
+    /// Names the link at fault only where it is not `rel`, the entry the warning is about.
+    fn blame(self, rel: &Path) -> Self {
+        match self {
+            SysfsError::AbsoluteLink { link, target } => SysfsError::AbsoluteLink {
+                link: link.filter(|l| l != rel),
+                target,
+            },
+            SysfsError::LeavesRoot { link, target } => SysfsError::LeavesRoot {
+                link: link.filter(|l| l != rel),
+                target,
+            },
+            e => e,
+        }
+    }
+
+    /// The entry is simply absent (no such file), which is normal for optional attributes.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, SysfsError::Io(e) if e.kind() == io::ErrorKind::NotFound)
+    }
+}
 
 /// One entry that a read touched, as `capture` needs to recreate it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +93,12 @@ pub(crate) enum Recorded {
 pub(crate) struct Sysfs {
     root: PathBuf,
     log: Option<RefCell<BTreeMap<PathBuf, Recorded>>>,
+    /// Directories looked up already, to where they lead: the attributes of one device share
+    /// their directory, which would otherwise be walked once per attribute.
+    dirs: RefCell<HashMap<PathBuf, PathBuf>>,
+    bytes_read: Cell<u64>,
+    /// Entries that were read only in part, with why; the scan turns them into warnings.
+    notes: RefCell<Vec<(PathBuf, String)>>,
 }
 
 impl Sysfs {
@@ -33,14 +106,17 @@ impl Sysfs {
         Self {
             root: root.to_path_buf(),
             log: None,
+            dirs: RefCell::default(),
+            bytes_read: Cell::new(0),
+            notes: RefCell::default(),
         }
     }
 
     /// A reader that remembers what it read, for `capture`.
     pub(crate) fn recording(root: &Path) -> Self {
         Self {
-            root: root.to_path_buf(),
             log: Some(RefCell::new(BTreeMap::new())),
+            ..Self::new(root)
         }
     }
 
@@ -52,53 +128,144 @@ impl Sysfs {
         self.log.map(RefCell::into_inner).unwrap_or_default()
     }
 
+    /// What was read only in part so far, with why.
+    pub(crate) fn take_notes(&self) -> Vec<(PathBuf, String)> {
+        self.notes.take()
+    }
+
     fn record(&self, rel: &Path, entry: Recorded) {
         if let Some(log) = &self.log {
             log.borrow_mut().insert(rel.to_path_buf(), entry);
         }
     }
 
-    /// The whole content of a file (sysfs attributes are small; `config` is at most 4 KiB).
-    pub(crate) fn read(&self, rel: &Path) -> io::Result<Vec<u8>> {
-        let data = std::fs::read(self.root.join(rel))?;
+    /// Where `rel` leads inside the tree (the last component's link followed too).
+    fn resolve(&self, rel: &Path) -> Result<Resolved, SysfsError> {
+        match (rel.parent(), rel.file_name()) {
+            (Some(parent), Some(name)) if !parent.as_os_str().is_empty() => {
+                let dir = self.dir_of(parent)?;
+                resolve::walk(&self.root, dir, Path::new(name))
+            }
+            _ => resolve::walk(&self.root, PathBuf::new(), rel),
+        }
+    }
+
+    /// Where the directory `rel` leads inside the tree; fails when it is no directory.
+    pub(crate) fn resolve_dir(&self, rel: &Path) -> Result<PathBuf, SysfsError> {
+        self.dir_of(rel).map_err(|e| e.blame(rel))
+    }
+
+    fn dir_of(&self, rel: &Path) -> Result<PathBuf, SysfsError> {
+        if let Some(p) = self.dirs.borrow().get(rel) {
+            return Ok(p.clone());
+        }
+        let r = self.resolve(rel)?;
+        if !r.meta.is_dir() {
+            return Err(SysfsError::WrongType {
+                expected: "directory",
+                found: kind_of(&r.meta),
+            });
+        }
+        self.dirs
+            .borrow_mut()
+            .insert(rel.to_path_buf(), r.path.clone());
+        Ok(r.path)
+    }
+
+    /// The content of a regular file, at most `cap` bytes: a longer one is refused, not cut,
+    /// since sysfs never holds more there. FIFOs, devices and sockets are not even opened
+    /// (opening some devices does something); the open is non-blocking and does not follow a
+    /// link in case the entry changed since it was looked at.
+    pub(crate) fn read(&self, rel: &Path, cap: usize) -> Result<Vec<u8>, SysfsError> {
+        let r = self.resolve(rel).map_err(|e| e.blame(rel))?;
+        let regular = |m: &std::fs::Metadata| {
+            if m.is_file() {
+                Ok(())
+            } else {
+                Err(SysfsError::WrongType {
+                    expected: "regular file",
+                    found: kind_of(m),
+                })
+            }
+        };
+        regular(&r.meta)?;
+        if self.bytes_read.get() >= MAX_TOTAL_BYTES {
+            return Err(SysfsError::BudgetSpent);
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+            .open(self.root.join(&r.path))?;
+        regular(&file.metadata()?)?;
+        // Never sized by the file's claimed length: sysfs says 4096 for every attribute, and a
+        // sparse file may claim anything.
+        let mut data = Vec::new();
+        file.take(cap as u64 + 1).read_to_end(&mut data)?;
+        if data.len() > cap {
+            return Err(SysfsError::TooLong { cap });
+        }
+        self.bytes_read
+            .set(self.bytes_read.get() + data.len() as u64);
         self.record(rel, Recorded::File(data.clone()));
         Ok(data)
     }
 
     /// A text attribute, trimmed of surrounding whitespace.
-    pub(crate) fn read_text(&self, rel: &Path) -> io::Result<String> {
-        let data = self.read(rel)?;
+    pub(crate) fn read_text(&self, rel: &Path, cap: usize) -> Result<String, SysfsError> {
+        let data = self.read(rel, cap)?;
         Ok(String::from_utf8_lossy(&data).trim().to_string())
     }
 
-    /// Names in a directory, sorted. The [`KEEP_FILE`] that captures and fixtures put into
-    /// empty directories is left out: a real sysfs has none, and a capture must read back the
-    /// same as its source.
-    pub(crate) fn list(&self, rel: &Path) -> io::Result<Vec<String>> {
+    /// Names in a directory, sorted; at most [`MAX_DIR_ENTRIES`] of them (a note says when
+    /// there were more). The [`KEEP_FILE`] that captures and fixtures put into empty
+    /// directories is left out: a real sysfs has none, and a capture must read back the same as
+    /// its source.
+    pub(crate) fn list(&self, rel: &Path) -> Result<Vec<String>, SysfsError> {
+        let dir = self.resolve_dir(rel)?;
         let mut names = Vec::new();
-        for entry in std::fs::read_dir(self.root.join(rel))? {
+        for entry in std::fs::read_dir(self.root.join(dir))? {
             let name = entry?.file_name().to_string_lossy().into_owned();
-            if name != KEEP_FILE {
-                names.push(name);
+            if name == KEEP_FILE {
+                continue;
             }
+            if names.len() == MAX_DIR_ENTRIES {
+                self.notes.borrow_mut().push((
+                    rel.to_path_buf(),
+                    format!("more than {MAX_DIR_ENTRIES} entries; read {MAX_DIR_ENTRIES} of them"),
+                ));
+                break;
+            }
+            names.push(name);
         }
         names.sort();
         self.record(rel, Recorded::Dir);
         Ok(names)
     }
 
-    /// Resolves the symlink at `rel` to a path relative to the root. Fails with `InvalidData`
-    /// when the link points outside the root, and with the OS error when `rel` is no link.
-    pub(crate) fn link(&self, rel: &Path) -> io::Result<PathBuf> {
-        let raw = std::fs::read_link(self.root.join(rel))?;
-        let parent = rel.parent().unwrap_or(Path::new(""));
-        let target = resolve_lexically(parent, &raw).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("link target {} leaves the sysfs root", raw.display()),
-            )
+    /// The target of the symlink at `rel`, as a path relative to the root (not looked up
+    /// further: the target may be absent). Fails with [`SysfsError::NotALink`] when `rel` is
+    /// something else, and when the target is absolute or climbs above the root.
+    pub(crate) fn link(&self, rel: &Path) -> Result<PathBuf, SysfsError> {
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+            return Err(SysfsError::NotALink);
+        };
+        let dir = self.dir_of(parent).map_err(|e| e.blame(rel))?;
+        let at = self.root.join(&dir).join(name);
+        if !std::fs::symlink_metadata(&at)?.file_type().is_symlink() {
+            return Err(SysfsError::NotALink);
+        }
+        let raw = std::fs::read_link(&at)?;
+        if raw.is_absolute() {
+            return Err(SysfsError::AbsoluteLink {
+                link: None,
+                target: raw,
+            });
+        }
+        let target = resolve_lexically(&dir, &raw).ok_or(SysfsError::LeavesRoot {
+            link: None,
+            target: raw,
         })?;
-        let target_exists = self.exists(&target);
+        let target_exists = self.resolve(&target).is_ok();
         self.record(
             rel,
             Recorded::Link {
@@ -108,57 +275,6 @@ impl Sysfs {
         );
         Ok(target)
     }
-
-    /// Whether `rel` exists (following symlinks).
-    pub(crate) fn exists(&self, rel: &Path) -> bool {
-        self.root.join(rel).exists()
-    }
-}
-
-/// Joins a link target to the directory holding the link and folds `.`/`..` without touching the
-/// disk. Absolute targets are taken relative to the sysfs root (`/sys/devices/..` → `devices/..`).
-/// `None` when the result would climb above the root.
-pub(crate) fn resolve_lexically(link_dir: &Path, target: &Path) -> Option<PathBuf> {
-    let mut out: Vec<std::ffi::OsString> = Vec::new();
-    let rest = if target.is_absolute() {
-        target
-            .strip_prefix("/sys")
-            .or_else(|_| target.strip_prefix("/"))
-            .ok()?
-    } else {
-        for c in link_dir.components() {
-            if let Component::Normal(n) = c {
-                out.push(n.to_os_string());
-            }
-        }
-        target
-    };
-    for c in rest.components() {
-        match c {
-            Component::Normal(n) => out.push(n.to_os_string()),
-            Component::ParentDir => {
-                out.pop()?;
-            }
-            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
-        }
-    }
-    Some(out.iter().collect())
-}
-
-/// The relative link text that leads from directory `from_dir` to `to` (both relative to the
-/// same root): `../..` up to the common part, then down.
-pub(crate) fn relative_target(from_dir: &Path, to: &Path) -> PathBuf {
-    let a: Vec<_> = from_dir.components().collect();
-    let b: Vec<_> = to.components().collect();
-    let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
-    let mut out = PathBuf::new();
-    for _ in common..a.len() {
-        out.push("..");
-    }
-    for c in &b[common..] {
-        out.push(c.as_os_str());
-    }
-    out
 }
 
 #[cfg(test)]
@@ -166,37 +282,80 @@ mod tests {
     use super::*;
 
     #[test]
-    fn resolves_sysfs_style_links() {
-        let got = resolve_lexically(
-            Path::new("bus/pci/devices"),
-            Path::new("../../../devices/pci0000:00/0000:00:01.0"),
+    fn character_devices_are_not_opened() {
+        let fs = Sysfs::new(Path::new("/dev"));
+        let err = fs.read(Path::new("zero"), 16).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SysfsError::WrongType {
+                    found: "character device",
+                    ..
+                }
+            ),
+            "{err}"
         );
-        assert_eq!(
-            got.unwrap(),
-            PathBuf::from("devices/pci0000:00/0000:00:01.0")
-        );
-        let abs = resolve_lexically(
-            Path::new("class/net"),
-            Path::new("/sys/devices/virtual/net/lo"),
-        );
-        assert_eq!(abs.unwrap(), PathBuf::from("devices/virtual/net/lo"));
-        assert!(resolve_lexically(Path::new("class/net"), Path::new("../../../etc")).is_none());
     }
 
     #[test]
-    fn relative_target_inverts_resolution() {
-        let cases = [
-            ("bus/pci/devices", "devices/pci0000:00/0000:00:01.0"),
-            ("devices/pci0000:00/0000:00:01.0", "kernel/iommu_groups/3"),
-            ("a/b", "a/b/c"),
-            ("a/b/c", "a"),
-        ];
-        for (dir, to) in cases {
-            let rel = relative_target(Path::new(dir), Path::new(to));
-            assert_eq!(
-                resolve_lexically(Path::new(dir), &rel).unwrap(),
-                PathBuf::from(to)
-            );
-        }
+    fn dot_dot_after_a_link_climbs_from_where_the_link_leads() {
+        let root = std::env::temp_dir().join(format!(
+            "gdr-sysfs-dotdot-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/x"), "deep\n").unwrap();
+        std::fs::write(root.join("x"), "top\n").unwrap();
+        std::os::unix::fs::symlink("a/b", root.join("l")).unwrap();
+        let fs = Sysfs::new(&root);
+        // As the kernel resolves it: `l/..` is `a`, not the root.
+        assert_eq!(fs.read_text(Path::new("l/../x"), 16).unwrap(), "deep");
+        assert_eq!(fs.resolve_dir(Path::new("l")).unwrap(), Path::new("a/b"));
+        // Climbing out is blamed on the path asked for, or on the link that does it.
+        let err = fs.read(Path::new("l/../../../x"), 16).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "link target l/../../.. leaves the sysfs root; not followed"
+        );
+        std::os::unix::fs::symlink("../../..", root.join("a/b/up")).unwrap();
+        let err = fs.read(Path::new("l/up/x"), 16).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "link target ../../.. at a/b/up leaves the sysfs root; not followed"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn reads_stop_when_the_budget_is_spent() {
+        let fs = Sysfs::new(Path::new(env!("CARGO_MANIFEST_DIR")));
+        assert!(fs.read(Path::new("Cargo.toml"), 1 << 16).is_ok());
+        fs.bytes_read.set(MAX_TOTAL_BYTES);
+        assert!(matches!(
+            fs.read(Path::new("Cargo.toml"), 1 << 16),
+            Err(SysfsError::BudgetSpent)
+        ));
+    }
+
+    #[test]
+    fn directories_are_not_read_as_files() {
+        let fs = Sysfs::new(Path::new(env!("CARGO_MANIFEST_DIR")));
+        let err = fs.read(Path::new("src"), 16).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "not a regular file (a directory); not opened"
+        );
+        assert!(fs
+            .list(Path::new("src"))
+            .unwrap()
+            .contains(&"lib.rs".to_string()));
+        assert!(matches!(
+            fs.list(Path::new("Cargo.toml")),
+            Err(SysfsError::WrongType {
+                expected: "directory",
+                ..
+            })
+        ));
     }
 }

@@ -1,0 +1,130 @@
+//! `gdr topo` as a user runs it: on trees built at run time, the hints it prints and how it
+//! deals with a hostile capture (warnings on stderr, the rest on stdout, done quickly).
+
+use gdr::topo::fixture::{Function, TreeBuilder};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "topo-cli-{name}-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+struct Run {
+    stdout: String,
+    stderr: String,
+    success: bool,
+}
+
+/// Runs `gdr topo ARGS`, killing it and failing the test when it takes longer than `limit`.
+fn gdr_topo(args: &[&str], limit: Duration) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gdr"))
+        .arg("topo")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            let _ = child.wait();
+            panic!("gdr topo {args:?} still ran after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().unwrap();
+    Run {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        success: out.status.success(),
+    }
+}
+
+/// A root port with, optionally, one endpoint that is no GPU peer (a SATA controller).
+fn tree(name: &str, with_endpoint: bool) -> (PathBuf, Option<PathBuf>) {
+    let root = scratch(name);
+    let mut t = TreeBuilder::create(&root).unwrap();
+    let hb = t.host_bridge("pci0000:00").unwrap();
+    let rp = t
+        .add(&hb, Function::new("0000:00:01.0", 0x8086, 0x352a, 0x060400))
+        .unwrap();
+    let dev = with_endpoint.then(|| {
+        t.add(&rp, Function::new("0000:01:00.0", 0x8086, 0xa352, 0x010601))
+            .unwrap()
+    });
+    (root, dev)
+}
+
+#[test]
+fn the_all_hint_is_for_those_without_all() {
+    let (root, _) = tree("bridges-only", false);
+    let dir = root.to_str().unwrap();
+    let with_all = gdr_topo(&["--all", "--sysfs", dir], Duration::from_secs(10));
+    assert!(with_all.success, "{}", with_all.stderr);
+    assert!(
+        with_all.stdout.contains("no devices to show"),
+        "{}",
+        with_all.stdout
+    );
+    assert!(
+        !with_all.stdout.contains("--all"),
+        "suggests the flag it was given: {}",
+        with_all.stdout
+    );
+
+    let (root, _) = tree("sata-only", true);
+    let dir = root.to_str().unwrap();
+    let default = gdr_topo(&["--sysfs", dir], Duration::from_secs(10));
+    assert!(
+        default.stdout.contains("--all shows every endpoint"),
+        "{}",
+        default.stdout
+    );
+    let all = gdr_topo(&["--all", "--sysfs", dir], Duration::from_secs(10));
+    assert!(all.stdout.contains("DEV0"), "{}", all.stdout);
+}
+
+#[test]
+fn a_hostile_capture_gives_warnings_and_the_rest() {
+    let (root, dev) = tree("hostile", true);
+    let dev = root.join(dev.unwrap());
+    let fifo = dev.join("numa_node");
+    std::fs::remove_file(&fifo).unwrap();
+    let c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    std::fs::remove_file(dev.join("config")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dev.join("config")).unwrap();
+    let run = gdr_topo(
+        &["--all", "--sysfs", root.to_str().unwrap()],
+        Duration::from_secs(5),
+    );
+    assert!(run.success, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("0000:01:00.0/numa_node: unreadable: not a regular file (a FIFO)"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("absolute link to /dev/zero refused"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.lines().all(|l| l.starts_with("gdr: warning: ")),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.contains("DEV0"), "{}", run.stdout);
+}
