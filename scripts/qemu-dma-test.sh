@@ -35,7 +35,7 @@ log() { echo "qemu-dma-test: $*" >&2; }
 # A prerequisite is missing: skip on a developer's machine without root, fail anywhere else.
 prereq_fail() { # prereq_fail WHY
     if [ "$(id -u)" != 0 ] && [ -z "${CI:-}" ]; then
-        echo "qemu-dma-test: skipped: $1 (run it as root with network access, as CI does)"
+        echo "qemu-dma-test: skipped: $1; run it as root with network access (as CI does) to include it"
         exit 77
     fi
     echo "qemu-dma-test: FAIL: $1"
