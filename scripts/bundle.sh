@@ -7,8 +7,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bundle}
 rm -rf "$out"; mkdir -p "$out/tests"
-cargo build --release -p gdr-cli
-cp target/release/gdr "$out/gdr"
+# The CLI at the path cargo reports (its target directory may be CARGO_TARGET_DIR, not ./target).
+cargo build --release -p gdr-cli --message-format=json |
+  python3 -c '
+import json, sys, shutil
+exe = [m["executable"] for m in map(json.loads, sys.stdin)
+       if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "gdr" and m.get("executable")]
+if not exe:
+    sys.exit("bundle.sh: cargo built no gdr executable")
+shutil.copy(exe[-1], sys.argv[1])
+' "$out/gdr"
 # libgdrapi staged as it installs under /usr/local (run.sh copies it there and runs ldconfig),
 # with the C test programs' sources, built on the GPU host against the installed library.
 bash scripts/install-capi.sh --prefix /usr/local --destdir "$out/capi/root"

@@ -5,7 +5,10 @@
 # Usage: scripts/capi-check.sh SRC_DIR [BUILD_DIR]
 #   SRC_DIR: the C sources (crates/gdr-capi/tests/c, or capi/c in a bundle)
 #   pkg-config must find gdrapi.pc (set PKG_CONFIG_PATH for a non-default prefix).
-# GPU programs print "skipped" without a GPU, and fail instead under GDR_REQUIRE_GPU=1.
+# GPU programs say `<program>: skipped: <why>` without a GPU (and fail instead under
+# GDR_REQUIRE_GPU=1): those count as skipped, not passed, each with a `skipped: no GPU: <check>`
+# line, also appended to the file $GDR_SKIP_LOG names when set (scripts/test.sh counts them).
+# Ends with `capi-check: P passed, F failed, S skipped`.
 set -uo pipefail
 src=${1:?usage: capi-check.sh SRC_DIR [BUILD_DIR]}
 build=${2:-$(mktemp -d)}
@@ -13,11 +16,17 @@ mkdir -p "$build"
 command -v pkg-config >/dev/null || { echo "capi-check: pkg-config not found" >&2; exit 1; }
 flags=$(pkg-config --cflags --libs gdrapi) || { echo "capi-check: pkg-config has no gdrapi" >&2; exit 1; }
 echo "capi-check: gdrapi $(pkg-config --modversion gdrapi): $flags"
-pass=0; fail=0
+pass=0; fail=0; skip=0
 check() { # name, command...
   local n=$1; shift
   if "$@" >"$build/$n.log" 2>&1; then
-    pass=$((pass+1)); echo "ok $n: $(grep -E 'passed|skipped' "$build/$n.log" | tail -1)"
+    if grep -q ': skipped: ' "$build/$n.log"; then
+      skip=$((skip+1)); echo "skipped: no GPU: $n"
+      echo "  why: $(grep ': skipped: ' "$build/$n.log" | head -1)"
+      [ -z "${GDR_SKIP_LOG:-}" ] || echo "skipped: no GPU: capi-check $n" >>"$GDR_SKIP_LOG"
+    else
+      pass=$((pass+1)); echo "ok $n: $(grep -E 'passed' "$build/$n.log" | tail -1)"
+    fi
   else
     fail=$((fail+1)); echo "FAILED $n:"; tail -20 "$build/$n.log" | sed 's/^/  /'
   fi
@@ -59,5 +68,5 @@ if cc -std=c99 "$build/dlopen.c" -o "$build/dlopen" -ldl; then
 else
   fail=$((fail+1)); echo "FAILED build-dlopen"
 fi
-echo "capi-check: $pass passed, $fail failed"
+echo "capi-check: $pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]

@@ -6,13 +6,25 @@
 # console as `GDRTEST PASS|FAIL name detail` lines. The host then checks what the guest wrote into
 # the ivshmem file. Ends with `N passed, N failed`; exits non-zero on any failure or timeout.
 #
-# Needs root for apt-get when packages are missing (CI runs as root). Env:
+# Prerequisites: qemu-system-x86_64 and cpio (apt-installed when missing, which needs root), and
+# Debian's kernel and busybox-static packages (downloaded with apt-get into the cargo target
+# directory's qemu-dma/cache once, which needs network, and root when the apt lists must be
+# refreshed). When one cannot be had:
+#   - not root and $CI unset (a developer's machine): prints `qemu-dma-test: skipped: <why>` and
+#     exits 77, so a run without root or network says what it did not test instead of failing;
+#   - root or $CI set (CI runs as root, with network): prints the reason and fails (exit 1), so
+#     a broken CI machine cannot pass for a skipped test.
+# Env:
 #   GDR_QEMU_TIMEOUT  seconds before QEMU is killed (default 240)
 #   GDR_QEMU_APPEND   more kernel command line (gdrskip=guest runs only the CLI checks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-WORK=$ROOT/target/qemu-dma
+# Build outputs and the cache live in cargo's target directory (CARGO_TARGET_DIR or the config's
+# build.target-dir, not necessarily ./target).
+TARGET=$(cargo metadata --format-version 1 --no-deps |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+WORK=$TARGET/qemu-dma
 CACHE=$WORK/cache
 mkdir -p "$WORK" "$CACHE"
 T0=$(date +%s)
@@ -20,52 +32,77 @@ TIMEOUT=${GDR_QEMU_TIMEOUT:-240}
 
 log() { echo "qemu-dma-test: $*" >&2; }
 
+# A prerequisite is missing: skip on a developer's machine without root, fail anywhere else.
+prereq_fail() { # prereq_fail WHY
+    if [ "$(id -u)" != 0 ] && [ -z "${CI:-}" ]; then
+        echo "qemu-dma-test: skipped: $1; run it as root with network access (as CI does) to include it"
+        exit 77
+    fi
+    echo "qemu-dma-test: FAIL: $1"
+    echo "0 passed, 1 failed"
+    exit 1
+}
+
 # --- packages -------------------------------------------------------------------------------
+command -v apt-get >/dev/null 2>&1 ||
+    prereq_fail "apt-get not found: the test fetches Debian's kernel and busybox with apt"
 apt_updated=0
 apt_update_once() {
     if [ "$apt_updated" = 0 ]; then
-        apt-get update -qq >/dev/null
+        apt-get update -qq >/dev/null 2>&1 ||
+            prereq_fail "apt-get update failed (needs root and network)"
         apt_updated=1
     fi
 }
 need_tool() { # need_tool TOOL PACKAGE
     command -v "$1" >/dev/null 2>&1 && return 0
+    [ "$(id -u)" = 0 ] || prereq_fail "$1 is not installed (package $2) and installing it needs root"
     log "installing $2"
     apt_update_once
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null ||
+        prereq_fail "apt-get install $2 failed"
 }
 need_tool qemu-system-x86_64 qemu-system-x86
 need_tool cpio cpio
 
 # Kernel and busybox are unpacked into the cache, not installed on this machine.
-fetch_deb() { # fetch_deb PACKAGE [PATTERN...] -> prints the unpack folder (only PATTERNs if given)
+fetch_deb() { # fetch_deb PACKAGE [PATTERN...]: unpacks into $CACHE/PACKAGE (only PATTERNs if given)
     local pkg=$1 dir=$CACHE/$1
     shift
-    if [ ! -e "$dir/.done" ]; then
-        rm -rf "$dir" && mkdir -p "$dir"
-        (cd "$CACHE" && { apt-get download -qq "$pkg" >/dev/null 2>&1 || { apt_update_once; apt-get download -qq "$pkg" >/dev/null; }; })
-        if [ $# -gt 0 ]; then
-            dpkg-deb --fsys-tarfile "$CACHE"/"${pkg}"_*.deb | tar -x -C "$dir" --wildcards "$@"
-        else
-            dpkg-deb -x "$CACHE"/"${pkg}"_*.deb "$dir"
-        fi
-        rm -f "$CACHE"/"${pkg}"_*.deb
-        touch "$dir/.done"
+    [ -e "$dir/.done" ] && return 0
+    rm -rf "$dir" && mkdir -p "$dir" || return 1
+    (cd "$CACHE" && apt-get download -qq "$pkg" >/dev/null 2>&1) || return 1
+    if [ $# -gt 0 ]; then
+        dpkg-deb --fsys-tarfile "$CACHE"/"${pkg}"_*.deb | tar -x -C "$dir" --wildcards "$@" || return 1
+    else
+        dpkg-deb -x "$CACHE"/"${pkg}"_*.deb "$dir" || return 1
     fi
-    echo "$dir"
+    rm -f "$CACHE"/"${pkg}"_*.deb
+    touch "$dir/.done"
 }
 kernel_pkg() { # the versioned kernel package linux-image-amd64 points at, per the apt lists
-    apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'
+    # awk reads to the end, so apt-cache never dies of a closed pipe (pipefail would end us).
+    { apt-cache depends linux-image-amd64 2>/dev/null || true; } |
+        awk '/Depends: linux-image-[0-9]/ && !k {k = $2} END {if (k) print k}'
 }
 fetch_kernel() {
-    fetch_deb "$KPKG" './boot/vmlinuz-*' './lib/modules/*/modules.order' \
+    [ -n "$KPKG" ] && fetch_deb "$KPKG" './boot/vmlinuz-*' './lib/modules/*/modules.order' \
         './lib/modules/*/kernel/drivers/vfio/*' './lib/modules/*/kernel/virt/*'
 }
 KPKG=$(kernel_pkg)
-[ -n "$KPKG" ] || { apt_update_once; KPKG=$(kernel_pkg); }
-# Stale lists can name a kernel the mirror no longer has: refresh them and ask again.
-KDIR=$(fetch_kernel) || { apt_updated=0; apt_update_once; KPKG=$(kernel_pkg); KDIR=$(fetch_kernel); }
-BBDIR=$(fetch_deb busybox-static)
+# Missing or stale lists (naming a kernel the mirror no longer has): refresh them and ask again.
+if ! fetch_kernel; then
+    apt_update_once
+    KPKG=$(kernel_pkg)
+    [ -n "$KPKG" ] || prereq_fail "the apt lists have no linux-image-amd64 (not Debian?)"
+    fetch_kernel || prereq_fail "cannot download $KPKG (needs network)"
+fi
+if ! fetch_deb busybox-static; then
+    apt_update_once
+    fetch_deb busybox-static || prereq_fail "cannot download busybox-static (needs network)"
+fi
+KDIR=$CACHE/$KPKG
+BBDIR=$CACHE/busybox-static
 KVER=${KPKG#linux-image-}
 VMLINUZ=$KDIR/boot/vmlinuz-$KVER
 MODDIR=$KDIR/lib/modules/$KVER
@@ -73,9 +110,20 @@ MODDIR=$KDIR/lib/modules/$KVER
 
 # --- binaries -------------------------------------------------------------------------------
 log "building gdr and the guest test binary"
-cargo build -q -p gdr-cli -p gdr-dma --bins --example vm_guest
-GDR=$ROOT/target/debug/gdr
-GUEST=$ROOT/target/debug/examples/vm_guest
+# The executables' paths as cargo reports them (wherever its target directory is).
+artifacts=$(cargo build -q -p gdr-cli -p gdr-dma --bins --example vm_guest --message-format=json)
+exe() { # exe TARGET-NAME: the executable cargo built for it
+    printf '%s\n' "$artifacts" | python3 -c '
+import json, sys
+exe = [m["executable"] for m in map(json.loads, sys.stdin)
+       if m.get("reason") == "compiler-artifact" and m["target"]["name"] == sys.argv[1] and m.get("executable")]
+if not exe:
+    sys.exit("qemu-dma-test: cargo built no " + sys.argv[1])
+print(exe[-1])
+' "$1"
+}
+GDR=$(exe gdr)
+GUEST=$(exe vm_guest)
 
 # --- initramfs ------------------------------------------------------------------------------
 IRD=$WORK/initramfs

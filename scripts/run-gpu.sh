@@ -21,6 +21,8 @@ if ! command -v pkg-config >/dev/null && [ -d "$here/gl" ]; then
 fi
 export GDR_REQUIRE_GPU=1
 export GDR_TOPO_FIXTURES="$here/fixtures/topo"
+# The CLI tests (tests/cli) run the bundled gdr, not the build machine's path baked into them.
+export GDR_BIN="$here/gdr"
 want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 pass=0; fail=0
 want tests && for t in "$here"/tests/*; do

@@ -97,7 +97,7 @@ fn load(
 
 #[test]
 fn lenet_on_the_gpu_queues_matches_the_cpu_reference_for_100k_images() {
-    if gpu_context("lenet_gpu_queue").is_none() {
+    if gpu_context("lenet_on_the_gpu_queues_matches_the_cpu_reference_for_100k_images").is_none() {
         return;
     }
     let app = App::builtin("lenet", 1, 1024).unwrap();
@@ -135,7 +135,7 @@ fn lenet_on_the_gpu_queues_matches_the_cpu_reference_for_100k_images() {
 /// in shared memory) give the same answers, also with a repeated computation.
 #[test]
 fn lenet_with_its_weights_in_global_memory_matches_the_cpu_reference() {
-    if gpu_context("lenet_global_weights").is_none() {
+    if gpu_context("lenet_with_its_weights_in_global_memory_matches_the_cpu_reference").is_none() {
         return;
     }
     let app = App::builtin("lenet", 3, 1024).unwrap();
@@ -162,7 +162,7 @@ fn lenet_with_its_weights_in_global_memory_matches_the_cpu_reference() {
 
 #[test]
 fn echo_through_the_gpu_queues_is_unchanged() {
-    if gpu_context("echo_gpu_queue").is_none() {
+    if gpu_context("echo_through_the_gpu_queues_is_unchanged").is_none() {
         return;
     }
     let app = App::builtin("echo", 1, 1024).unwrap();
@@ -183,7 +183,7 @@ fn echo_through_the_gpu_queues_is_unchanged() {
 /// every echo size up to the slot, and LeNet images against the CPU reference.
 #[test]
 fn word_format_rx_answers_echo_and_lenet_correctly() {
-    if gpu_context("rx_words").is_none() {
+    if gpu_context("word_format_rx_answers_echo_and_lenet_correctly").is_none() {
         return;
     }
     for (app, payloads) in [
@@ -234,7 +234,7 @@ fn word_format_rx_answers_echo_and_lenet_correctly() {
 
 #[test]
 fn both_modes_measured_in_one_run_with_correct_answers() {
-    if gpu_context("both_modes").is_none() {
+    if gpu_context("both_modes_measured_in_one_run_with_correct_answers").is_none() {
         return;
     }
     let app = App::builtin("lenet", 1, 1024).unwrap();

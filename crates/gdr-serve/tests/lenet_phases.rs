@@ -61,7 +61,8 @@ const PREFIX: &str = "__device__ gdr_u64 *gdr_serve_mark_out;\n\
 
 #[test]
 fn lenet_in_one_block_matches_the_reference_and_shows_its_phases() {
-    let Some(ctx) = gpu_context("lenet_phases") else {
+    let Some(ctx) = gpu_context("lenet_in_one_block_matches_the_reference_and_shows_its_phases")
+    else {
         return;
     };
     let app = App::lenet(7, 1).unwrap();

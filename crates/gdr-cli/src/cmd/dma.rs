@@ -5,7 +5,10 @@
 //!   into another device's BAR and back out instead (peer memory, as a GPU's BAR1).
 //! - `h2c`, `c2h`: rdma-malloc-{h2c,c2h}-perf: one timed transfer of min(device RAM, 100 MiB),
 //!   printed as `Bytes:N usecs:N MB/s:X`, then a table over sizes.
-//! - `leds N`: set-leds (XDMA boards). `info`: what was found and what is missing.
+//! - `leds VALUE`: set-leds (XDMA boards). `info`: what was found and what is missing.
+//!
+//! `--json` prints each result as one JSON object instead. `info --json` prints one even when
+//! no device can be opened (`"found": false` and why), then fails as the text form does.
 
 use super::CmdResult;
 use gdr_dma::pattern::{check_surface, poison, surface, SURFACE_BYTES};
@@ -13,6 +16,7 @@ use gdr_dma::pci::{bind_hint, PciInfo, Sysfs};
 use gdr_dma::{
     Copier, DmaError, DmaMemory, Endpoint, EngineKind, OpenOptions, PciAddress, Session,
 };
+use serde::Serialize;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -31,6 +35,9 @@ pub struct Args {
     /// Device RAM size in bytes (4K, 2G, ...), for XDMA bitstreams other than PicoEVB/HTG-K800
     #[arg(long, global = true, value_parser = parse_bytes)]
     ram_size: Option<u64>,
+    /// Print JSON instead of text
+    #[arg(long, global = true)]
+    json: bool,
 }
 
 /// Byte counts as the other subcommands take them (4096, 4K, 16M, 1G).
@@ -76,8 +83,13 @@ enum Action {
         #[arg(long, value_delimiter = ',', value_parser = parse_bytes)]
         sizes: Vec<u64>,
     },
-    /// Light LEDs: bit 0..2 of N set = LED on (XDMA boards; writes the GPIO inverted)
-    Leds { value: u32 },
+    /// Light LEDs: bit 0..2 of VALUE set = LED on (XDMA boards; writes the GPIO inverted)
+    Leds {
+        /// Which LEDs to light, as a bit mask 0..=7: bit 0 is LED 0, bit 1 LED 1, bit 2 LED 2;
+        /// the others go off (0: all off, 7: all on)
+        #[arg(value_parser = clap::value_parser!(u32).range(0..=7))]
+        value: u32,
+    },
 }
 
 fn known(d: &PciInfo) -> bool {
@@ -170,10 +182,105 @@ pub fn run(args: Args) -> CmdResult {
     }
 }
 
+/// What `gdr dma info --json` prints.
+#[derive(Serialize)]
+struct InfoJson {
+    found: bool,
+    /// The device asked for (`--device`) or found.
+    device: Option<String>,
+    /// Why nothing could be opened (`found` false).
+    error: Option<String>,
+    /// What this machine lacks for VFIO, or that it has it.
+    vfio: String,
+    vendor: Option<String>,
+    subsystem: Option<String>,
+    class: Option<String>,
+    engine: Option<&'static str>,
+    iommu_group: Option<u32>,
+    /// Non-empty BARs: (index, size in bytes).
+    bars: Vec<(usize, u64)>,
+    device_memory: Option<u64>,
+    max_segments: Option<usize>,
+    max_segment: Option<u64>,
+    align: Option<u64>,
+    completion: &'static str,
+    iova_limit: Option<u64>,
+    iova_ranges: Vec<(u64, u64)>,
+    leds_lit: Option<u32>,
+}
+
 fn info(args: &Args) -> CmdResult {
-    let s = open(args)?;
+    let completion = if args.poll {
+        "polling"
+    } else {
+        "interrupt (eventfd)"
+    };
+    let s = match open(args) {
+        Ok(s) => s,
+        Err(e) if args.json => {
+            let j = InfoJson {
+                found: false,
+                device: args.device.clone(),
+                error: Some(e.clone()),
+                vfio: vfio_status("/sys"),
+                vendor: None,
+                subsystem: None,
+                class: None,
+                engine: None,
+                iommu_group: None,
+                bars: Vec::new(),
+                device_memory: None,
+                max_segments: None,
+                max_segment: None,
+                align: None,
+                completion,
+                iova_limit: None,
+                iova_ranges: Vec::new(),
+                leds_lit: None,
+            };
+            println!("{}", serde_json::to_string_pretty(&j)?);
+            // The same failure (one line on stderr, exit 2) as without --json.
+            return Err(e.into());
+        }
+        Err(e) => return Err(e.into()),
+    };
     let i = s.info();
     let l = s.engine.limits();
+    let bars: Vec<(usize, u64)> = s
+        .device
+        .bar_sizes()
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|&(_, n)| n > 0)
+        .collect();
+    if args.json {
+        let j = InfoJson {
+            found: true,
+            device: Some(i.addr.to_string()),
+            error: None,
+            vfio: vfio_status("/sys"),
+            vendor: Some(format!("{:04x}:{:04x}", i.vendor, i.device)),
+            subsystem: Some(format!(
+                "{:04x}:{:04x}",
+                i.subsystem_vendor, i.subsystem_device
+            )),
+            class: Some(format!("{:06x}", i.class)),
+            engine: Some(s.engine.name()),
+            iommu_group: i.iommu_group,
+            bars,
+            device_memory: Some(l.device_memory),
+            max_segments: Some(l.max_segments),
+            max_segment: Some(l.max_segment),
+            align: Some(l.align),
+            completion,
+            iova_limit: Some(s.space.limit()),
+            iova_ranges: s.iova_ranges().to_vec(),
+            leds_lit: s.leds.as_ref().map(|l| l.get()),
+        };
+        println!("{}", serde_json::to_string_pretty(&j)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "device:        {} ({:04x}:{:04x}, subsystem {:04x}:{:04x}, class {:06x})",
         i.addr, i.vendor, i.device, i.subsystem_vendor, i.subsystem_device, i.class
@@ -183,28 +290,14 @@ fn info(args: &Args) -> CmdResult {
         "IOMMU group:   {}",
         i.iommu_group.map(|g| g.to_string()).unwrap_or_default()
     );
-    let bars: Vec<String> = s
-        .device
-        .bar_sizes()
-        .iter()
-        .enumerate()
-        .filter(|(_, &n)| n > 0)
-        .map(|(k, n)| format!("BAR{k} {n:#x}"))
-        .collect();
+    let bars: Vec<String> = bars.iter().map(|(k, n)| format!("BAR{k} {n:#x}")).collect();
     println!("BARs:          {}", bars.join(", "));
     println!("device memory: {} bytes", l.device_memory);
     println!(
         "descriptors:   up to {} per submission, {} bytes each, alignment {}",
         l.max_segments, l.max_segment, l.align
     );
-    println!(
-        "completion:    {}",
-        if args.poll {
-            "polling"
-        } else {
-            "interrupt (eventfd)"
-        }
-    );
+    println!("completion:    {completion}");
     let ranges: Vec<String> = s
         .iova_ranges()
         .iter()
@@ -294,21 +387,57 @@ fn copy(
         )
         .into());
     }
+    let dma_us = stats.elapsed.as_secs_f64() * 1e6;
+    if args.json {
+        let j = serde_json::json!({
+            "verified_bytes": size,
+            "path": how,
+            "engine": s.engine.name(),
+            "submissions": stats.submissions,
+            "descriptors": stats.descriptors,
+            "interrupts": stats.interrupts,
+            "dma_us": dma_us,
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
-        "verified {size} bytes ({how}) with {}: {} submissions, {} descriptors, {} interrupts, {:.0} us of DMA",
+        "verified {size} bytes ({how}) with {}: {} submissions, {} descriptors, {} interrupts, {dma_us:.0} us of DMA",
         s.engine.name(),
         stats.submissions,
         stats.descriptors,
         stats.interrupts,
-        stats.elapsed.as_secs_f64() * 1e6
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// One timed transfer size, for `h2c`/`c2h --json`.
+#[derive(Serialize)]
+struct TimingRow {
+    bytes: u64,
+    descriptors: usize,
+    usecs: f64,
+    mb_per_s: f64,
 }
 
 fn timing(args: &Args, h2c: bool, sizes: &[u64]) -> CmdResult {
     let mut s = open(args)?;
     let l = s.engine.limits();
     let full = l.device_memory.min(100 << 20);
+    let sizes: Vec<u64> = if sizes.is_empty() {
+        std::iter::successors(Some(4096u64), |&n| Some(n * 4))
+            .take_while(|&n| n <= full)
+            .collect()
+    } else {
+        sizes.to_vec()
+    };
+    // Every size checked before anything is timed: a bad one fails at once, not mid-table.
+    if let Some(n) = sizes
+        .iter()
+        .find(|&&n| n == 0 || n > full || n % l.align != 0)
+    {
+        return Err(format!("size {n}: must be 1..={full} and a multiple of {}", l.align).into());
+    }
     let buf = s.space.alloc_buffer(full as usize, "perf")?;
     buf.write_words(0, &surface((full / 4) as usize))?;
     let mut run = |len: u64| -> Result<gdr_dma::TransferStats, DmaError> {
@@ -323,29 +452,24 @@ fn timing(args: &Args, h2c: bool, sizes: &[u64]) -> CmdResult {
     let mbps = |bytes: u64, us: f64| if us > 0.0 { bytes as f64 / us } else { 0.0 };
     let st = run(full)?;
     let us = st.elapsed.as_secs_f64() * 1e6;
-    println!(
-        "Bytes:{} usecs:{:.0} MB/s:{:.3}",
-        st.bytes,
-        us,
-        mbps(st.bytes, us)
-    );
-    let sizes: Vec<u64> = if sizes.is_empty() {
-        std::iter::successors(Some(4096u64), |&n| Some(n * 4))
-            .take_while(|&n| n <= full)
-            .collect()
-    } else {
-        sizes.to_vec()
+    let whole = TimingRow {
+        bytes: st.bytes,
+        descriptors: st.descriptors,
+        usecs: us,
+        mb_per_s: mbps(st.bytes, us),
     };
-    println!(
-        "{:>12} {:>6} {:>12} {:>10}",
-        "bytes", "descs", "usecs", "MB/s"
-    );
+    if !args.json {
+        println!(
+            "Bytes:{} usecs:{:.0} MB/s:{:.3}",
+            whole.bytes, whole.usecs, whole.mb_per_s
+        );
+        println!(
+            "{:>12} {:>6} {:>12} {:>10}",
+            "bytes", "descs", "usecs", "MB/s"
+        );
+    }
+    let mut rows = Vec::new();
     for &n in &sizes {
-        if n == 0 || n > full || n % l.align != 0 {
-            return Err(
-                format!("size {n}: must be 1..={full} and a multiple of {}", l.align).into(),
-            );
-        }
         let reps = 3;
         let mut best = f64::MAX;
         let mut descs = 0;
@@ -354,7 +478,29 @@ fn timing(args: &Args, h2c: bool, sizes: &[u64]) -> CmdResult {
             best = best.min(st.elapsed.as_secs_f64() * 1e6);
             descs = st.descriptors;
         }
-        println!("{n:>12} {descs:>6} {best:>12.1} {:>10.3}", mbps(n, best));
+        let row = TimingRow {
+            bytes: n,
+            descriptors: descs,
+            usecs: best,
+            mb_per_s: mbps(n, best),
+        };
+        if !args.json {
+            println!(
+                "{:>12} {:>6} {:>12.1} {:>10.3}",
+                row.bytes, row.descriptors, row.usecs, row.mb_per_s
+            );
+        }
+        rows.push(row);
+    }
+    if args.json {
+        let j = serde_json::json!({
+            "direction": if h2c { "h2c" } else { "c2h" },
+            "engine": s.engine.name(),
+            "device_memory": l.device_memory,
+            "whole": whole,
+            "best_of_3": rows,
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -368,6 +514,11 @@ fn leds(args: &Args, value: u32) -> CmdResult {
         )
     })?;
     leds.set(value)?;
-    println!("LEDs lit: {:#x} (GPIO <- {:#x})", leds.get(), !value & 7);
+    if args.json {
+        let j = serde_json::json!({ "leds_lit": leds.get(), "gpio": !value & 7 });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else {
+        println!("LEDs lit: {:#x} (GPIO <- {:#x})", leds.get(), !value & 7);
+    }
     Ok(ExitCode::SUCCESS)
 }

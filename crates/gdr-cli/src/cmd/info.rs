@@ -22,8 +22,15 @@ pub struct Info {
     pub nvml_error: Option<String>,
     pub nvrtc: Option<String>,
     pub nvrtc_error: Option<String>,
+    /// The Vulkan loader's instance version (both Vulkan backends need the loader).
+    pub vulkan_loader: Option<String>,
+    pub vulkan_loader_error: Option<String>,
+    /// The gdrdrv kernel module's version (`/dev/gdrdrv`), for the gdrdrv pinning backend.
+    pub gdrdrv: Option<String>,
+    pub gdrdrv_error: Option<String>,
     pub gpus: Vec<Gpu>,
-    /// What is missing for gdr to work, and how to get it.
+    /// What is missing for gdr to work, and how to get it: every library that did not load and
+    /// every mapping backend that does not work, each with why.
     pub missing: Vec<String>,
 }
 
@@ -62,18 +69,29 @@ pub fn gather() -> Info {
         Ok(v) => info.nvml_driver = Some(v),
         Err(e) => info.nvml_error = Some(e.to_string()),
     }
-    let nvml_gpus = gdr::nvml::gpus().unwrap_or_default();
-    let nvlinks = gdr::nvml::nvlink_report().unwrap_or_default();
     match gdr::cuda::nvrtc::version() {
         Ok((a, b)) => info.nvrtc = Some(format!("{a}.{b}")),
         Err(e) => info.nvrtc_error = Some(e.to_string()),
     }
+    match gdr::bar::vulkan::loader_version() {
+        Ok(v) => info.vulkan_loader = Some(v),
+        Err(e) => info.vulkan_loader_error = Some(e.to_string()),
+    }
+    match gdr::bar::gdrdrv::GdrDrv::open() {
+        Ok(d) => info.gdrdrv = Some(d.version().driver.to_string()),
+        Err(e) => info.gdrdrv_error = Some(e.to_string()),
+    }
+    gather_gpus(&mut info);
+    info.missing = missing(&info);
+    info
+}
+
+fn gather_gpus(info: &mut Info) {
     let drv = match cuda::driver() {
         Ok(d) => d,
         Err(e) => {
             info.cuda_error = Some(e.to_string());
-            info.missing.push(format!("CUDA driver: {e}"));
-            return info;
+            return;
         }
     };
     info.cuda_driver = Some(drv.version_string());
@@ -84,9 +102,8 @@ pub fn gather() -> Info {
             0
         }
     };
-    if n == 0 {
-        info.missing.push("a GPU: the CUDA driver sees none".into());
-    }
+    let nvml_gpus = gdr::nvml::gpus().unwrap_or_default();
+    let nvlinks = gdr::nvml::nvlink_report().unwrap_or_default();
     for i in 0..n {
         let Ok(dev) = Device::get(i) else { continue };
         let attr = |a| dev.attribute(a).unwrap_or(0);
@@ -123,18 +140,91 @@ pub fn gather() -> Info {
             .find(|l| l.bus_id == g.bus_id && l.active > 0)
             .cloned();
         g.backends = backends(dev);
-        if !g.backends.iter().any(|b| b.usable) {
-            let why = g
-                .backends
-                .first()
-                .map(|b| b.detail.clone())
-                .unwrap_or_default();
-            info.missing
-                .push(format!("GPU {i}: no CPU-mapping backend works: {why}"));
-        }
         info.gpus.push(g);
     }
-    info
+}
+
+/// The mapping backends `gdr info` accounts for: the name of each one's row in
+/// [`Gpu::backends`], and how the "Missing:" list calls it.
+const BACKENDS: [(&str, &str); 4] = [
+    ("vulkan", "mapping backend vulkan (new BAR-mapped memory)"),
+    ("pin-gdrdrv", "pinning backend gdrdrv"),
+    ("pin-dmabuf", "pinning backend dmabuf"),
+    ("pin-vulkan", "pinning backend vulkan"),
+];
+
+/// The "Missing:" list: each library that did not load and each backend that works on no GPU
+/// (or not on every GPU), with why. Derived from the rest of `info` only.
+pub fn missing(info: &Info) -> Vec<String> {
+    let mut out = Vec::new();
+    match (&info.cuda_driver, &info.cuda_error) {
+        (None, Some(e)) => out.push(format!("CUDA driver: {e}")),
+        (Some(_), Some(e)) => out.push(format!("a usable GPU: {e}")),
+        _ if info.gpus.is_empty() => out.push("a GPU: the CUDA driver sees none".into()),
+        _ => {}
+    }
+    if let Some(e) = &info.nvml_error {
+        out.push(format!("NVML (BAR1, PCIe and NVLink details): {e}"));
+    }
+    if let Some(e) = &info.nvrtc_error {
+        out.push(format!(
+            "NVRTC (the GPU kernels of pplat, mq and serve): {e}"
+        ));
+    }
+    if let Some(e) = &info.vulkan_loader_error {
+        out.push(format!("Vulkan loader (both vulkan backends): {e}"));
+    }
+    if info.gpus.is_empty() {
+        // Nothing to probe the backends on: say what each one lacks on this machine.
+        let no_gpu = if info.cuda_driver.is_none() {
+            "needs a GPU (the CUDA driver did not load)"
+        } else {
+            "needs a GPU (the CUDA driver sees none)"
+        };
+        let loader = if info.vulkan_loader_error.is_some() {
+            " and the Vulkan loader (missing)"
+        } else {
+            ""
+        };
+        for (row, label) in BACKENDS {
+            let why = match row {
+                "pin-gdrdrv" => match &info.gdrdrv_error {
+                    Some(e) => format!("{no_gpu}; {e}"),
+                    None => no_gpu.to_string(),
+                },
+                "pin-dmabuf" => {
+                    format!("{no_gpu}, and CUDA driver 13.3+ for dma-buf mmap on discrete GPUs")
+                }
+                _ => format!("{no_gpu}{loader}"),
+            };
+            out.push(format!("{label}: {why}"));
+        }
+        return out;
+    }
+    for (row, label) in BACKENDS {
+        // GPUs on which the backend does not work, grouped by why.
+        let mut why: Vec<(String, Vec<usize>)> = Vec::new();
+        for g in &info.gpus {
+            let detail = match g.backends.iter().find(|b| b.name == row) {
+                Some(b) if b.usable => continue,
+                Some(b) => b.detail.clone(),
+                None => "not probed".to_string(),
+            };
+            match why.iter_mut().find(|(d, _)| *d == detail) {
+                Some((_, gpus)) => gpus.push(g.index),
+                None => why.push((detail, vec![g.index])),
+            }
+        }
+        for (detail, gpus) in why {
+            if gpus.len() == info.gpus.len() {
+                out.push(format!("{label}: {detail}"));
+            } else {
+                let list: Vec<String> = gpus.iter().map(|i| i.to_string()).collect();
+                out.push(format!("{label} on GPU {}: {detail}", list.join(", ")));
+            }
+        }
+    }
+    out
 }
 
 fn backends(dev: Device) -> Vec<Backend> {
@@ -244,6 +334,23 @@ pub fn print(info: &Info) {
             info.nvrtc_error.clone().unwrap_or_default()
         ))
     );
+    println!(
+        "Vulkan loader: {}",
+        info.vulkan_loader.clone().unwrap_or_else(|| format!(
+            "not available: {}",
+            info.vulkan_loader_error.clone().unwrap_or_default()
+        ))
+    );
+    println!(
+        "gdrdrv:       {}",
+        info.gdrdrv.as_ref().map_or_else(
+            || format!(
+                "not available: {}",
+                info.gdrdrv_error.clone().unwrap_or_default()
+            ),
+            |v| format!("driver {v}")
+        )
+    );
     for g in &info.gpus {
         println!(
             "\nGPU {}: {} at {} (sm_{})",
@@ -316,4 +423,159 @@ pub fn run(args: Args) -> CmdResult {
         print(&info);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The machine of the issue: no driver, no NVML, no NVRTC, no Vulkan loader, no gdrdrv.
+    fn bare_machine() -> Info {
+        Info {
+            cuda_error: Some("no libcuda.so.1 here".into()),
+            nvml_error: Some("no libnvidia-ml.so.1 here".into()),
+            nvrtc_error: Some("no libnvrtc.so here".into()),
+            vulkan_loader_error: Some("no libvulkan.so.1 here".into()),
+            gdrdrv_error: Some("no /dev/gdrdrv here".into()),
+            ..Default::default()
+        }
+    }
+
+    fn line<'a>(missing: &'a [String], prefix: &str) -> &'a str {
+        missing
+            .iter()
+            .find(|m| m.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in {missing:#?}"))
+    }
+
+    #[test]
+    fn a_bare_machine_lists_every_library_and_backend_with_why() {
+        let m = missing(&bare_machine());
+        assert!(line(&m, "CUDA driver: ").contains("no libcuda.so.1 here"));
+        assert!(line(&m, "NVML ").contains("no libnvidia-ml.so.1 here"));
+        assert!(line(&m, "NVRTC ").contains("no libnvrtc.so here"));
+        assert!(line(&m, "Vulkan loader ").contains("no libvulkan.so.1 here"));
+        let gdrdrv = line(&m, "pinning backend gdrdrv: ");
+        assert!(gdrdrv.contains("CUDA driver") && gdrdrv.contains("no /dev/gdrdrv here"));
+        assert!(line(&m, "pinning backend dmabuf: ").contains("13.3"));
+        for vk in ["pinning backend vulkan: ", "mapping backend vulkan "] {
+            let l = line(&m, vk);
+            assert!(
+                l.contains("CUDA driver") && l.contains("Vulkan loader"),
+                "{l}"
+            );
+        }
+        assert_eq!(m.len(), 8, "{m:#?}");
+    }
+
+    #[test]
+    fn what_is_there_is_not_listed_as_missing() {
+        let info = Info {
+            cuda_driver: Some("13.0".into()),
+            nvml_driver: Some("580.1".into()),
+            nvrtc: Some("13.0".into()),
+            vulkan_loader: Some("1.3.275".into()),
+            gdrdrv: Some("2.5".into()),
+            ..Default::default()
+        };
+        let m = missing(&info);
+        assert_eq!(m[0], "a GPU: the CUDA driver sees none");
+        for absent in ["CUDA driver:", "NVML", "NVRTC", "Vulkan loader"] {
+            assert!(!m.iter().any(|l| l.starts_with(absent)), "{absent}: {m:#?}");
+        }
+        // With the libraries there, a backend lacks only the GPU.
+        let l = line(&m, "pinning backend vulkan: ");
+        assert!(!l.contains("Vulkan loader"), "{l}");
+    }
+
+    fn gpu(index: usize, rows: &[(&'static str, bool, &str)]) -> Gpu {
+        Gpu {
+            index,
+            backends: rows
+                .iter()
+                .map(|&(name, usable, detail)| Backend {
+                    name,
+                    usable,
+                    detail: detail.into(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn backends_are_listed_once_per_reason_naming_the_gpus_only_when_not_all() {
+        let info = Info {
+            cuda_driver: Some("13.0".into()),
+            nvml_driver: Some("580.1".into()),
+            nvrtc: Some("13.0".into()),
+            vulkan_loader: Some("1.3.275".into()),
+            gpus: vec![
+                gpu(
+                    0,
+                    &[
+                        ("vulkan", true, "usable"),
+                        ("pin-gdrdrv", false, "module not loaded"),
+                        ("pin-dmabuf", true, "works"),
+                        ("pin-vulkan", false, "import refused"),
+                        ("pin-auto", true, "dmabuf"),
+                    ],
+                ),
+                gpu(
+                    1,
+                    &[
+                        ("vulkan", true, "usable"),
+                        ("pin-gdrdrv", false, "module not loaded"),
+                        ("pin-dmabuf", false, "errno 524"),
+                        ("pin-vulkan", false, "not in the ICD"),
+                        ("pin-auto", false, "none"),
+                    ],
+                ),
+            ],
+            ..Default::default()
+        };
+        let m = missing(&info);
+        assert_eq!(
+            m,
+            [
+                "pinning backend gdrdrv: module not loaded",
+                "pinning backend dmabuf on GPU 1: errno 524",
+                "pinning backend vulkan on GPU 0: import refused",
+                "pinning backend vulkan on GPU 1: not in the ICD",
+            ]
+        );
+    }
+
+    /// On whatever machine runs the tests: every library and backend is either there or in the
+    /// "Missing:" list with a reason (here, without a GPU, the bare-machine case for real).
+    #[test]
+    fn gather_accounts_for_every_library_and_backend() {
+        let info = gather();
+        let m = &info.missing;
+        let has = |prefix: &str| {
+            m.iter()
+                .any(|l| l.starts_with(prefix) && l.len() > prefix.len() + 2)
+        };
+        assert!(
+            info.cuda_driver.is_some() && info.cuda_error.is_none()
+                || has("CUDA driver: ")
+                || has("a usable GPU: "),
+            "{m:#?}"
+        );
+        assert!(info.nvml_driver.is_some() || has("NVML "), "{m:#?}");
+        assert!(info.nvrtc.is_some() || has("NVRTC "), "{m:#?}");
+        assert!(
+            info.vulkan_loader.is_some() || has("Vulkan loader "),
+            "{m:#?}"
+        );
+        assert!(info.gdrdrv.is_some() != info.gdrdrv_error.is_some());
+        for (row, label) in BACKENDS {
+            let everywhere = !info.gpus.is_empty()
+                && info
+                    .gpus
+                    .iter()
+                    .all(|g| g.backends.iter().any(|b| b.name == row && b.usable));
+            assert!(everywhere || has(label), "{label}: {m:#?}");
+        }
+    }
 }

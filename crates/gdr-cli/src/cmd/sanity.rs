@@ -65,18 +65,18 @@ const POISON_GPU: u8 = 0xA5;
 const POISON_CPU: u8 = 0xEE;
 
 #[derive(Serialize)]
-struct Check {
-    name: String,
-    ok: bool,
-    detail: String,
-    ms: f64,
+pub struct Check {
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
+    pub ms: f64,
 }
 
 #[derive(Serialize, Default)]
-struct Report {
-    checks: Vec<Check>,
-    passed: usize,
-    failed: usize,
+pub struct Report {
+    pub checks: Vec<Check>,
+    pub passed: usize,
+    pub failed: usize,
 }
 
 type CheckResult = Result<String, String>;
@@ -456,7 +456,32 @@ pub fn run_quiet(gpu: GpuArg) -> CmdResult {
     run_with(gpu, false, true, false)
 }
 
+/// Every check's result, nothing printed (for `gdr check --json`).
+pub fn report(gpu: GpuArg) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
+    checks(gpu, true, false, false)
+}
+
 fn run_with(gpu: GpuArg, json: bool, quiet: bool, fail_fast: bool) -> CmdResult {
+    let report = checks(gpu, json, quiet, fail_fast)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{} passed, {} failed", report.passed, report.failed);
+    }
+    Ok(if report.failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Runs the checks; prints each (failures only when `quiet`) unless `json`.
+fn checks(
+    gpu: GpuArg,
+    json: bool,
+    quiet: bool,
+    fail_fast: bool,
+) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
     let be = gpu::open(gpu)?;
     let mut r = Runner {
         report: Report::default(),
@@ -500,14 +525,5 @@ fn run_with(gpu: GpuArg, json: bool, quiet: bool, fail_fast: bool) -> CmdResult 
     r.check("allocation/free churn".into(), || churn(&be, 5000));
     r.check("bad requests are refused".into(), || errors(&be));
     peer_checks(&mut r, be.context());
-    if json {
-        println!("{}", serde_json::to_string_pretty(&r.report)?);
-    } else {
-        println!("{} passed, {} failed", r.report.passed, r.report.failed);
-    }
-    Ok(if r.report.failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(r.report)
 }

@@ -355,6 +355,24 @@ fn shared_device(ctx: &Context) -> Result<Arc<VkDevice>, BarError> {
     Ok(d)
 }
 
+/// The Vulkan loader's instance version (`1.3.275`), or why the loader (libvulkan.so.1) does
+/// not load. Needs no GPU: it tells a machine without the loader from one whose GPU or driver is
+/// missing, since both Vulkan backends (this one and [`super::PinBackend::Vulkan`]) need it.
+pub fn loader_version() -> Result<String, BarError> {
+    // SAFETY: loading the Vulkan loader runs its initialisers; nothing else is required.
+    let entry = unsafe { ash::Entry::load() }.map_err(|e| BarError::NoLoader(e.to_string()))?;
+    // SAFETY: a global command; the entry is alive. `None` is a Vulkan 1.0 loader.
+    let v = unsafe { entry.try_enumerate_instance_version() }
+        .map_err(vk_err("vkEnumerateInstanceVersion"))?
+        .unwrap_or(vk::API_VERSION_1_0);
+    Ok(format!(
+        "{}.{}.{}",
+        vk::api_version_major(v),
+        vk::api_version_minor(v),
+        vk::api_version_patch(v)
+    ))
+}
+
 /// Allocates BAR-mapped GPU memory through Vulkan. Cheap to clone (shared pool).
 #[derive(Clone)]
 pub struct VulkanBackend {

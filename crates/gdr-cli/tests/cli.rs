@@ -1,0 +1,185 @@
+//! The `gdr` binary as a user runs it, on any machine: what `info` reports, and the `--json`
+//! forms of `check` and `dma`, including where there is no GPU and no DMA device.
+//!
+//! The binary is cargo's, or `$GDR_BIN` (the GPU bundle's runner points it at the bundled one).
+
+use std::process::{Command, Output};
+
+fn gdr(args: &[&str]) -> Output {
+    let bin = std::env::var_os("GDR_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_gdr").into());
+    Command::new(&bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.to_string_lossy()))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON value ({e}):\n{}\nstderr:\n{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        )
+    })
+}
+
+/// A PCI address no machine has (domain ffff), so the DMA commands cannot open it.
+const NO_SUCH_DEVICE: &str = "ffff:ff:1f.7";
+
+/// A failure as the CLI promises it: exit 2 and one line on stderr.
+fn assert_one_line_error(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("gdr: error: "), "{err}");
+    err
+}
+
+#[test]
+fn info_reports_every_library_and_pinning_backend() {
+    let out = gdr(&["info"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    for head in [
+        "CUDA driver:",
+        "NVIDIA driver:",
+        "NVRTC:",
+        "Vulkan loader:",
+        "gdrdrv:",
+    ] {
+        assert!(t.lines().any(|l| l.starts_with(head)), "no {head}\n{t}");
+    }
+    // Each pinning backend either works (its row says yes) or is in "Missing:" with a reason.
+    for b in ["gdrdrv", "dmabuf", "vulkan"] {
+        let works = t.lines().any(|l| {
+            let mut w = l.split_whitespace();
+            w.next() == Some(&format!("pin-{b}")) && w.next() == Some("yes")
+        });
+        let missing = t.lines().any(|l| {
+            l.trim_start()
+                .strip_prefix(&format!("- pinning backend {b}"))
+                .is_some_and(|rest| rest.contains(": ") && rest.len() > 10)
+        });
+        assert!(
+            works || missing,
+            "pinning backend {b} neither works nor is missing:\n{t}"
+        );
+    }
+}
+
+#[test]
+fn info_json_carries_the_libraries_and_the_missing_list() {
+    let out = gdr(&["info", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let j = json(&out);
+    let missing: Vec<&str> = j["missing"]
+        .as_array()
+        .expect("missing is a list")
+        .iter()
+        .map(|m| m.as_str().expect("missing holds strings"))
+        .collect();
+    // (found, why not, whether why-not must be in the missing list: gdrdrv's is only when
+    // there is no GPU to probe the gdrdrv backend on, which gives its own reason otherwise).
+    for (have, why, listed) in [
+        ("cuda_driver", "cuda_error", true),
+        ("nvml_driver", "nvml_error", true),
+        ("nvrtc", "nvrtc_error", true),
+        ("vulkan_loader", "vulkan_loader_error", true),
+        ("gdrdrv", "gdrdrv_error", false),
+    ] {
+        assert!(
+            j[have].is_string() || j[why].is_string(),
+            "neither {have} nor {why}: {j:#}"
+        );
+        if let (Some(reason), true) = (j[why].as_str(), listed) {
+            assert!(
+                missing.iter().any(|m| m.contains(reason)),
+                "{why} not in missing: {j:#}"
+            );
+        }
+    }
+}
+
+#[test]
+fn check_json_is_one_object_with_a_verdict() {
+    let out = gdr(&["check", "--json"]);
+    let j = json(&out);
+    assert!(j["info"]["missing"].is_array(), "{j:#}");
+    assert!(
+        j["verdict"].as_str().is_some_and(|v| !v.is_empty()),
+        "{j:#}"
+    );
+    let usable = j["mapping_usable"].as_bool().expect("mapping_usable");
+    if usable {
+        assert!(
+            j["sanity"]["passed"].as_u64().is_some_and(|n| n > 0),
+            "{j:#}"
+        );
+    } else {
+        // Nothing to check without a mapping: says so and succeeds, as the text form does.
+        assert!(out.status.success());
+        assert!(j["sanity"].is_null() && j["latency"].is_null(), "{j:#}");
+    }
+}
+
+#[test]
+fn dma_info_json_without_the_device_says_why_and_fails() {
+    let out = gdr(&["dma", "info", "--json", "--device", NO_SUCH_DEVICE]);
+    let j = json(&out);
+    assert_eq!(j["found"], false, "{j:#}");
+    assert_eq!(j["device"], NO_SUCH_DEVICE, "{j:#}");
+    let why = j["error"].as_str().expect("error");
+    assert!(j["vfio"].as_str().is_some_and(|v| !v.is_empty()), "{j:#}");
+    let err = assert_one_line_error(&out);
+    assert!(
+        err.contains(why),
+        "stderr {err:?} is not the JSON's error {why:?}"
+    );
+}
+
+#[test]
+fn dma_info_json_on_this_machine_is_valid_either_way() {
+    // Whatever DMA device this machine has or lacks: one JSON object, and success iff found.
+    let out = gdr(&["dma", "info", "--json"]);
+    let j = json(&out);
+    let found = j["found"].as_bool().expect("found");
+    assert_eq!(found, out.status.success(), "{j:#}");
+    if !found {
+        assert_one_line_error(&out);
+        assert!(j["error"].as_str().is_some_and(|e| !e.is_empty()), "{j:#}");
+    } else {
+        assert!(
+            j["engine"].is_string() && j["device_memory"].is_u64(),
+            "{j:#}"
+        );
+    }
+}
+
+#[test]
+fn dma_timing_json_without_the_device_fails_in_one_line() {
+    for dir in ["h2c", "c2h"] {
+        let out = gdr(&["dma", dir, "--json", "--device", NO_SUCH_DEVICE]);
+        assert_one_line_error(&out);
+        assert!(out.stdout.is_empty(), "{dir}: {}", text(&out.stdout));
+    }
+}
+
+#[test]
+fn dma_leds_value_is_explained_and_checked() {
+    let out = gdr(&["dma", "leds", "--help"]);
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    let value = help
+        .lines()
+        .find(|l| l.trim_start().starts_with("<VALUE>"))
+        .unwrap_or_else(|| panic!("no <VALUE> line:\n{help}"));
+    assert!(value.contains("bit mask"), "{help}");
+    // Out of range is refused before any device is touched.
+    let out = gdr(&["dma", "leds", "8", "--device", NO_SUCH_DEVICE]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("0..=7"), "{}", text(&out.stderr));
+}
