@@ -35,7 +35,7 @@ pub struct Args {
     /// Open loop: requests per second in total (overrides --outstanding)
     #[arg(long)]
     rate: Option<f64>,
-    /// Seconds of sending
+    /// Seconds of sending (at most a day)
     #[arg(long, default_value_t = 5.0)]
     duration: f64,
     /// Stop after this many requests in total
@@ -75,8 +75,9 @@ pub fn run(a: Args) -> CmdResult {
         },
         other => return Err(format!("unknown app {other:?} (echo, lenet, vecadd, raw)").into()),
     };
-    if !(a.duration > 0.0 && a.duration.is_finite()) {
-        return Err("--duration must be a positive number of seconds".into());
+    let duration = super::seconds("duration", a.duration)?;
+    if duration.is_zero() {
+        return Err("--duration must be more than 0 seconds".into());
     }
     let cfg = LoadConfig {
         target: a.target,
@@ -87,7 +88,7 @@ pub fn run(a: Args) -> CmdResult {
                 outstanding: a.outstanding,
             },
         },
-        duration: Duration::from_secs_f64(a.duration),
+        duration,
         requests: a.requests,
         threads: a.threads,
         timeout: Duration::from_millis(a.timeout_ms.max(1)),

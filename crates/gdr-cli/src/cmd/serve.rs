@@ -85,7 +85,7 @@ pub struct Args {
     /// Never sleep when idle (one core per network thread at 100 %)
     #[arg(long)]
     busy_poll: bool,
-    /// Stop after this many seconds (default: until SIGINT)
+    /// Stop after this many seconds, at most a day (default: until SIGINT or SIGTERM)
     #[arg(long)]
     duration: Option<f64>,
     /// Print the totals as JSON
@@ -94,6 +94,10 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> CmdResult {
+    let duration = a
+        .duration
+        .map(|s| super::seconds("duration", s))
+        .transpose()?;
     let app = match &a.app_file {
         Some(p) => {
             let src = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -152,11 +156,6 @@ pub fn run(a: Args) -> CmdResult {
         },
     };
     let stop = gdr_serve::signal::stop_flag();
-    let duration = a
-        .duration
-        .map(Duration::try_from_secs_f64)
-        .transpose()
-        .map_err(|_| "--duration must be a finite number of seconds, at least 0")?;
     let report = std::thread::scope(|s| {
         let timer = duration.map(|d| {
             s.spawn(move || {
