@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 /// What a finished `gdr` run left behind.
 struct Run {
     code: Option<i32>,
+    stdout: String,
     stderr: String,
+    wall: Duration,
 }
 
 /// Runs `gdr ARGS`, killed (and the test failed) if it runs past `limit`.
@@ -29,6 +31,7 @@ fn gdr(args: &[&str], limit: Duration) -> Run {
         std::thread::spawn(move || {
             let mut s = String::new();
             let _ = out.read_to_string(&mut s);
+            s
         }),
         std::thread::spawn(move || {
             let mut s = String::new();
@@ -56,7 +59,9 @@ fn gdr(args: &[&str], limit: Duration) -> Run {
     };
     Run {
         code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
+        stdout: readers.0.join().unwrap(),
         stderr: readers.1.join().unwrap(),
+        wall: start.elapsed(),
     }
 }
 
@@ -87,4 +92,41 @@ fn durations_a_duration_cannot_hold_are_refused_in_one_line() {
         );
         assert_one_error_line(&r, "--duration");
     }
+}
+
+#[test]
+fn serve_duration_is_serving_time_after_setup_and_the_cpu_mode_names_no_gpu() {
+    // Eight network threads and eight CPU workers on a small machine: setup takes a while.
+    let r = gdr(
+        &[
+            "serve",
+            "--mode",
+            "cpu",
+            "--listen",
+            "127.0.0.1:0",
+            "--threads",
+            "8",
+            "--duration",
+            "0.5",
+            "--json",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("JSON totals");
+    let served = v["report"]["elapsed_s"].as_f64().expect("elapsed_s");
+    let setup = v["report"]["setup_s"].as_f64().expect("setup_s reported");
+    assert!(served >= 0.5, "served {served} s of the 0.5 asked for");
+    assert!(served < 5.0, "served {served} s");
+    assert!(
+        r.wall.as_secs_f64() >= setup + 0.5,
+        "wall {:?}, setup {setup} s",
+        r.wall
+    );
+    assert_eq!(v["gpus"], serde_json::json!([]));
+    assert!(
+        r.stderr.contains("no GPU") && !r.stderr.contains("GPU(s)"),
+        "{}",
+        r.stderr
+    );
 }

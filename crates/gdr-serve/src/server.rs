@@ -120,6 +120,10 @@ pub struct ServeReport {
     pub app: String,
     pub threads: usize,
     pub executors: Vec<String>,
+    /// From the start of `run::serve` to ready (binding, building the backends: compiling
+    /// and launching GPU workers); 0 when the caller built them (`Server::run`).
+    pub setup_s: f64,
+    /// Serving, from the network threads' start to the end of the drain.
     pub elapsed_s: f64,
     pub counters: Counters,
     /// Datagram received -> response handed to the socket, for answered requests.
@@ -251,6 +255,7 @@ impl Server {
             app: app.name().into(),
             threads,
             executors: names,
+            setup_s: 0.0,
             elapsed_s: start.elapsed().as_secs_f64(),
             counters: snapshot(&self.shared),
             server_time: times.total.summary(),

@@ -37,7 +37,8 @@ pub struct Args {
     /// Address to listen on
     #[arg(long, default_value = "0.0.0.0:9000")]
     listen: std::net::SocketAddr,
-    /// GPU ordinals sharing the load (round robin), comma-separated
+    /// GPU ordinals sharing the load (round robin), comma-separated (--mode cpu: no GPU is
+    /// used; each entry is one more CPU queue set)
     #[arg(long, value_delimiter = ',', default_value = "0")]
     gpus: Vec<usize>,
     /// Network threads (CPU cores on the data path)
@@ -85,7 +86,8 @@ pub struct Args {
     /// Never sleep when idle (one core per network thread at 100 %)
     #[arg(long)]
     busy_poll: bool,
-    /// Stop after this many seconds, at most a day (default: until SIGINT or SIGTERM)
+    /// Serve for this many seconds once ready (setup not counted), at most a day (default:
+    /// until SIGINT or SIGTERM)
     #[arg(long)]
     duration: Option<f64>,
     /// Print the totals as JSON
@@ -143,6 +145,7 @@ pub fn run(a: Args) -> CmdResult {
         },
         max_in_flight: a.max_in_flight,
         streams: a.streams,
+        duration,
         server: ServerConfig {
             framing,
             reply_errors: !a.drop_bad,
@@ -156,37 +159,29 @@ pub fn run(a: Args) -> CmdResult {
         },
     };
     let stop = gdr_serve::signal::stop_flag();
-    let report = std::thread::scope(|s| {
-        let timer = duration.map(|d| {
-            s.spawn(move || {
-                let start = std::time::Instant::now();
-                while start.elapsed() < d && !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                stop.store(true, Ordering::Release);
-            })
-        });
-        let r = serve(&app, &opts, stop, &mut |addr| {
-            eprintln!(
-                "gdr serve: ready on {addr}: app {} (id {}, work {}), mode {}, {} thread(s), GPU(s) {:?}",
-                app.name(),
-                app.id(),
-                app.work(),
-                mode.name(),
-                opts.threads,
-                opts.gpus
-            );
-        });
-        stop.store(true, Ordering::Release);
-        if let Some(t) = timer {
-            let _ = t.join();
-        }
-        r
-    })?;
+    // The CPU mode runs CPU queue sets (one per --gpus entry) and uses no GPU.
+    let gpus: &[usize] = if mode == Mode::Cpu { &[] } else { &a.gpus };
+    let r = serve(&app, &opts, stop, &mut |addr| {
+        let on = if mode == Mode::Cpu {
+            format!("no GPU ({} CPU queue set(s))", opts.gpus.len())
+        } else {
+            format!("GPU(s) {gpus:?}")
+        };
+        eprintln!(
+            "gdr serve: ready on {addr}: app {} (id {}, work {}), mode {}, {} thread(s), {on}",
+            app.name(),
+            app.id(),
+            app.work(),
+            mode.name(),
+            opts.threads,
+        );
+    });
+    stop.store(true, Ordering::Release);
+    let report = r?;
     if a.json {
         let v = serde_json::json!({
             "mode": mode.name(),
-            "gpus": a.gpus,
+            "gpus": gpus,
             "threads": a.threads,
             "work": a.work,
             "report": report,
@@ -201,11 +196,12 @@ pub fn run(a: Args) -> CmdResult {
 fn print_totals(mode: Mode, r: &ServeReport) {
     let c = &r.counters;
     println!(
-        "gdr serve: {} in {} mode, {} thread(s), {:.1} s",
+        "gdr serve: {} in {} mode, {} thread(s), served {:.1} s after {:.1} s of setup",
         r.app,
         mode.name(),
         r.threads,
-        r.elapsed_s
+        r.elapsed_s,
+        r.setup_s
     );
     println!(
         "  datagrams {}  accepted {}  answered {}  responses {}  app failed {}  no reply asked {}",
