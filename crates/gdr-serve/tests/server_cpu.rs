@@ -98,6 +98,9 @@ fn lenet_answers_match_the_reference_through_the_queue_path() {
             },
             mode: LoadMode::Closed { outstanding: 4 },
             requests: Some(200),
+            // All 200, however slow a loaded machine runs the debug build's LeNet (the
+            // default 5 s of sending can end the run first).
+            duration: Duration::from_secs(100),
             timeout: Duration::from_secs(5),
             verify: true,
             ..Default::default()
