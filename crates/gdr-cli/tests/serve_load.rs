@@ -130,3 +130,64 @@ fn serve_duration_is_serving_time_after_setup_and_the_cpu_mode_names_no_gpu() {
         r.stderr
     );
 }
+
+#[test]
+fn load_fails_with_status_1_when_nothing_is_answered() {
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let r = gdr(
+        &[
+            "load",
+            "--target",
+            &port.to_string(),
+            "--duration",
+            "0.3",
+            "--timeout-ms",
+            "100",
+            "--no-server-stats",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        r.code,
+        Some(1),
+        "stdout: {}\nstderr: {}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        r.stderr
+            .contains("gdr load: FAILED: no request was answered"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !r.stdout.contains("p50"),
+        "no latency without answers: {}",
+        r.stdout
+    );
+}
+
+#[test]
+fn load_refuses_a_request_larger_than_a_datagram() {
+    let r = gdr(
+        &["load", "--target", "127.0.0.1:9", "--size", "65492"],
+        Duration::from_secs(20),
+    );
+    assert_one_error_line(&r, "--size at most 65491");
+    let r = gdr(
+        &[
+            "load",
+            "--target",
+            "127.0.0.1:9",
+            "--app",
+            "vecadd",
+            "--n",
+            "100000",
+        ],
+        Duration::from_secs(20),
+    );
+    assert_one_error_line(&r, "--n at most 8186");
+}

@@ -334,3 +334,56 @@ fn a_hundred_thousand_requests_get_exactly_one_response_each() {
     );
     assert_eq!(c.dropped(), 0);
 }
+
+/// A 127.0.0.1 port with nothing behind it (bound, then closed).
+fn closed_port() -> SocketAddr {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.local_addr().unwrap()
+}
+
+#[test]
+fn a_load_against_a_closed_port_fails_and_says_why() {
+    let no = AtomicBool::new(false);
+    let cfg = LoadConfig {
+        target: closed_port(),
+        mode: LoadMode::Closed { outstanding: 4 },
+        duration: Duration::from_millis(300),
+        timeout: Duration::from_millis(100),
+        server_stats: false,
+        ..Default::default()
+    };
+    let rep = common::bounded(Duration::from_secs(30), || load::run(&cfg, &no)).unwrap();
+    assert_eq!((rep.ok, rep.answered()), (0, 0), "{rep:?}");
+    // Every attempt is accounted for: refused by the kernel, or sent and lost.
+    assert_eq!(rep.sent, rep.lost, "{rep:?}");
+    assert!(rep.refused + rep.send_failed > 0, "{rep:?}");
+    let why = rep.failure().expect("a run with no answer failed");
+    assert!(why.contains("no request was answered"), "{why}");
+    assert!(why.contains("port closed"), "{why}");
+}
+
+#[test]
+fn a_request_larger_than_a_datagram_is_refused_up_front() {
+    let no = AtomicBool::new(false);
+    let target = closed_port();
+    let run = |payload| {
+        let cfg = LoadConfig {
+            target,
+            payload,
+            duration: Duration::from_millis(100),
+            server_stats: false,
+            ..Default::default()
+        };
+        load::run(&cfg, &no).map(|_| ()).map_err(|e| e.to_string())
+    };
+    let e = run(Payload::Echo { size: 65492 }).unwrap_err();
+    assert!(e.contains("--size at most 65491"), "{e}");
+    let e = run(Payload::Vecadd { n: 100_000 }).unwrap_err();
+    assert!(e.contains("--n at most 8186"), "{e}");
+    let e = run(Payload::Raw {
+        app: 9,
+        size: 70_000,
+    })
+    .unwrap_err();
+    assert!(e.contains("--size at most 65491"), "{e}");
+}

@@ -7,6 +7,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(clap::Args)]
+#[command(
+    after_help = "Exit status: 0 when the run succeeded; 1 when it ran but failed: no \
+request was answered, a send failed (the kernel refused a datagram, or the target reported \
+its port closed), or an answer was wrong under --verify; 2 on bad arguments or an error that \
+stopped the run. Lost requests alone (no answer within --timeout-ms) do not fail a run: an \
+overloaded server sheds them by design."
+)]
 pub struct Args {
     /// Server address
     #[arg(long, default_value = "127.0.0.1:9000")]
@@ -17,10 +24,10 @@ pub struct Args {
     /// App id for --app raw
     #[arg(long, default_value_t = gdr_serve::apps::ID_USER)]
     app_id: u16,
-    /// Payload bytes (echo, raw)
+    /// Payload bytes (echo, raw); header and payload must fit in one UDP datagram
     #[arg(long, default_value_t = 64)]
     size: usize,
-    /// f32 pairs per vecadd request
+    /// f32 pairs per vecadd request (at most 8186: one UDP datagram)
     #[arg(long, default_value_t = 64)]
     n: usize,
     /// Distinct lenet images
@@ -103,10 +110,12 @@ pub fn run(a: Args) -> CmdResult {
     } else {
         print_report(&r);
     }
-    Ok(if r.verify_failed > 0 {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
+    Ok(match r.failure() {
+        Some(why) => {
+            eprintln!("gdr load: FAILED: {why}");
+            ExitCode::FAILURE
+        }
+        None => ExitCode::SUCCESS,
     })
 }
 
@@ -122,14 +131,26 @@ fn print_report(r: &LoadReport) {
         "  sent {}  ok {}  errors {:?}  lost {}  stray {}  client drops {}",
         r.sent, r.ok, r.errors, r.lost, r.stray, r.client_drops
     );
+    if r.send_failed + r.refused > 0 {
+        println!(
+            "  send failed {} ({})  port unreachable reports {}",
+            r.send_failed,
+            r.send_error.as_deref().unwrap_or("-"),
+            r.refused
+        );
+    }
     if r.verified + r.verify_failed > 0 {
         println!("  verified {}  WRONG {}", r.verified, r.verify_failed);
     }
     let l = &r.latency;
-    println!(
-        "  throughput {:.0} req/s   latency us: p50 {:.2}  p99 {:.2}  p999 {:.2}  max {:.2}",
-        r.throughput_rps, l.p50_us, l.p99_us, l.p999_us, l.max_us
-    );
+    if r.answered() == 0 {
+        println!("  no request was answered: no throughput or latency to report");
+    } else {
+        println!(
+            "  throughput {:.0} req/s   latency us: p50 {:.2}  p99 {:.2}  p999 {:.2}  max {:.2}",
+            r.throughput_rps, l.p50_us, l.p99_us, l.p999_us, l.max_us
+        );
+    }
     if let Some(s) = &r.server {
         println!(
             "  server: accepted {}  responses {}  shed {}  kernel drops {}  bad {}  (dropped total {})",
