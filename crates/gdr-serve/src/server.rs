@@ -406,7 +406,7 @@ impl<'s, 'a> NetThread<'s, 'a> {
 
     fn run(mut self, stop: &AtomicBool) -> Result<Times, ServeError> {
         // One extra byte: a datagram that fills it is longer than any request may be.
-        let cap = self.app.max_request() + wire::HEADER_LEN + 1;
+        let cap = self.app.max_request() + self.cfg.framing.header_len() + 1;
         let mut rx = RecvBatch::new(self.cfg.batch, cap);
         let mut drain_deadline: Option<Instant> = None;
         let mut idle_since: Option<Instant> = None;
@@ -483,7 +483,10 @@ impl<'s, 'a> NetThread<'s, 'a> {
     fn reply_bad(&mut self, status: Status, control: Option<Control>, addr: &Addr) {
         self.c.count_bad(status);
         let wants = control.as_ref().is_none_or(|c| c.wants_reply());
-        if !self.cfg.reply_errors || !wants {
+        // An error to a datagram with no header to answer in goes out in gdr's framing,
+        // which a sockperf client would read as a sockperf header: none is sent.
+        let speakable = control.is_some() || self.cfg.framing == Framing::Gdr;
+        if !self.cfg.reply_errors || !wants || !speakable {
             self.c.bad_dropped += 1;
             return;
         }
@@ -538,9 +541,7 @@ impl<'s, 'a> NetThread<'s, 'a> {
                 }
             }
         }
-        let hdr = match framing {
-            Framing::Gdr | Framing::Sockperf => wire::HEADER_LEN,
-        };
+        let hdr = framing.header_len();
         for e in 0..self.execs.len() {
             if self.staged[e].is_empty() {
                 continue;

@@ -206,14 +206,7 @@ fn sockperf_framing_returns_the_header_and_honours_no_reply() {
     cfg.framing = Framing::Sockperf;
     let (_, srv) = with_server(&app, 1, 1, 64, cfg, |addr, _, _| {
         let s = client(addr);
-        let mut d = vec![0u8; 64];
-        d[0..8].copy_from_slice(&99u64.to_be_bytes());
-        d[8..10].copy_from_slice(&3u16.to_be_bytes()); // client | pong request
-        d[10..14].copy_from_slice(&64u32.to_be_bytes());
-        d[16..]
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, b)| *b = i as u8);
+        let mut d = sockperf_message(99, 3, 50); // client | pong request, 64 bytes in all
         let r = ask(&s, &d);
         assert_eq!(r.len(), 64);
         assert_eq!(&r[0..8], &d[0..8]);
@@ -235,6 +228,50 @@ fn sockperf_framing_returns_the_header_and_honours_no_reply() {
         ),
         (2, 1, 1)
     );
+}
+
+/// A sockperf message: its 14-byte header (big-endian sequence number, flags, length) and
+/// `extra` bytes of data.
+fn sockperf_message(seq: u64, flags: u16, extra: usize) -> Vec<u8> {
+    let mut d = vec![0u8; 14 + extra];
+    d[0..8].copy_from_slice(&seq.to_be_bytes());
+    d[8..10].copy_from_slice(&flags.to_be_bytes());
+    d[10..14].copy_from_slice(&((14 + extra) as u32).to_be_bytes());
+    d.iter_mut()
+        .skip(14)
+        .enumerate()
+        .for_each(|(i, b)| *b = i as u8);
+    d
+}
+
+#[test]
+fn sockperf_smallest_message_comes_back_as_sockperf_sent_it() {
+    let app = App::builtin("echo", 1, 1024).unwrap();
+    let mut cfg = quick_cfg();
+    cfg.framing = Framing::Sockperf;
+    cfg.reply_errors = true;
+    let (_, srv) = with_server(&app, 1, 1, 64, cfg, |addr, _, _| {
+        let s = client(addr);
+        // sockperf ping-pong -m 14: header only, client and pong-request flags, in sequence.
+        for seq in 1..=5u64 {
+            let d = sockperf_message(seq, 3, 0);
+            let r = ask(&s, &d);
+            assert_eq!(r.len(), 14, "{r:?}");
+            assert_eq!(u64::from_be_bytes(r[0..8].try_into().unwrap()), seq);
+            // Only the client flag cleared: sockperf ignores replies that carry it.
+            assert_eq!(u16::from_be_bytes([r[8], r[9]]), 2);
+            assert_eq!(&r[10..14], &d[10..14]);
+        }
+        // Shorter than sockperf's header: no answer in another framing.
+        s.send(&[0u8; 13]).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut b = [0u8; 64];
+        assert!(s.recv(&mut b).is_err(), "no answer to 13 bytes");
+    });
+    let c = srv.counters;
+    assert_eq!((c.accepted, c.responses, c.truncated), (5, 5, 1));
+    assert_eq!((c.bad_replied, c.bad_dropped), (0, 1));
 }
 
 #[test]

@@ -77,7 +77,7 @@ pub struct Args {
     /// Host-centric: requests in flight (streams) per thread and GPU
     #[arg(long, default_value_t = 4)]
     streams: usize,
-    /// Wire framing: gdr, or sockperf (sockperf's 16-byte header in front, returned)
+    /// Wire framing: gdr, or sockperf (sockperf's 14-byte header in front, returned)
     #[arg(long, default_value = "gdr")]
     framing: String,
     /// Drop bad input silently instead of answering with an error code (still counted)
