@@ -149,7 +149,10 @@ pub struct LoadReport {
     /// Ok answers per second over the sending period.
     pub throughput_rps: f64,
     pub latency: LatencySummary,
-    /// The server's counters, after minus before (when it answered the queries).
+    /// Whether the server was asked for its counters.
+    pub server_stats: bool,
+    /// The server's counters, after minus before (when it answered the queries: a server
+    /// answers them only with `--stats`).
     pub server: Option<crate::server::Counters>,
 }
 
@@ -405,6 +408,7 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<LoadReport, ServeError
         mode: Some(cfg.mode),
         payload: Some(cfg.payload.clone()),
         threads: cfg.threads,
+        server_stats: cfg.server_stats,
         elapsed_s: elapsed.as_secs_f64(),
         ..Default::default()
     };

@@ -42,6 +42,10 @@ impl Mode {
     }
 }
 
+/// Where a server listens unless told otherwise: loopback only, so that a server started to
+/// try something is not open to the network.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9000";
+
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
     pub listen: SocketAddr,
@@ -64,7 +68,7 @@ pub struct ServeOptions {
 impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
-            listen: "0.0.0.0:9000".parse().expect("literal"),
+            listen: DEFAULT_LISTEN.parse().expect("literal"),
             mode: Mode::GpuQueue,
             gpus: vec![0],
             threads: 1,
@@ -226,4 +230,16 @@ fn run_for<'a>(
         done.store(true, Ordering::Release);
         r
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_default_server_listens_on_loopback_only() {
+        let o = ServeOptions::default();
+        assert!(o.listen.ip().is_loopback(), "{}", o.listen);
+        assert!(!o.server.stats && !o.server.reply_errors);
+    }
 }

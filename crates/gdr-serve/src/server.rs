@@ -4,8 +4,8 @@
 //! order and send them in batches.
 //!
 //! Accounting: every datagram is counted once as a request that was accepted, bad input
-//! (answered with an error code or dropped, by flag), shed for want of room, or a stats
-//! query. Every accepted request is answered exactly once (a response, an app failure, or —
+//! (dropped, or answered with an error code by flag), shed for want of room, or a stats
+//! query (answered only by flag; otherwise bad input). Every accepted request is answered exactly once (a response, an app failure, or —
 //! sockperf under-load mode — deliberately no datagram), unless the server is stopped with
 //! requests still in flight after the drain timeout (`abandoned`, counted).
 
@@ -30,8 +30,14 @@ const TX_SPIN: Duration = Duration::from_micros(2);
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub framing: Framing,
-    /// Answer bad input with an error code (true) or drop it silently (false); both counted.
+    /// Answer bad input with an error code (true) or drop it silently (false, the default);
+    /// both counted. Even when true, a datagram shorter than the error reply gets none: the
+    /// server never answers bad input with more bytes than it was sent.
     pub reply_errors: bool,
+    /// Answer stats queries (false, the default: they count as bad input). The answer, the
+    /// counters as JSON, is some 300 bytes for a 16-byte query: an amplifier for anyone who
+    /// can forge a source address, so only where the clients are trusted.
+    pub stats: bool,
     /// Datagrams per recvmmsg / sendmmsg.
     pub batch: usize,
     /// After stop, how long in-flight requests may take to finish.
@@ -47,7 +53,8 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             framing: Framing::Gdr,
-            reply_errors: true,
+            reply_errors: false,
+            stats: false,
             batch: 32,
             drain_timeout: Duration::from_secs(5),
             socket_buffer: 16 << 20,
@@ -480,13 +487,21 @@ impl<'s, 'a> NetThread<'s, 'a> {
         result.map(|_| self.out.times)
     }
 
-    fn reply_bad(&mut self, status: Status, control: Option<Control>, addr: &Addr) {
+    /// Counts bad input of `len` bytes and answers it with its code when that is on, asked
+    /// for, and no larger than what came in.
+    fn reply_bad(&mut self, status: Status, control: Option<Control>, addr: &Addr, len: usize) {
         self.c.count_bad(status);
         let wants = control.as_ref().is_none_or(|c| c.wants_reply());
         // An error to a datagram with no header to answer in goes out in gdr's framing,
         // which a sockperf client would read as a sockperf header: none is sent.
         let speakable = control.is_some() || self.cfg.framing == Framing::Gdr;
-        if !self.cfg.reply_errors || !wants || !speakable {
+        let reply_len = match control {
+            Some(Control::Sockperf { header, .. }) => header.len(),
+            _ => wire::HEADER_LEN,
+        };
+        // No reply larger than the datagram: forged small datagrams must not buy bigger
+        // ones sent to their victim.
+        if !self.cfg.reply_errors || !wants || !speakable || reply_len > len {
             self.c.bad_dropped += 1;
             return;
         }
@@ -507,6 +522,11 @@ impl<'s, 'a> NetThread<'s, 'a> {
             self.c.datagrams += 1;
             let (d, trunc) = rx.datagram(i);
             match wire::parse(framing, d, trunc, |a| a == app_id) {
+                Parsed::Stats { id } if !self.cfg.stats => {
+                    // Not a kind this server serves.
+                    let control = Some(Control::Gdr { app: 0, id });
+                    self.reply_bad(Status::BadHeader, control, rx.addr(i), d.len());
+                }
                 Parsed::Stats { id } => {
                     self.c.stats_queries += 1;
                     self.publish();
@@ -515,10 +535,12 @@ impl<'s, 'a> NetThread<'s, 'a> {
                     wire::encode_response_header(b, &Control::Gdr { app: 0, id }, Status::Ok);
                     b.extend_from_slice(&json);
                 }
-                Parsed::Bad { status, control } => self.reply_bad(status, control, rx.addr(i)),
+                Parsed::Bad { status, control } => {
+                    self.reply_bad(status, control, rx.addr(i), d.len())
+                }
                 Parsed::Request { control, payload } => {
                     if let Err(status) = self.app.check(payload.len()) {
-                        self.reply_bad(status, Some(control), rx.addr(i));
+                        self.reply_bad(status, Some(control), rx.addr(i), d.len());
                         continue;
                     }
                     let ne = self.execs.len();

@@ -6,7 +6,7 @@ mod common;
 use common::{quick_cfg, with_server};
 use gdr_serve::load::{self, LoadConfig, LoadMode, Payload};
 use gdr_serve::wire::{self, Framing, Status};
-use gdr_serve::App;
+use gdr_serve::{App, ServerConfig};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -126,16 +126,19 @@ fn lenet_answers_match_the_reference_through_the_queue_path() {
 }
 
 #[test]
-fn bad_input_is_answered_with_its_code_and_counted() {
+fn bad_input_is_answered_with_its_code_by_flag_and_counted() {
     let app = App::builtin("lenet", 1, 1024).unwrap();
-    let (_, srv) = with_server(&app, 1, 1, 64, quick_cfg(), |addr, _, _| {
+    let mut cfg = quick_cfg();
+    cfg.reply_errors = true;
+    let (_, srv) = with_server(&app, 1, 1, 64, cfg, |addr, _, _| {
         let s = client(addr);
         let status = |d: &[u8]| {
             let r = ask(&s, d);
             wire::decode_response(&r).expect("our header").status
         };
-        assert_eq!(status(&[]), Status::Empty);
-        assert_eq!(status(b"gq\x01\x00\x02"), Status::Truncated);
+        // Shorter than the 16-byte error reply: dropped even so (no amplification).
+        s.send(&[]).unwrap();
+        s.send(b"gq\x01\x00\x02").unwrap();
         assert_eq!(status(b"HTTP/1.1 200 OK\r\n\r\n"), Status::BadHeader);
         let mut d = Vec::new();
         wire::encode_request(&mut d, 7, 11, &[0; 784]);
@@ -167,28 +170,28 @@ fn bad_input_is_answered_with_its_code_and_counted() {
     );
     assert_eq!(
         (c.bad_replied, c.bad_dropped, c.accepted, c.responses),
-        (7, 0, 1, 1)
+        (5, 2, 1, 1)
     );
 }
 
 #[test]
-fn bad_input_is_dropped_silently_by_flag() {
+fn a_default_server_answers_nothing_but_requests() {
     let app = App::builtin("echo", 1, 256).unwrap();
-    let mut cfg = quick_cfg();
-    cfg.reply_errors = false;
-    let (_, srv) = with_server(&app, 1, 1, 64, cfg, |addr, _, _| {
+    let (_, srv) = with_server(&app, 1, 1, 64, ServerConfig::default(), |addr, _, _| {
         let s = client(addr);
         s.set_read_timeout(Some(Duration::from_millis(200)))
             .unwrap();
         for d in [
             &b""[..],
+            b"x",
             b"xx",
             b"gq\x01\x00\x09\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00",
+            &wire::encode_stats_query(3),
         ] {
             s.send(d).unwrap();
         }
-        let mut b = [0u8; 64];
-        assert!(s.recv(&mut b).is_err(), "no answer to dropped input");
+        let mut b = [0u8; 1024];
+        assert!(s.recv(&mut b).is_err(), "no answer to bad input or stats");
         let mut d = Vec::new();
         wire::encode_request(&mut d, 1, 5, b"still here");
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -196,7 +199,44 @@ fn bad_input_is_dropped_silently_by_flag() {
         assert_eq!(wire::decode_response(&r).unwrap().payload, b"still here");
     });
     let c = srv.counters;
-    assert_eq!((c.bad_dropped, c.bad_replied, c.responses), (3, 0, 1));
+    assert_eq!((c.bad_dropped, c.bad_replied, c.responses), (5, 0, 1));
+    // The stats query counts as bad input ("xx" is the other bad header): a kind this server
+    // does not serve.
+    assert_eq!((c.stats_queries, c.bad_header), (0, 2));
+}
+
+#[test]
+fn stats_are_answered_only_when_enabled() {
+    let app = App::builtin("echo", 1, 256).unwrap();
+    let q = wire::encode_stats_query(77);
+    // Enabled: the counters as JSON.
+    let cfg = ServerConfig {
+        stats: true,
+        ..Default::default()
+    };
+    let (_, srv) = with_server(&app, 1, 1, 64, cfg, |addr, _, _| {
+        let r = ask(&client(addr), &q);
+        let r = wire::decode_response(&r).unwrap();
+        assert_eq!((r.status, r.id), (Status::Ok, 77));
+        let c: gdr_serve::Counters = serde_json::from_slice(r.payload).unwrap();
+        assert_eq!(c.stats_queries, 1);
+    });
+    assert_eq!(srv.counters.stats_queries, 1);
+    // Not enabled, errors answered: a 16-byte error for the 16-byte query, no counters.
+    let cfg = ServerConfig {
+        reply_errors: true,
+        ..Default::default()
+    };
+    let (_, srv) = with_server(&app, 1, 1, 64, cfg, |addr, _, _| {
+        let r = ask(&client(addr), &q);
+        assert_eq!(r.len(), q.len());
+        let r = wire::decode_response(&r).unwrap();
+        assert_eq!((r.status, r.id), (Status::BadHeader, 77));
+    });
+    assert_eq!(
+        (srv.counters.stats_queries, srv.counters.bad_replied),
+        (0, 1)
+    );
 }
 
 #[test]

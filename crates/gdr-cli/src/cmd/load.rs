@@ -60,7 +60,7 @@ pub struct Args {
     /// Datagrams per sendmmsg/recvmmsg
     #[arg(long, default_value_t = 32)]
     batch: usize,
-    /// Do not ask the server for its counters
+    /// Do not ask the server for its counters (a server answers them only with --stats)
     #[arg(long)]
     no_server_stats: bool,
     /// Print JSON
@@ -150,6 +150,9 @@ fn print_report(r: &LoadReport) {
             "  throughput {:.0} req/s   latency us: p50 {:.2}  p99 {:.2}  p999 {:.2}  max {:.2}",
             r.throughput_rps, l.p50_us, l.p99_us, l.p999_us, l.max_us
         );
+    }
+    if r.server.is_none() && r.server_stats {
+        println!("  server: no counters (a server answers them only with --stats)");
     }
     if let Some(s) = &r.server {
         println!(

@@ -34,8 +34,8 @@ pub struct Args {
     /// gpu-queue (persistent GPU workers), host-centric (copy-launch-copy-sync), or cpu
     #[arg(long, default_value = "gpu-queue")]
     mode: String,
-    /// Address to listen on
-    #[arg(long, default_value = "0.0.0.0:9000")]
+    /// Address to listen on (the default is loopback only; 0.0.0.0:PORT for every interface)
+    #[arg(long, default_value = gdr_serve::run::DEFAULT_LISTEN)]
     listen: std::net::SocketAddr,
     /// GPU ordinals sharing the load (round robin), comma-separated (--mode cpu: no GPU is
     /// used; each entry is one more CPU queue set)
@@ -80,9 +80,18 @@ pub struct Args {
     /// Wire framing: gdr, or sockperf (sockperf's 14-byte header in front, returned)
     #[arg(long, default_value = "gdr")]
     framing: String,
-    /// Drop bad input silently instead of answering with an error code (still counted)
+    /// Answer bad input with an error code (by default it is dropped silently; counted
+    /// either way). A datagram shorter than the 16-byte error reply still gets none
     #[arg(long)]
+    reply_bad: bool,
+    /// Drop bad input silently: the default (kept so that older command lines still run)
+    #[arg(long, hide = true, conflicts_with = "reply_bad")]
     drop_bad: bool,
+    /// Answer stats queries with the server's counters (JSON, about 300 bytes for a 16-byte
+    /// query: an 18x amplifier, so only where clients are trusted); `gdr load` uses them to
+    /// account for drops. Without it a stats query is bad input
+    #[arg(long)]
+    stats: bool,
     /// Never sleep when idle (one core per network thread at 100 %)
     #[arg(long)]
     busy_poll: bool,
@@ -148,7 +157,8 @@ pub fn run(a: Args) -> CmdResult {
         duration,
         server: ServerConfig {
             framing,
-            reply_errors: !a.drop_bad,
+            reply_errors: a.reply_bad && !a.drop_bad,
+            stats: a.stats,
             batch: a.batch,
             idle_sleep: if a.busy_poll {
                 Duration::ZERO
@@ -238,5 +248,29 @@ fn print_totals(mode: Mode, r: &ServeReport) {
             "  worker {} ns per batch ({} batches): recv {:.0}  hand-over {:.0}  app {:.0}  send {:.0}",
             w.queue, w.batches, w.recv_ns, w.handoff_ns, w.app_ns, w.send_ns
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    #[test]
+    fn defaults_expose_nothing_beyond_loopback_and_answer_only_requests() {
+        let a = Cli::try_parse_from(["serve"]).unwrap().a;
+        assert!(a.listen.ip().is_loopback(), "{}", a.listen);
+        assert!(!a.stats && !a.reply_bad);
+        let a = Cli::try_parse_from(["serve", "--stats", "--reply-bad"])
+            .unwrap()
+            .a;
+        assert!(a.stats && a.reply_bad);
+        assert!(Cli::try_parse_from(["serve", "--reply-bad", "--drop-bad"]).is_err());
     }
 }

@@ -67,9 +67,12 @@ pub fn with_server<R: Send>(
     })
 }
 
+/// The defaults, with stats queries answered: the tests check the load generator's
+/// accounting against the server's counters.
 pub fn quick_cfg() -> ServerConfig {
     ServerConfig {
         idle_sleep: Duration::from_micros(20),
+        stats: true,
         ..Default::default()
     }
 }
