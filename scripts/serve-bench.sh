@@ -42,7 +42,7 @@ start_server() { # name, serve args...
   local name=$1; shift
   port=$((port + 1))
   # --stats: the loads account for drops with the server's counters.
-  taskset -c "$SCPUS" "$g" serve --listen 127.0.0.1:$port --threads "$T" --busy-poll --stats \
+  taskset -c "$SCPUS" "$g" serve --listen 127.0.0.1:$port --threads "$T" --idle spin --stats \
     --duration 120 --json "$@" >"$out/$name.server.json" 2>"$out/$name.server.log" &
   pid=$!
   for _ in $(seq 600); do

@@ -11,6 +11,8 @@ struct Run {
     stdout: String,
     stderr: String,
     wall: Duration,
+    /// User + system CPU time of the process (its threads included).
+    cpu: Duration,
 }
 
 /// Runs `gdr ARGS`, killed (and the test failed) if it runs past `limit`.
@@ -39,7 +41,7 @@ fn gdr(args: &[&str], limit: Duration) -> Run {
             s
         }),
     );
-    let (status, _usage) = loop {
+    let (status, usage) = loop {
         let mut status = 0;
         // SAFETY: rusage is plain data, written by wait4 for our own child.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -57,11 +59,13 @@ fn gdr(args: &[&str], limit: Duration) -> Run {
         }
         std::thread::sleep(Duration::from_millis(10));
     };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     Run {
         code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
         stdout: readers.0.join().unwrap(),
         stderr: readers.1.join().unwrap(),
         wall: start.elapsed(),
+        cpu: tv(usage.ru_utime) + tv(usage.ru_stime),
     }
 }
 
@@ -190,4 +194,30 @@ fn load_refuses_a_request_larger_than_a_datagram() {
         Duration::from_secs(20),
     );
     assert_one_error_line(&r, "--n at most 8186");
+}
+
+#[test]
+fn an_idle_cpu_mode_server_uses_little_cpu() {
+    // Two seconds of serving nothing. Polling with naps took some 25 % of a core (0.5 s of
+    // CPU here); backing off takes a few percent. The bound leaves room for start-up and a
+    // busy machine.
+    let r = gdr(
+        &[
+            "serve",
+            "--mode",
+            "cpu",
+            "--listen",
+            "127.0.0.1:0",
+            "--duration",
+            "2",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    assert!(
+        r.cpu < Duration::from_millis(200),
+        "idle server used {:?} of CPU in {:?}",
+        r.cpu,
+        r.wall
+    );
 }

@@ -185,7 +185,7 @@ fn serve_on(
         }
         Mode::Cpu => {
             let mut sets = (0..o.gpus.len())
-                .map(|_| cpu_workers(app, o.threads, o.shape.slots))
+                .map(|_| cpu_workers(app, o.threads, o.shape.slots, o.server.idle))
                 .collect::<Result<Vec<_>, _>>()?;
             let lanes = split_queues(
                 sets.iter_mut()

@@ -26,6 +26,34 @@ use std::time::{Duration, Instant};
 /// before the next receive system call (see the serve loop).
 const TX_SPIN: Duration = Duration::from_micros(2);
 
+/// How long a network thread with nothing in flight polls before it backs off.
+const IDLE_SPIN: Duration = Duration::from_millis(1);
+
+/// A backed-off network thread's longest wait in `poll(2)`: how soon it sees `stop`.
+const IDLE_POLL_MS: i32 = 10;
+
+/// What a network thread does with nothing received and nothing in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Idle {
+    /// Keep polling the socket: the lowest latency, one core per network thread at 100 %.
+    Spin,
+    /// Poll for a millisecond, then block in `poll(2)` on the socket until a datagram comes
+    /// (or 10 ms pass, to look at the stop flag): a datagram wakes the thread at once, an
+    /// idle server costs next to nothing. The CPU mode's workers park too (see
+    /// `exec::cpu_workers`).
+    Backoff,
+}
+
+impl Idle {
+    pub fn parse(s: &str) -> Option<Idle> {
+        match s {
+            "spin" => Some(Idle::Spin),
+            "backoff" => Some(Idle::Backoff),
+            _ => None,
+        }
+    }
+}
+
 /// How the server behaves.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -44,9 +72,8 @@ pub struct ServerConfig {
     pub drain_timeout: Duration,
     /// Socket buffer size asked for (both directions).
     pub socket_buffer: usize,
-    /// Sleep this long when idle for a millisecond with nothing in flight (zero: pure busy
-    /// polling, one core per network thread at 100 %).
-    pub idle_sleep: Duration,
+    /// What a network thread does when idle.
+    pub idle: Idle,
 }
 
 impl Default for ServerConfig {
@@ -58,7 +85,7 @@ impl Default for ServerConfig {
             batch: 32,
             drain_timeout: Duration::from_secs(5),
             socket_buffer: 16 << 20,
-            idle_sleep: Duration::from_micros(50),
+            idle: Idle::Backoff,
         }
     }
 }
@@ -277,6 +304,19 @@ impl Server {
     }
 }
 
+/// Blocks until `fd` has something to read or `timeout_ms` pass (a signal ends it early too;
+/// the caller looks again either way).
+fn wait_readable(fd: RawFd, timeout_ms: i32) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd, for the duration of the call. Errors (EINTR) need no handling:
+    // the serve loop receives next, or comes back here.
+    unsafe { libc::poll(&mut p, 1, timeout_ms) };
+}
+
 fn snapshot(sh: &Shared) -> Counters {
     let mut c = *sh.counters.lock().unwrap_or_else(|p| p.into_inner());
     c.kernel_drops = sh.kernel_drops.load(Ordering::Relaxed);
@@ -472,11 +512,11 @@ impl<'s, 'a> NetThread<'s, 'a> {
             if work > 0 {
                 self.publish();
                 idle_since = None;
-            } else if self.in_flight() == 0 && !self.cfg.idle_sleep.is_zero() {
+            } else if self.in_flight() == 0 && !stopping && self.cfg.idle == Idle::Backoff {
                 let since = *idle_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > Duration::from_millis(1) {
+                if since.elapsed() > IDLE_SPIN {
                     self.publish();
-                    std::thread::sleep(self.cfg.idle_sleep);
+                    wait_readable(self.fd, IDLE_POLL_MS);
                 }
             } else {
                 std::hint::spin_loop();

@@ -6,10 +6,9 @@ use gdr::mq::Placement;
 use gdr_serve::gpu::GpuShape;
 use gdr_serve::run::{serve, Mode, ServeOptions};
 use gdr_serve::wire::Framing;
-use gdr_serve::{App, ServeReport, ServerConfig};
+use gdr_serve::{App, Idle, ServeReport, ServerConfig};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -92,8 +91,13 @@ pub struct Args {
     /// account for drops. Without it a stats query is bad input
     #[arg(long)]
     stats: bool,
-    /// Never sleep when idle (one core per network thread at 100 %)
-    #[arg(long)]
+    /// When idle: spin (network threads poll the socket without pause, one core each at
+    /// 100 %: the lowest latency) or backoff (after 1 ms, network threads block in poll(2)
+    /// until a datagram comes, and the CPU mode's workers nap 1 ms after 10 ms of quiet)
+    #[arg(long, default_value = "backoff")]
+    idle: String,
+    /// The same as --idle spin (kept so that older command lines still run)
+    #[arg(long, hide = true)]
     busy_poll: bool,
     /// Serve for this many seconds once ready (setup not counted), at most a day (default:
     /// until SIGINT or SIGTERM)
@@ -131,6 +135,11 @@ pub fn run(a: Args) -> CmdResult {
     })?;
     let framing = Framing::parse(&a.framing)
         .ok_or_else(|| format!("unknown framing {:?} (gdr, sockperf)", a.framing))?;
+    let idle = match Idle::parse(&a.idle) {
+        Some(_) if a.busy_poll => Idle::Spin,
+        Some(i) => i,
+        None => return Err(format!("unknown idle policy {:?} (spin, backoff)", a.idle).into()),
+    };
     if a.batch == 0 || a.max_in_flight == 0 || a.streams == 0 {
         return Err("--batch, --max-in-flight and --streams must be at least 1".into());
     }
@@ -160,11 +169,7 @@ pub fn run(a: Args) -> CmdResult {
             reply_errors: a.reply_bad && !a.drop_bad,
             stats: a.stats,
             batch: a.batch,
-            idle_sleep: if a.busy_poll {
-                Duration::ZERO
-            } else {
-                Duration::from_micros(50)
-            },
+            idle,
             ..Default::default()
         },
     };
