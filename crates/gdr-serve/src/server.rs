@@ -5,9 +5,10 @@
 //!
 //! Accounting: every datagram is counted once as a request that was accepted, bad input
 //! (dropped, or answered with an error code by flag), shed for want of room, or a stats
-//! query (answered only by flag; otherwise bad input). Every accepted request is answered exactly once (a response, an app failure, or —
-//! sockperf under-load mode — deliberately no datagram), unless the server is stopped with
-//! requests still in flight after the drain timeout (`abandoned`, counted).
+//! query (answered only by flag; otherwise bad input). Every accepted request is answered
+//! exactly once (a response, an app failure, or — sockperf under-load mode — deliberately no
+//! datagram), unless the server is stopped with requests still in flight after the drain
+//! timeout (`abandoned`, counted).
 
 use crate::apps::App;
 use crate::exec::Executor;
