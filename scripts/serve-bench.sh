@@ -41,7 +41,8 @@ echo "gdr: $g; server cores $SCPUS ($T threads), load cores $LCPUS, $ngpu GPU(s)
 start_server() { # name, serve args...
   local name=$1; shift
   port=$((port + 1))
-  taskset -c "$SCPUS" "$g" serve --listen 127.0.0.1:$port --threads "$T" --busy-poll \
+  # --stats: the loads account for drops with the server's counters.
+  taskset -c "$SCPUS" "$g" serve --listen 127.0.0.1:$port --threads "$T" --idle spin --stats \
     --duration 120 --json "$@" >"$out/$name.server.json" 2>"$out/$name.server.log" &
   pid=$!
   for _ in $(seq 600); do

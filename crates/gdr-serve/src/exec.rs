@@ -8,8 +8,9 @@
 //! playing the GPU).
 
 use crate::apps::App;
+use crate::server::Idle;
 use crate::ServeError;
-use gdr::mq::{CpuHandler, CpuWorkers, MqError, QueueConfig, QueuePair};
+use gdr::mq::{CpuHandler, CpuIdle, CpuWorkers, MqError, QueueConfig, QueuePair};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,9 +90,21 @@ impl Executor for QueueExec<'_> {
     }
 }
 
+/// How long an idle CPU worker of a backing-off server sleeps between looks at its queue:
+/// what the first request after 10 ms of quiet may wait more (a network thread is woken by
+/// the datagram itself; a worker polls memory, and nothing wakes it).
+pub const CPU_PARK: Duration = Duration::from_millis(1);
+
 /// The CPU backend: `queues` queue pairs in plain memory, each served by a CPU thread running
-/// the app's CPU version. Take executors from it with [`QueueExec`].
-pub fn cpu_workers(app: &App, queues: usize, slots: u32) -> Result<CpuWorkers, ServeError> {
+/// the app's CPU version, idle as `idle` says (`Backoff`: parked in naps of [`CPU_PARK`]
+/// after 10 ms of quiet; `Spin`: gdr::mq's polling, 50 us naps after 1 ms). Take executors
+/// from it with [`QueueExec`].
+pub fn cpu_workers(
+    app: &App,
+    queues: usize,
+    slots: u32,
+    idle: Idle,
+) -> Result<CpuWorkers, ServeError> {
     let cfg = QueueConfig {
         slots,
         max_msg: app.slot_payload() as u32,
@@ -105,10 +118,15 @@ pub fn cpu_workers(app: &App, queues: usize, slots: u32) -> Result<CpuWorkers, S
         a.run_cpu(req, resp).unwrap_or(cap + 1)
     });
     // Workers of a server never time out on their own: the server stops them.
-    Ok(CpuWorkers::spawn(
+    let wait = match idle {
+        Idle::Spin => CpuIdle::Poll,
+        Idle::Backoff => CpuIdle::Park(CPU_PARK),
+    };
+    Ok(CpuWorkers::spawn_waiting(
         &cfg,
         queues,
         Duration::from_secs(24 * 3600),
+        wait,
         handler,
     )?)
 }

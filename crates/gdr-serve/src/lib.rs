@@ -20,7 +20,7 @@ pub mod wire;
 
 pub use apps::App;
 pub use exec::{Executor, QueueExec};
-pub use server::{Counters, ServeReport, Server, ServerConfig};
+pub use server::{Counters, Idle, ServeReport, Server, ServerConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {

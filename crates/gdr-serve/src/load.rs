@@ -5,6 +5,9 @@
 //! Every request is accounted for at the end: answered (ok, error code), lost (no answer
 //! within the timeout), and the client socket's own kernel drops, so that with the server's
 //! counters `sent = answered + lost` and `lost = server drops + client drops` can be checked.
+//! Datagrams the kernel would not send are counted apart (`send_failed`, not in `sent`), and
+//! so are the target's port-unreachable reports (`refused`); [`LoadReport::failure`] says
+//! whether the run as a whole failed.
 
 use crate::apps::{self, App};
 use crate::hist::{Histogram, LatencySummary};
@@ -38,6 +41,45 @@ pub enum Payload {
     Vecadd { n: usize },
     /// `size` bytes to app `app`, answers not checked.
     Raw { app: u16, size: usize },
+}
+
+impl Payload {
+    /// Bytes of one request datagram (header included).
+    pub fn request_bytes(&self) -> usize {
+        wire::HEADER_LEN
+            + match *self {
+                Payload::Echo { size } | Payload::Raw { size, .. } => size,
+                Payload::Vecadd { n } => n.saturating_mul(8),
+                Payload::Lenet { .. } => lenet::IMAGE_BYTES,
+            }
+    }
+
+    /// Refuses a payload whose request would not fit in one UDP datagram of at most `max`
+    /// bytes, naming the largest that fits.
+    fn check_fits(&self, max: usize) -> Result<(), ServeError> {
+        let bytes = self.request_bytes();
+        if bytes <= max {
+            return Ok(());
+        }
+        let room = max - wire::HEADER_LEN;
+        let largest = match self {
+            Payload::Vecadd { .. } => format!("--n at most {}", room / 8),
+            _ => format!("--size at most {room}"),
+        };
+        Err(ServeError::Config(format!(
+            "a request of {bytes} bytes ({}-byte header and payload) does not fit in a UDP \
+             datagram (at most {max} bytes): {largest}",
+            wire::HEADER_LEN
+        )))
+    }
+}
+
+/// Largest UDP payload to `t`: 65535 less the UDP header and, over IPv4, the IP header.
+fn max_datagram(t: SocketAddr) -> usize {
+    match t {
+        SocketAddr::V4(_) => wire::MAX_DATAGRAM,
+        SocketAddr::V6(_) => 65535 - 8,
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -83,7 +125,15 @@ pub struct LoadReport {
     pub payload: Option<Payload>,
     pub threads: usize,
     pub elapsed_s: f64,
+    /// Datagrams the kernel took.
     pub sent: u64,
+    /// Datagrams the kernel would not send (an error, or its buffer full for 50 ms); not in
+    /// `sent`.
+    pub send_failed: u64,
+    /// The last error of a failed send.
+    pub send_error: Option<String>,
+    /// ICMP port-unreachable reports for sent datagrams: the target port was closed.
+    pub refused: u64,
     /// Answers with status ok.
     pub ok: u64,
     /// Answers with an error status, by name.
@@ -99,13 +149,43 @@ pub struct LoadReport {
     /// Ok answers per second over the sending period.
     pub throughput_rps: f64,
     pub latency: LatencySummary,
-    /// The server's counters, after minus before (when it answered the queries).
+    /// Whether the server was asked for its counters.
+    pub server_stats: bool,
+    /// The server's counters, after minus before (when it answered the queries: a server
+    /// answers them only with `--stats`).
     pub server: Option<crate::server::Counters>,
 }
 
 impl LoadReport {
     pub fn answered(&self) -> u64 {
         self.ok + self.errors.values().sum::<u64>()
+    }
+
+    /// Why the run failed, if it did: no request answered, a send failed, the target
+    /// reported its port closed, or (with `verify`) a wrong answer. Lost requests alone are
+    /// no failure: an overloaded server sheds them by design.
+    pub fn failure(&self) -> Option<String> {
+        let mut why = Vec::new();
+        if self.answered() == 0 {
+            why.push(format!("no request was answered ({} sent)", self.sent));
+        }
+        if self.send_failed > 0 {
+            why.push(format!(
+                "{} send(s) failed ({})",
+                self.send_failed,
+                self.send_error.as_deref().unwrap_or("no error given")
+            ));
+        }
+        if self.refused > 0 {
+            why.push(format!(
+                "the target reported its port closed {} time(s) (ICMP port unreachable)",
+                self.refused
+            ));
+        }
+        if self.verify_failed > 0 {
+            why.push(format!("{} wrong answer(s)", self.verify_failed));
+        }
+        (!why.is_empty()).then(|| why.join("; "))
     }
 }
 
@@ -216,6 +296,9 @@ impl Generator {
 #[derive(Default)]
 struct ThreadResult {
     sent: u64,
+    send_failed: u64,
+    send_error: Option<String>,
+    refused: u64,
     ok: u64,
     errors: BTreeMap<String, u64>,
     lost: u64,
@@ -297,6 +380,8 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<LoadReport, ServeError
             return Err(ServeError::Config(format!("bad rate {rate}")));
         }
     }
+    // Up front: an oversized request would fail every send (EMSGSIZE), not measure anything.
+    cfg.payload.check_fits(max_datagram(cfg.target))?;
     let before = if cfg.server_stats {
         server_counters(cfg.target, Duration::from_millis(500))
     } else {
@@ -323,6 +408,7 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<LoadReport, ServeError
         mode: Some(cfg.mode),
         payload: Some(cfg.payload.clone()),
         threads: cfg.threads,
+        server_stats: cfg.server_stats,
         elapsed_s: elapsed.as_secs_f64(),
         ..Default::default()
     };
@@ -331,6 +417,11 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<LoadReport, ServeError
     for r in results {
         let r = r?;
         rep.sent += r.sent;
+        rep.send_failed += r.send_failed;
+        rep.refused += r.refused;
+        if r.send_error.is_some() {
+            rep.send_error = r.send_error;
+        }
         rep.ok += r.ok;
         for (k, v) in r.errors {
             *rep.errors.entry(k).or_default() += v;
@@ -417,8 +508,12 @@ fn client_thread(
                     tx.push(None).extend_from_slice(&reqbuf);
                     outstanding.insert(id, t_send);
                 }
-                let (sent, _) = tx.flush(fd, Duration::from_millis(50));
+                let (sent, failed) = tx.flush(fd, Duration::from_millis(50));
                 out.sent += sent as u64;
+                out.send_failed += failed as u64;
+                if let Some(e) = tx.last_error() {
+                    out.send_error = Some(e.to_string());
+                }
                 // Not sent: not outstanding either. Datagram i of this batch carried the id
                 // pushed i-th, i.e. sequence number next_seq - want + i.
                 let first = next_seq - want as u64;
@@ -461,6 +556,7 @@ fn client_thread(
         if let Some(d) = rx.kernel_drops() {
             out.client_drops = d as u64;
         }
+        out.refused = rx.refused();
         // Expire.
         if now.duration_since(last_sweep) > Duration::from_millis(10) {
             last_sweep = now;

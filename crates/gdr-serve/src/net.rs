@@ -105,6 +105,8 @@ pub struct RecvBatch {
     hdrs: Vec<libc::mmsghdr>,
     /// Highest kernel drop counter seen (cumulative per socket).
     overflow: Option<u32>,
+    /// ICMP port-unreachable reports surfaced by receives (connected sockets).
+    refused: u64,
 }
 
 // SAFETY: the raw pointers in iovs/hdrs point into this struct's own Vecs and are rebuilt
@@ -127,6 +129,7 @@ impl RecvBatch {
             // SAFETY: as above.
             hdrs: vec![unsafe { std::mem::zeroed() }; n],
             overflow: None,
+            refused: 0,
         }
     }
 
@@ -166,8 +169,12 @@ impl RecvBatch {
             let e = io::Error::last_os_error();
             return match e.kind() {
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-                // ICMP errors surfacing on the socket: not ours to handle here.
-                io::ErrorKind::ConnectionRefused => Ok(0),
+                // An ICMP port unreachable for a datagram this (connected) socket sent: not
+                // a receive failure, but counted, so a client can tell nobody listens.
+                io::ErrorKind::ConnectionRefused => {
+                    self.refused += 1;
+                    Ok(0)
+                }
                 _ => Err(e),
             };
         }
@@ -209,6 +216,12 @@ impl RecvBatch {
     pub fn kernel_drops(&self) -> Option<u32> {
         self.overflow
     }
+
+    /// How many receives found an ICMP port-unreachable report instead of a datagram: on a
+    /// connected socket, the peer's port was closed when a datagram got there.
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
 }
 
 /// Outgoing datagrams gathered for one `sendmmsg`.
@@ -220,6 +233,8 @@ pub struct SendBatch {
     hdrs: Vec<libc::mmsghdr>,
     /// Positions (in push order) of the datagrams the last flush could not send.
     failed_at: Vec<usize>,
+    /// Why the last of them could not go.
+    last_error: Option<io::Error>,
 }
 
 // SAFETY: as RecvBatch: the raw pointers are rebuilt from owned Vecs before each call.
@@ -237,6 +252,7 @@ impl SendBatch {
             // SAFETY: as above.
             hdrs: vec![unsafe { std::mem::zeroed() }; n],
             failed_at: Vec::new(),
+            last_error: None,
         }
     }
 
@@ -244,6 +260,11 @@ impl SendBatch {
     /// send (a failure is skipped and the rest still go, so they need not be the last ones).
     pub fn failed(&self) -> &[usize] {
         &self.failed_at
+    }
+
+    /// The error of the last datagram the last flush failed to send (None when all went).
+    pub fn last_error(&self) -> Option<&io::Error> {
+        self.last_error.as_ref()
     }
 
     pub fn len(&self) -> usize {
@@ -276,6 +297,7 @@ impl SendBatch {
     pub fn flush(&mut self, fd: RawFd, patience: std::time::Duration) -> (usize, usize) {
         let n = self.len;
         self.failed_at.clear();
+        self.last_error = None;
         for i in 0..n {
             self.iovs[i] = libc::iovec {
                 iov_base: self.bufs[i].as_mut_ptr().cast(),
@@ -324,6 +346,7 @@ impl SendBatch {
                 _ => {
                     self.failed_at.push(done + failed);
                     failed += 1;
+                    self.last_error = Some(e);
                 }
             }
         }
@@ -350,12 +373,17 @@ mod tests {
         let (sent, failed) = tx.flush(a.as_raw_fd(), Duration::from_millis(50));
         assert_eq!((sent, failed), (2, 1));
         assert_eq!(tx.failed(), &[1]);
+        assert_eq!(
+            tx.last_error().and_then(|e| e.raw_os_error()),
+            Some(libc::EMSGSIZE)
+        );
         let (sent, failed) = {
             tx.push(None).extend_from_slice(b"again");
             tx.flush(a.as_raw_fd(), Duration::from_millis(50))
         };
         assert_eq!((sent, failed), (1, 0));
         assert!(tx.failed().is_empty());
+        assert!(tx.last_error().is_none());
     }
 
     #[test]

@@ -9,8 +9,8 @@ use crate::server::{ServeReport, Server, ServerConfig};
 use crate::ServeError;
 use gdr::cuda::Context;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Where requests are executed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -42,6 +42,10 @@ impl Mode {
     }
 }
 
+/// Where a server listens unless told otherwise: loopback only, so that a server started to
+/// try something is not open to the network.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9000";
+
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
     pub listen: SocketAddr,
@@ -56,12 +60,15 @@ pub struct ServeOptions {
     /// Host-centric: streams (requests in flight) per network thread and GPU.
     pub streams: usize,
     pub server: ServerConfig,
+    /// Serve for this long, counted from when the backends are ready (setup, such as
+    /// compiling and launching GPU workers, is not serving time); None: until `stop`.
+    pub duration: Option<Duration>,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
-            listen: "0.0.0.0:9000".parse().expect("literal"),
+            listen: DEFAULT_LISTEN.parse().expect("literal"),
             mode: Mode::GpuQueue,
             gpus: vec![0],
             threads: 1,
@@ -69,12 +76,14 @@ impl Default for ServeOptions {
             max_in_flight: 256,
             streams: 4,
             server: ServerConfig::default(),
+            duration: None,
         }
     }
 }
 
-/// Builds the backends, serves until `stop`, drains and tears down. `on_ready` gets the
-/// bound address once requests can be served.
+/// Builds the backends, serves until `stop` (or for `o.duration` once ready), drains and
+/// tears down. `on_ready` gets the bound address once requests can be served. The report's
+/// `setup_s` is the time from this call to ready; its `elapsed_s` the serving time after.
 pub fn serve(
     app: &App,
     o: &ServeOptions,
@@ -86,8 +95,29 @@ pub fn serve(
             "need at least one thread and one GPU".into(),
         ));
     }
+    let t_setup = Instant::now();
+    let mut setup_s = 0.0;
+    let mut on_ready = |addr| {
+        setup_s = t_setup.elapsed().as_secs_f64();
+        on_ready(addr)
+    };
     let server = Server::bind(o.listen, &o.server)?;
     let addr = server.local_addr()?;
+    let report = serve_on(&server, addr, app, o, stop, &mut on_ready);
+    report.map(|mut r| {
+        r.setup_s = setup_s;
+        r
+    })
+}
+
+fn serve_on(
+    server: &Server,
+    addr: SocketAddr,
+    app: &App,
+    o: &ServeOptions,
+    stop: &AtomicBool,
+    on_ready: &mut dyn FnMut(SocketAddr),
+) -> Result<ServeReport, ServeError> {
     match o.mode {
         Mode::GpuQueue => {
             let mut sets = Vec::new();
@@ -114,7 +144,7 @@ pub fn serve(
                 o.max_in_flight,
             )?;
             on_ready(addr);
-            let mut report = server.run(&o.server, app, lanes, stop);
+            let mut report = run_for(server, o, app, lanes, stop);
             if let (Ok(r), true) = (&mut report, o.shape.profile) {
                 for ((g, w), ctx) in sets.iter().zip(&ctxs) {
                     match worker_stages(ctx, &format!("gpu{g}"), w) {
@@ -151,11 +181,11 @@ pub fn serve(
                 lanes.push(l);
             }
             on_ready(addr);
-            server.run(&o.server, app, lanes, stop)
+            run_for(server, o, app, lanes, stop)
         }
         Mode::Cpu => {
             let mut sets = (0..o.gpus.len())
-                .map(|_| cpu_workers(app, o.threads, o.shape.slots))
+                .map(|_| cpu_workers(app, o.threads, o.shape.slots, o.server.idle))
                 .collect::<Result<Vec<_>, _>>()?;
             let lanes = split_queues(
                 sets.iter_mut()
@@ -166,7 +196,50 @@ pub fn serve(
                 o.max_in_flight,
             )?;
             on_ready(addr);
-            server.run(&o.server, app, lanes, stop)
+            run_for(server, o, app, lanes, stop)
         }
+    }
+}
+
+/// Runs the server until `stop`, or for `o.duration` from now (the backends are ready).
+fn run_for<'a>(
+    server: &Server,
+    o: &ServeOptions,
+    app: &App,
+    lanes: Vec<Vec<Box<dyn Executor + 'a>>>,
+    stop: &AtomicBool,
+) -> Result<ServeReport, ServeError> {
+    let Some(d) = o.duration else {
+        return server.run(&o.server, app, lanes, stop);
+    };
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let start = Instant::now();
+            while !done.load(Ordering::Acquire) && !stop.load(Ordering::Acquire) {
+                let left = d.saturating_sub(start.elapsed());
+                if left.is_zero() {
+                    stop.store(true, Ordering::Release);
+                    break;
+                }
+                // Short naps: a server that stops early (signal, failure) is not held up.
+                std::thread::sleep(left.min(Duration::from_millis(10)));
+            }
+        });
+        let r = server.run(&o.server, app, lanes, stop);
+        done.store(true, Ordering::Release);
+        r
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_default_server_listens_on_loopback_only() {
+        let o = ServeOptions::default();
+        assert!(o.listen.ip().is_loopback(), "{}", o.listen);
+        assert!(!o.server.stats && !o.server.reply_errors);
     }
 }

@@ -4,10 +4,11 @@
 //! order and send them in batches.
 //!
 //! Accounting: every datagram is counted once as a request that was accepted, bad input
-//! (answered with an error code or dropped, by flag), shed for want of room, or a stats
-//! query. Every accepted request is answered exactly once (a response, an app failure, or —
-//! sockperf under-load mode — deliberately no datagram), unless the server is stopped with
-//! requests still in flight after the drain timeout (`abandoned`, counted).
+//! (dropped, or answered with an error code by flag), shed for want of room, or a stats
+//! query (answered only by flag; otherwise bad input). Every accepted request is answered
+//! exactly once (a response, an app failure, or — sockperf under-load mode — deliberately no
+//! datagram), unless the server is stopped with requests still in flight after the drain
+//! timeout (`abandoned`, counted).
 
 use crate::apps::App;
 use crate::exec::Executor;
@@ -26,32 +27,66 @@ use std::time::{Duration, Instant};
 /// before the next receive system call (see the serve loop).
 const TX_SPIN: Duration = Duration::from_micros(2);
 
+/// How long a network thread with nothing in flight polls before it backs off.
+const IDLE_SPIN: Duration = Duration::from_millis(1);
+
+/// A backed-off network thread's longest wait in `poll(2)`: how soon it sees `stop`.
+const IDLE_POLL_MS: i32 = 10;
+
+/// What a network thread does with nothing received and nothing in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Idle {
+    /// Keep polling the socket: the lowest latency, one core per network thread at 100 %.
+    Spin,
+    /// Poll for a millisecond, then block in `poll(2)` on the socket until a datagram comes
+    /// (or 10 ms pass, to look at the stop flag): a datagram wakes the thread at once, an
+    /// idle server costs next to nothing. The CPU mode's workers park too (see
+    /// `exec::cpu_workers`).
+    Backoff,
+}
+
+impl Idle {
+    pub fn parse(s: &str) -> Option<Idle> {
+        match s {
+            "spin" => Some(Idle::Spin),
+            "backoff" => Some(Idle::Backoff),
+            _ => None,
+        }
+    }
+}
+
 /// How the server behaves.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub framing: Framing,
-    /// Answer bad input with an error code (true) or drop it silently (false); both counted.
+    /// Answer bad input with an error code (true) or drop it silently (false, the default);
+    /// both counted. Even when true, a datagram shorter than the error reply gets none: the
+    /// server never answers bad input with more bytes than it was sent.
     pub reply_errors: bool,
+    /// Answer stats queries (false, the default: they count as bad input). The answer, the
+    /// counters as JSON, is some 300 bytes for a 16-byte query: an amplifier for anyone who
+    /// can forge a source address, so only where the clients are trusted.
+    pub stats: bool,
     /// Datagrams per recvmmsg / sendmmsg.
     pub batch: usize,
     /// After stop, how long in-flight requests may take to finish.
     pub drain_timeout: Duration,
     /// Socket buffer size asked for (both directions).
     pub socket_buffer: usize,
-    /// Sleep this long when idle for a millisecond with nothing in flight (zero: pure busy
-    /// polling, one core per network thread at 100 %).
-    pub idle_sleep: Duration,
+    /// What a network thread does when idle.
+    pub idle: Idle,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             framing: Framing::Gdr,
-            reply_errors: true,
+            reply_errors: false,
+            stats: false,
             batch: 32,
             drain_timeout: Duration::from_secs(5),
             socket_buffer: 16 << 20,
-            idle_sleep: Duration::from_micros(50),
+            idle: Idle::Backoff,
         }
     }
 }
@@ -120,6 +155,10 @@ pub struct ServeReport {
     pub app: String,
     pub threads: usize,
     pub executors: Vec<String>,
+    /// From the start of `run::serve` to ready (binding, building the backends: compiling
+    /// and launching GPU workers); 0 when the caller built them (`Server::run`).
+    pub setup_s: f64,
+    /// Serving, from the network threads' start to the end of the drain.
     pub elapsed_s: f64,
     pub counters: Counters,
     /// Datagram received -> response handed to the socket, for answered requests.
@@ -251,6 +290,7 @@ impl Server {
             app: app.name().into(),
             threads,
             executors: names,
+            setup_s: 0.0,
             elapsed_s: start.elapsed().as_secs_f64(),
             counters: snapshot(&self.shared),
             server_time: times.total.summary(),
@@ -263,6 +303,19 @@ impl Server {
             worker_stages: Vec::new(),
         })
     }
+}
+
+/// Blocks until `fd` has something to read or `timeout_ms` pass (a signal ends it early too;
+/// the caller looks again either way).
+fn wait_readable(fd: RawFd, timeout_ms: i32) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd, for the duration of the call. Errors (EINTR) need no handling:
+    // the serve loop receives next, or comes back here.
+    unsafe { libc::poll(&mut p, 1, timeout_ms) };
 }
 
 fn snapshot(sh: &Shared) -> Counters {
@@ -401,7 +454,7 @@ impl<'s, 'a> NetThread<'s, 'a> {
 
     fn run(mut self, stop: &AtomicBool) -> Result<Times, ServeError> {
         // One extra byte: a datagram that fills it is longer than any request may be.
-        let cap = self.app.max_request() + wire::HEADER_LEN + 1;
+        let cap = self.app.max_request() + self.cfg.framing.header_len() + 1;
         let mut rx = RecvBatch::new(self.cfg.batch, cap);
         let mut drain_deadline: Option<Instant> = None;
         let mut idle_since: Option<Instant> = None;
@@ -460,11 +513,11 @@ impl<'s, 'a> NetThread<'s, 'a> {
             if work > 0 {
                 self.publish();
                 idle_since = None;
-            } else if self.in_flight() == 0 && !self.cfg.idle_sleep.is_zero() {
+            } else if self.in_flight() == 0 && !stopping && self.cfg.idle == Idle::Backoff {
                 let since = *idle_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > Duration::from_millis(1) {
+                if since.elapsed() > IDLE_SPIN {
                     self.publish();
-                    std::thread::sleep(self.cfg.idle_sleep);
+                    wait_readable(self.fd, IDLE_POLL_MS);
                 }
             } else {
                 std::hint::spin_loop();
@@ -475,10 +528,21 @@ impl<'s, 'a> NetThread<'s, 'a> {
         result.map(|_| self.out.times)
     }
 
-    fn reply_bad(&mut self, status: Status, control: Option<Control>, addr: &Addr) {
+    /// Counts bad input of `len` bytes and answers it with its code when that is on, asked
+    /// for, and no larger than what came in.
+    fn reply_bad(&mut self, status: Status, control: Option<Control>, addr: &Addr, len: usize) {
         self.c.count_bad(status);
         let wants = control.as_ref().is_none_or(|c| c.wants_reply());
-        if !self.cfg.reply_errors || !wants {
+        // An error to a datagram with no header to answer in goes out in gdr's framing,
+        // which a sockperf client would read as a sockperf header: none is sent.
+        let speakable = control.is_some() || self.cfg.framing == Framing::Gdr;
+        let reply_len = match control {
+            Some(Control::Sockperf { header, .. }) => header.len(),
+            _ => wire::HEADER_LEN,
+        };
+        // No reply larger than the datagram: forged small datagrams must not buy bigger
+        // ones sent to their victim.
+        if !self.cfg.reply_errors || !wants || !speakable || reply_len > len {
             self.c.bad_dropped += 1;
             return;
         }
@@ -499,6 +563,11 @@ impl<'s, 'a> NetThread<'s, 'a> {
             self.c.datagrams += 1;
             let (d, trunc) = rx.datagram(i);
             match wire::parse(framing, d, trunc, |a| a == app_id) {
+                Parsed::Stats { id } if !self.cfg.stats => {
+                    // Not a kind this server serves.
+                    let control = Some(Control::Gdr { app: 0, id });
+                    self.reply_bad(Status::BadHeader, control, rx.addr(i), d.len());
+                }
                 Parsed::Stats { id } => {
                     self.c.stats_queries += 1;
                     self.publish();
@@ -507,10 +576,12 @@ impl<'s, 'a> NetThread<'s, 'a> {
                     wire::encode_response_header(b, &Control::Gdr { app: 0, id }, Status::Ok);
                     b.extend_from_slice(&json);
                 }
-                Parsed::Bad { status, control } => self.reply_bad(status, control, rx.addr(i)),
+                Parsed::Bad { status, control } => {
+                    self.reply_bad(status, control, rx.addr(i), d.len())
+                }
                 Parsed::Request { control, payload } => {
                     if let Err(status) = self.app.check(payload.len()) {
-                        self.reply_bad(status, Some(control), rx.addr(i));
+                        self.reply_bad(status, Some(control), rx.addr(i), d.len());
                         continue;
                     }
                     let ne = self.execs.len();
@@ -533,9 +604,7 @@ impl<'s, 'a> NetThread<'s, 'a> {
                 }
             }
         }
-        let hdr = match framing {
-            Framing::Gdr | Framing::Sockperf => wire::HEADER_LEN,
-        };
+        let hdr = framing.header_len();
         for e in 0..self.execs.len() {
             if self.staged[e].is_empty() {
                 continue;

@@ -14,14 +14,18 @@
 //! 16  payload                              16  payload (empty unless status is Ok)
 //! ```
 //!
-//! `Sockperf` has no header of ours: every datagram starts with sockperf's own 16-byte header
-//! (sequence number, flags, length), which the server hands back in front of the response,
-//! unchanged except for the client flag a sockperf server clears; the rest of the datagram
-//! is the payload of the server's default app. So sockperf's ping-pong and under-load modes
-//! can drive the server.
+//! `Sockperf` has no header of ours: every datagram starts with sockperf's own 14-byte header
+//! (its `MsgHeader`, big-endian: u64 sequence number, u16 flags, u32 message length; the
+//! smallest message sockperf sends, `-m 14`, is the header alone), which the server hands
+//! back in front of the response, unchanged except for the client flag a sockperf server
+//! clears (a sockperf client ignores messages that carry it); the rest of the datagram is
+//! the payload of the server's app. With `echo` the answer is the datagram itself, as
+//! sockperf's ping-pong and under-load modes expect.
 
-/// Size of the header of both framings.
+/// Size of the `Gdr` framing's header.
 pub const HEADER_LEN: usize = 16;
+/// Size of sockperf's header (`MsgHeader::EFFECTIVE_SIZE` in sockperf's source).
+pub const SOCKPERF_HEADER_LEN: usize = 14;
 /// The two magic bytes of the `Gdr` framing.
 pub const MAGIC: [u8; 2] = *b"gq";
 pub const VERSION: u8 = 1;
@@ -49,6 +53,14 @@ impl Framing {
             "gdr" => Some(Framing::Gdr),
             "sockperf" => Some(Framing::Sockperf),
             _ => None,
+        }
+    }
+
+    /// Bytes in front of the payload of a request.
+    pub fn header_len(self) -> usize {
+        match self {
+            Framing::Gdr => HEADER_LEN,
+            Framing::Sockperf => SOCKPERF_HEADER_LEN,
         }
     }
 }
@@ -110,7 +122,7 @@ pub enum Control {
     },
     /// Sockperf's header, to be returned; `reply` is false when the client asked for none.
     Sockperf {
-        header: [u8; HEADER_LEN],
+        header: [u8; SOCKPERF_HEADER_LEN],
         reply: bool,
     },
 }
@@ -213,13 +225,14 @@ pub fn parse<'a>(
             }
         }
         Framing::Sockperf => {
-            if dgram.len() < HEADER_LEN {
+            if dgram.len() < SOCKPERF_HEADER_LEN {
                 return Parsed::Bad {
                     status: Status::Truncated,
                     control: None,
                 };
             }
-            let mut header: [u8; HEADER_LEN] = dgram[..HEADER_LEN].try_into().expect("16 bytes");
+            let mut header: [u8; SOCKPERF_HEADER_LEN] =
+                dgram[..SOCKPERF_HEADER_LEN].try_into().expect("14 bytes");
             let flags = u16::from_be_bytes([header[8], header[9]]);
             let reply = flags & SOCKPERF_PONG_REQUEST != 0;
             header[8..10].copy_from_slice(&(flags & !SOCKPERF_CLIENT).to_be_bytes());
@@ -232,7 +245,7 @@ pub fn parse<'a>(
             }
             Parsed::Request {
                 control,
-                payload: &dgram[HEADER_LEN..],
+                payload: &dgram[SOCKPERF_HEADER_LEN..],
             }
         }
     }
@@ -393,11 +406,12 @@ mod tests {
 
     #[test]
     fn sockperf_header_comes_back_with_the_client_flag_cleared() {
-        let mut d = vec![0u8; 16 + 784];
+        // A LeNet image behind sockperf's 14-byte header: sockperf -m 798.
+        let mut d = vec![0u8; 14 + 784];
         d[0..8].copy_from_slice(&41u64.to_be_bytes());
         d[8..10].copy_from_slice(&(SOCKPERF_CLIENT | SOCKPERF_PONG_REQUEST).to_be_bytes());
-        d[10..14].copy_from_slice(&800u32.to_be_bytes());
-        d[16] = 0xab;
+        d[10..14].copy_from_slice(&798u32.to_be_bytes());
+        d[14] = 0xab;
         match parse(Framing::Sockperf, &d, false, only(1)) {
             Parsed::Request { control, payload } => {
                 assert!(control.wants_reply());
@@ -406,9 +420,10 @@ mod tests {
                 assert_eq!(payload[0], 0xab);
                 let mut r = Vec::new();
                 encode_response_header(&mut r, &control, Status::Ok);
+                assert_eq!(r.len(), 14);
                 assert_eq!(&r[0..8], &d[0..8]);
                 assert_eq!(u16::from_be_bytes([r[8], r[9]]), SOCKPERF_PONG_REQUEST);
-                assert_eq!(&r[10..16], &d[10..16]);
+                assert_eq!(&r[10..14], &d[10..14]);
             }
             other => panic!("{other:?}"),
         }
@@ -418,11 +433,16 @@ mod tests {
             Parsed::Request { control, .. } => assert!(!control.wants_reply()),
             other => panic!("{other:?}"),
         }
+        // sockperf's smallest message is its header alone: a request with an empty payload.
+        match parse(Framing::Sockperf, &d[..14], false, only(1)) {
+            Parsed::Request { payload, .. } => assert!(payload.is_empty()),
+            other => panic!("{other:?}"),
+        }
         assert!(matches!(
-            parse(Framing::Sockperf, &d[..10], false, only(1)),
+            parse(Framing::Sockperf, &d[..13], false, only(1)),
             Parsed::Bad {
                 status: Status::Truncated,
-                ..
+                control: None,
             }
         ));
     }

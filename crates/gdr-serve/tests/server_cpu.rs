@@ -6,7 +6,7 @@ mod common;
 use common::{quick_cfg, with_server};
 use gdr_serve::load::{self, LoadConfig, LoadMode, Payload};
 use gdr_serve::wire::{self, Framing, Status};
-use gdr_serve::App;
+use gdr_serve::{App, ServerConfig};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -98,6 +98,9 @@ fn lenet_answers_match_the_reference_through_the_queue_path() {
             },
             mode: LoadMode::Closed { outstanding: 4 },
             requests: Some(200),
+            // All 200, however slow a loaded machine runs the debug build's LeNet (the
+            // default 5 s of sending can end the run first).
+            duration: Duration::from_secs(100),
             timeout: Duration::from_secs(5),
             verify: true,
             ..Default::default()
@@ -123,16 +126,19 @@ fn lenet_answers_match_the_reference_through_the_queue_path() {
 }
 
 #[test]
-fn bad_input_is_answered_with_its_code_and_counted() {
+fn bad_input_is_answered_with_its_code_by_flag_and_counted() {
     let app = App::builtin("lenet", 1, 1024).unwrap();
-    let (_, srv) = with_server(&app, 1, 1, 64, quick_cfg(), |addr, _, _| {
+    let mut cfg = quick_cfg();
+    cfg.reply_errors = true;
+    let (_, srv) = with_server(&app, 1, 1, 64, cfg, |addr, _, _| {
         let s = client(addr);
         let status = |d: &[u8]| {
             let r = ask(&s, d);
             wire::decode_response(&r).expect("our header").status
         };
-        assert_eq!(status(&[]), Status::Empty);
-        assert_eq!(status(b"gq\x01\x00\x02"), Status::Truncated);
+        // Shorter than the 16-byte error reply: dropped even so (no amplification).
+        s.send(&[]).unwrap();
+        s.send(b"gq\x01\x00\x02").unwrap();
         assert_eq!(status(b"HTTP/1.1 200 OK\r\n\r\n"), Status::BadHeader);
         let mut d = Vec::new();
         wire::encode_request(&mut d, 7, 11, &[0; 784]);
@@ -164,28 +170,28 @@ fn bad_input_is_answered_with_its_code_and_counted() {
     );
     assert_eq!(
         (c.bad_replied, c.bad_dropped, c.accepted, c.responses),
-        (7, 0, 1, 1)
+        (5, 2, 1, 1)
     );
 }
 
 #[test]
-fn bad_input_is_dropped_silently_by_flag() {
+fn a_default_server_answers_nothing_but_requests() {
     let app = App::builtin("echo", 1, 256).unwrap();
-    let mut cfg = quick_cfg();
-    cfg.reply_errors = false;
-    let (_, srv) = with_server(&app, 1, 1, 64, cfg, |addr, _, _| {
+    let (_, srv) = with_server(&app, 1, 1, 64, ServerConfig::default(), |addr, _, _| {
         let s = client(addr);
         s.set_read_timeout(Some(Duration::from_millis(200)))
             .unwrap();
         for d in [
             &b""[..],
+            b"x",
             b"xx",
             b"gq\x01\x00\x09\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00",
+            &wire::encode_stats_query(3),
         ] {
             s.send(d).unwrap();
         }
-        let mut b = [0u8; 64];
-        assert!(s.recv(&mut b).is_err(), "no answer to dropped input");
+        let mut b = [0u8; 1024];
+        assert!(s.recv(&mut b).is_err(), "no answer to bad input or stats");
         let mut d = Vec::new();
         wire::encode_request(&mut d, 1, 5, b"still here");
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -193,7 +199,44 @@ fn bad_input_is_dropped_silently_by_flag() {
         assert_eq!(wire::decode_response(&r).unwrap().payload, b"still here");
     });
     let c = srv.counters;
-    assert_eq!((c.bad_dropped, c.bad_replied, c.responses), (3, 0, 1));
+    assert_eq!((c.bad_dropped, c.bad_replied, c.responses), (5, 0, 1));
+    // The stats query counts as bad input ("xx" is the other bad header): a kind this server
+    // does not serve.
+    assert_eq!((c.stats_queries, c.bad_header), (0, 2));
+}
+
+#[test]
+fn stats_are_answered_only_when_enabled() {
+    let app = App::builtin("echo", 1, 256).unwrap();
+    let q = wire::encode_stats_query(77);
+    // Enabled: the counters as JSON.
+    let cfg = ServerConfig {
+        stats: true,
+        ..Default::default()
+    };
+    let (_, srv) = with_server(&app, 1, 1, 64, cfg, |addr, _, _| {
+        let r = ask(&client(addr), &q);
+        let r = wire::decode_response(&r).unwrap();
+        assert_eq!((r.status, r.id), (Status::Ok, 77));
+        let c: gdr_serve::Counters = serde_json::from_slice(r.payload).unwrap();
+        assert_eq!(c.stats_queries, 1);
+    });
+    assert_eq!(srv.counters.stats_queries, 1);
+    // Not enabled, errors answered: a 16-byte error for the 16-byte query, no counters.
+    let cfg = ServerConfig {
+        reply_errors: true,
+        ..Default::default()
+    };
+    let (_, srv) = with_server(&app, 1, 1, 64, cfg, |addr, _, _| {
+        let r = ask(&client(addr), &q);
+        assert_eq!(r.len(), q.len());
+        let r = wire::decode_response(&r).unwrap();
+        assert_eq!((r.status, r.id), (Status::BadHeader, 77));
+    });
+    assert_eq!(
+        (srv.counters.stats_queries, srv.counters.bad_replied),
+        (0, 1)
+    );
 }
 
 #[test]
@@ -203,14 +246,7 @@ fn sockperf_framing_returns_the_header_and_honours_no_reply() {
     cfg.framing = Framing::Sockperf;
     let (_, srv) = with_server(&app, 1, 1, 64, cfg, |addr, _, _| {
         let s = client(addr);
-        let mut d = vec![0u8; 64];
-        d[0..8].copy_from_slice(&99u64.to_be_bytes());
-        d[8..10].copy_from_slice(&3u16.to_be_bytes()); // client | pong request
-        d[10..14].copy_from_slice(&64u32.to_be_bytes());
-        d[16..]
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, b)| *b = i as u8);
+        let mut d = sockperf_message(99, 3, 50); // client | pong request, 64 bytes in all
         let r = ask(&s, &d);
         assert_eq!(r.len(), 64);
         assert_eq!(&r[0..8], &d[0..8]);
@@ -232,6 +268,50 @@ fn sockperf_framing_returns_the_header_and_honours_no_reply() {
         ),
         (2, 1, 1)
     );
+}
+
+/// A sockperf message: its 14-byte header (big-endian sequence number, flags, length) and
+/// `extra` bytes of data.
+fn sockperf_message(seq: u64, flags: u16, extra: usize) -> Vec<u8> {
+    let mut d = vec![0u8; 14 + extra];
+    d[0..8].copy_from_slice(&seq.to_be_bytes());
+    d[8..10].copy_from_slice(&flags.to_be_bytes());
+    d[10..14].copy_from_slice(&((14 + extra) as u32).to_be_bytes());
+    d.iter_mut()
+        .skip(14)
+        .enumerate()
+        .for_each(|(i, b)| *b = i as u8);
+    d
+}
+
+#[test]
+fn sockperf_smallest_message_comes_back_as_sockperf_sent_it() {
+    let app = App::builtin("echo", 1, 1024).unwrap();
+    let mut cfg = quick_cfg();
+    cfg.framing = Framing::Sockperf;
+    cfg.reply_errors = true;
+    let (_, srv) = with_server(&app, 1, 1, 64, cfg, |addr, _, _| {
+        let s = client(addr);
+        // sockperf ping-pong -m 14: header only, client and pong-request flags, in sequence.
+        for seq in 1..=5u64 {
+            let d = sockperf_message(seq, 3, 0);
+            let r = ask(&s, &d);
+            assert_eq!(r.len(), 14, "{r:?}");
+            assert_eq!(u64::from_be_bytes(r[0..8].try_into().unwrap()), seq);
+            // Only the client flag cleared: sockperf ignores replies that carry it.
+            assert_eq!(u16::from_be_bytes([r[8], r[9]]), 2);
+            assert_eq!(&r[10..14], &d[10..14]);
+        }
+        // Shorter than sockperf's header: no answer in another framing.
+        s.send(&[0u8; 13]).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut b = [0u8; 64];
+        assert!(s.recv(&mut b).is_err(), "no answer to 13 bytes");
+    });
+    let c = srv.counters;
+    assert_eq!((c.accepted, c.responses, c.truncated), (5, 5, 1));
+    assert_eq!((c.bad_replied, c.bad_dropped), (0, 1));
 }
 
 #[test]
@@ -330,4 +410,57 @@ fn a_hundred_thousand_requests_get_exactly_one_response_each() {
         (100_000, 100_000, 100_000)
     );
     assert_eq!(c.dropped(), 0);
+}
+
+/// A 127.0.0.1 port with nothing behind it (bound, then closed).
+fn closed_port() -> SocketAddr {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.local_addr().unwrap()
+}
+
+#[test]
+fn a_load_against_a_closed_port_fails_and_says_why() {
+    let no = AtomicBool::new(false);
+    let cfg = LoadConfig {
+        target: closed_port(),
+        mode: LoadMode::Closed { outstanding: 4 },
+        duration: Duration::from_millis(300),
+        timeout: Duration::from_millis(100),
+        server_stats: false,
+        ..Default::default()
+    };
+    let rep = common::bounded(Duration::from_secs(30), || load::run(&cfg, &no)).unwrap();
+    assert_eq!((rep.ok, rep.answered()), (0, 0), "{rep:?}");
+    // Every attempt is accounted for: refused by the kernel, or sent and lost.
+    assert_eq!(rep.sent, rep.lost, "{rep:?}");
+    assert!(rep.refused + rep.send_failed > 0, "{rep:?}");
+    let why = rep.failure().expect("a run with no answer failed");
+    assert!(why.contains("no request was answered"), "{why}");
+    assert!(why.contains("port closed"), "{why}");
+}
+
+#[test]
+fn a_request_larger_than_a_datagram_is_refused_up_front() {
+    let no = AtomicBool::new(false);
+    let target = closed_port();
+    let run = |payload| {
+        let cfg = LoadConfig {
+            target,
+            payload,
+            duration: Duration::from_millis(100),
+            server_stats: false,
+            ..Default::default()
+        };
+        load::run(&cfg, &no).map(|_| ()).map_err(|e| e.to_string())
+    };
+    let e = run(Payload::Echo { size: 65492 }).unwrap_err();
+    assert!(e.contains("--size at most 65491"), "{e}");
+    let e = run(Payload::Vecadd { n: 100_000 }).unwrap_err();
+    assert!(e.contains("--n at most 8186"), "{e}");
+    let e = run(Payload::Raw {
+        app: 9,
+        size: 70_000,
+    })
+    .unwrap_err();
+    assert!(e.contains("--size at most 65491"), "{e}");
 }

@@ -7,6 +7,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(clap::Args)]
+#[command(
+    after_help = "Exit status: 0 when the run succeeded; 1 when it ran but failed: no \
+request was answered, a send failed (the kernel refused a datagram, or the target reported \
+its port closed), or an answer was wrong under --verify; 2 on bad arguments or an error that \
+stopped the run. Lost requests alone (no answer within --timeout-ms) do not fail a run: an \
+overloaded server sheds them by design."
+)]
 pub struct Args {
     /// Server address
     #[arg(long, default_value = "127.0.0.1:9000")]
@@ -17,10 +24,10 @@ pub struct Args {
     /// App id for --app raw
     #[arg(long, default_value_t = gdr_serve::apps::ID_USER)]
     app_id: u16,
-    /// Payload bytes (echo, raw)
+    /// Payload bytes (echo, raw); header and payload must fit in one UDP datagram
     #[arg(long, default_value_t = 64)]
     size: usize,
-    /// f32 pairs per vecadd request
+    /// f32 pairs per vecadd request (at most 8186: one UDP datagram)
     #[arg(long, default_value_t = 64)]
     n: usize,
     /// Distinct lenet images
@@ -35,7 +42,7 @@ pub struct Args {
     /// Open loop: requests per second in total (overrides --outstanding)
     #[arg(long)]
     rate: Option<f64>,
-    /// Seconds of sending
+    /// Seconds of sending (at most a day)
     #[arg(long, default_value_t = 5.0)]
     duration: f64,
     /// Stop after this many requests in total
@@ -53,7 +60,7 @@ pub struct Args {
     /// Datagrams per sendmmsg/recvmmsg
     #[arg(long, default_value_t = 32)]
     batch: usize,
-    /// Do not ask the server for its counters
+    /// Do not ask the server for its counters (a server answers them only with --stats)
     #[arg(long)]
     no_server_stats: bool,
     /// Print JSON
@@ -75,8 +82,9 @@ pub fn run(a: Args) -> CmdResult {
         },
         other => return Err(format!("unknown app {other:?} (echo, lenet, vecadd, raw)").into()),
     };
-    if !(a.duration > 0.0 && a.duration.is_finite()) {
-        return Err("--duration must be a positive number of seconds".into());
+    let duration = super::seconds("duration", a.duration)?;
+    if duration.is_zero() {
+        return Err("--duration must be more than 0 seconds".into());
     }
     let cfg = LoadConfig {
         target: a.target,
@@ -87,7 +95,7 @@ pub fn run(a: Args) -> CmdResult {
                 outstanding: a.outstanding,
             },
         },
-        duration: Duration::from_secs_f64(a.duration),
+        duration,
         requests: a.requests,
         threads: a.threads,
         timeout: Duration::from_millis(a.timeout_ms.max(1)),
@@ -102,10 +110,12 @@ pub fn run(a: Args) -> CmdResult {
     } else {
         print_report(&r);
     }
-    Ok(if r.verify_failed > 0 {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
+    Ok(match r.failure() {
+        Some(why) => {
+            eprintln!("gdr load: FAILED: {why}");
+            ExitCode::FAILURE
+        }
+        None => ExitCode::SUCCESS,
     })
 }
 
@@ -121,14 +131,29 @@ fn print_report(r: &LoadReport) {
         "  sent {}  ok {}  errors {:?}  lost {}  stray {}  client drops {}",
         r.sent, r.ok, r.errors, r.lost, r.stray, r.client_drops
     );
+    if r.send_failed + r.refused > 0 {
+        println!(
+            "  send failed {} ({})  port unreachable reports {}",
+            r.send_failed,
+            r.send_error.as_deref().unwrap_or("-"),
+            r.refused
+        );
+    }
     if r.verified + r.verify_failed > 0 {
         println!("  verified {}  WRONG {}", r.verified, r.verify_failed);
     }
     let l = &r.latency;
-    println!(
-        "  throughput {:.0} req/s   latency us: p50 {:.2}  p99 {:.2}  p999 {:.2}  max {:.2}",
-        r.throughput_rps, l.p50_us, l.p99_us, l.p999_us, l.max_us
-    );
+    if r.answered() == 0 {
+        println!("  no request was answered: no throughput or latency to report");
+    } else {
+        println!(
+            "  throughput {:.0} req/s   latency us: p50 {:.2}  p99 {:.2}  p999 {:.2}  max {:.2}",
+            r.throughput_rps, l.p50_us, l.p99_us, l.p999_us, l.max_us
+        );
+    }
+    if r.server.is_none() && r.server_stats {
+        println!("  server: no counters (a server answers them only with --stats)");
+    }
     if let Some(s) = &r.server {
         println!(
             "  server: accepted {}  responses {}  shed {}  kernel drops {}  bad {}  (dropped total {})",

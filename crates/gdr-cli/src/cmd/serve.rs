@@ -6,10 +6,9 @@ use gdr::mq::Placement;
 use gdr_serve::gpu::GpuShape;
 use gdr_serve::run::{serve, Mode, ServeOptions};
 use gdr_serve::wire::Framing;
-use gdr_serve::{App, ServeReport, ServerConfig};
+use gdr_serve::{App, Idle, ServeReport, ServerConfig};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -34,10 +33,11 @@ pub struct Args {
     /// gpu-queue (persistent GPU workers), host-centric (copy-launch-copy-sync), or cpu
     #[arg(long, default_value = "gpu-queue")]
     mode: String,
-    /// Address to listen on
-    #[arg(long, default_value = "0.0.0.0:9000")]
+    /// Address to listen on (the default is loopback only; 0.0.0.0:PORT for every interface)
+    #[arg(long, default_value = gdr_serve::run::DEFAULT_LISTEN)]
     listen: std::net::SocketAddr,
-    /// GPU ordinals sharing the load (round robin), comma-separated
+    /// GPU ordinals sharing the load (round robin), comma-separated (--mode cpu: no GPU is
+    /// used; each entry is one more CPU queue set)
     #[arg(long, value_delimiter = ',', default_value = "0")]
     gpus: Vec<usize>,
     /// Network threads (CPU cores on the data path)
@@ -76,16 +76,31 @@ pub struct Args {
     /// Host-centric: requests in flight (streams) per thread and GPU
     #[arg(long, default_value_t = 4)]
     streams: usize,
-    /// Wire framing: gdr, or sockperf (sockperf's 16-byte header in front, returned)
+    /// Wire framing: gdr, or sockperf (sockperf's 14-byte header in front, returned)
     #[arg(long, default_value = "gdr")]
     framing: String,
-    /// Drop bad input silently instead of answering with an error code (still counted)
+    /// Answer bad input with an error code (by default it is dropped silently; counted
+    /// either way). A datagram shorter than the 16-byte error reply still gets none
     #[arg(long)]
+    reply_bad: bool,
+    /// Drop bad input silently: the default (kept so that older command lines still run)
+    #[arg(long, hide = true, conflicts_with = "reply_bad")]
     drop_bad: bool,
-    /// Never sleep when idle (one core per network thread at 100 %)
+    /// Answer stats queries with the server's counters (JSON, about 300 bytes for a 16-byte
+    /// query: an 18x amplifier, so only where clients are trusted); `gdr load` uses them to
+    /// account for drops. Without it a stats query is bad input
     #[arg(long)]
+    stats: bool,
+    /// When idle: spin (network threads poll the socket without pause, one core each at
+    /// 100 %: the lowest latency) or backoff (after 1 ms, network threads block in poll(2)
+    /// until a datagram comes, and the CPU mode's workers nap 1 ms after 10 ms of quiet)
+    #[arg(long, default_value = "backoff")]
+    idle: String,
+    /// The same as --idle spin (kept so that older command lines still run)
+    #[arg(long, hide = true)]
     busy_poll: bool,
-    /// Stop after this many seconds (default: until SIGINT)
+    /// Serve for this many seconds once ready (setup not counted), at most a day (default:
+    /// until SIGINT or SIGTERM)
     #[arg(long)]
     duration: Option<f64>,
     /// Print the totals as JSON
@@ -94,6 +109,10 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> CmdResult {
+    let duration = a
+        .duration
+        .map(|s| super::seconds("duration", s))
+        .transpose()?;
     let app = match &a.app_file {
         Some(p) => {
             let src = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -116,6 +135,11 @@ pub fn run(a: Args) -> CmdResult {
     })?;
     let framing = Framing::parse(&a.framing)
         .ok_or_else(|| format!("unknown framing {:?} (gdr, sockperf)", a.framing))?;
+    let idle = match Idle::parse(&a.idle) {
+        Some(_) if a.busy_poll => Idle::Spin,
+        Some(i) => i,
+        None => return Err(format!("unknown idle policy {:?} (spin, backoff)", a.idle).into()),
+    };
     if a.batch == 0 || a.max_in_flight == 0 || a.streams == 0 {
         return Err("--batch, --max-in-flight and --streams must be at least 1".into());
     }
@@ -139,55 +163,40 @@ pub fn run(a: Args) -> CmdResult {
         },
         max_in_flight: a.max_in_flight,
         streams: a.streams,
+        duration,
         server: ServerConfig {
             framing,
-            reply_errors: !a.drop_bad,
+            reply_errors: a.reply_bad && !a.drop_bad,
+            stats: a.stats,
             batch: a.batch,
-            idle_sleep: if a.busy_poll {
-                Duration::ZERO
-            } else {
-                Duration::from_micros(50)
-            },
+            idle,
             ..Default::default()
         },
     };
     let stop = gdr_serve::signal::stop_flag();
-    let duration = a
-        .duration
-        .map(Duration::try_from_secs_f64)
-        .transpose()
-        .map_err(|_| "--duration must be a finite number of seconds, at least 0")?;
-    let report = std::thread::scope(|s| {
-        let timer = duration.map(|d| {
-            s.spawn(move || {
-                let start = std::time::Instant::now();
-                while start.elapsed() < d && !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                stop.store(true, Ordering::Release);
-            })
-        });
-        let r = serve(&app, &opts, stop, &mut |addr| {
-            eprintln!(
-                "gdr serve: ready on {addr}: app {} (id {}, work {}), mode {}, {} thread(s), GPU(s) {:?}",
-                app.name(),
-                app.id(),
-                app.work(),
-                mode.name(),
-                opts.threads,
-                opts.gpus
-            );
-        });
-        stop.store(true, Ordering::Release);
-        if let Some(t) = timer {
-            let _ = t.join();
-        }
-        r
-    })?;
+    // The CPU mode runs CPU queue sets (one per --gpus entry) and uses no GPU.
+    let gpus: &[usize] = if mode == Mode::Cpu { &[] } else { &a.gpus };
+    let r = serve(&app, &opts, stop, &mut |addr| {
+        let on = if mode == Mode::Cpu {
+            format!("no GPU ({} CPU queue set(s))", opts.gpus.len())
+        } else {
+            format!("GPU(s) {gpus:?}")
+        };
+        eprintln!(
+            "gdr serve: ready on {addr}: app {} (id {}, work {}), mode {}, {} thread(s), {on}",
+            app.name(),
+            app.id(),
+            app.work(),
+            mode.name(),
+            opts.threads,
+        );
+    });
+    stop.store(true, Ordering::Release);
+    let report = r?;
     if a.json {
         let v = serde_json::json!({
             "mode": mode.name(),
-            "gpus": a.gpus,
+            "gpus": gpus,
             "threads": a.threads,
             "work": a.work,
             "report": report,
@@ -202,11 +211,12 @@ pub fn run(a: Args) -> CmdResult {
 fn print_totals(mode: Mode, r: &ServeReport) {
     let c = &r.counters;
     println!(
-        "gdr serve: {} in {} mode, {} thread(s), {:.1} s",
+        "gdr serve: {} in {} mode, {} thread(s), served {:.1} s after {:.1} s of setup",
         r.app,
         mode.name(),
         r.threads,
-        r.elapsed_s
+        r.elapsed_s,
+        r.setup_s
     );
     println!(
         "  datagrams {}  accepted {}  answered {}  responses {}  app failed {}  no reply asked {}",
@@ -243,5 +253,29 @@ fn print_totals(mode: Mode, r: &ServeReport) {
             "  worker {} ns per batch ({} batches): recv {:.0}  hand-over {:.0}  app {:.0}  send {:.0}",
             w.queue, w.batches, w.recv_ns, w.handoff_ns, w.app_ns, w.send_ns
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    #[test]
+    fn defaults_expose_nothing_beyond_loopback_and_answer_only_requests() {
+        let a = Cli::try_parse_from(["serve"]).unwrap().a;
+        assert!(a.listen.ip().is_loopback(), "{}", a.listen);
+        assert!(!a.stats && !a.reply_bad);
+        let a = Cli::try_parse_from(["serve", "--stats", "--reply-bad"])
+            .unwrap()
+            .a;
+        assert!(a.stats && a.reply_bad);
+        assert!(Cli::try_parse_from(["serve", "--reply-bad", "--drop-bad"]).is_err());
     }
 }

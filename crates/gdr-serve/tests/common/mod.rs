@@ -45,7 +45,7 @@ pub fn with_server<R: Send>(
         let server = Server::bind("127.0.0.1:0".parse().unwrap(), &cfg).unwrap();
         let addr = server.local_addr().unwrap();
         let mut sets: Vec<_> = (0..queues_per_thread)
-            .map(|_| cpu_workers(app, threads, 1024).unwrap())
+            .map(|_| cpu_workers(app, threads, 1024, cfg.idle).unwrap())
             .collect();
         let lanes = split_queues(
             sets.iter_mut()
@@ -67,9 +67,11 @@ pub fn with_server<R: Send>(
     })
 }
 
+/// The defaults, with stats queries answered: the tests check the load generator's
+/// accounting against the server's counters.
 pub fn quick_cfg() -> ServerConfig {
     ServerConfig {
-        idle_sleep: Duration::from_micros(20),
+        stats: true,
         ..Default::default()
     }
 }

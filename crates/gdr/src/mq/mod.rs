@@ -21,7 +21,7 @@ pub mod layout;
 pub mod memory;
 mod queue;
 
-pub use cpu_worker::{CpuHandler, CpuWorkers};
+pub use cpu_worker::{CpuHandler, CpuIdle, CpuWorkers};
 pub use error::{ExitReason, InFlight, MqError};
 pub use gpu_worker::{GpuConfig, GpuWorkers, Handler, QueueOutcome, WORKER_KERNEL};
 pub use host_centric::HostCentric;

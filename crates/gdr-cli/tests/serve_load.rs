@@ -1,0 +1,223 @@
+//! `gdr serve` and `gdr load` as a user runs them: exit codes, error lines and defaults,
+//! through the built binary, on 127.0.0.1 only (the CPU mode: no GPU needed).
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What a finished `gdr` run left behind.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    wall: Duration,
+    /// User + system CPU time of the process (its threads included).
+    cpu: Duration,
+}
+
+/// Runs `gdr ARGS`, killed (and the test failed) if it runs past `limit`.
+// The child is reaped by wait4 (for its own resource use), which clippy does not see.
+#[allow(clippy::zombie_processes)]
+fn gdr(args: &[&str], limit: Duration) -> Run {
+    let start = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gdr"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("gdr runs");
+    let pid = child.id() as libc::pid_t;
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let readers = (
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        }),
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        }),
+    );
+    let (status, usage) = loop {
+        let mut status = 0;
+        // SAFETY: rusage is plain data, written by wait4 for our own child.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: pid is our unreaped child; pointers to live locals. wait4 (not Child::wait)
+        // gives this one child's resource use, whatever else the test process runs.
+        let rc = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        assert!(rc >= 0, "wait4: {}", std::io::Error::last_os_error());
+        if rc == pid {
+            break (status, usage);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("gdr {args:?} still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    Run {
+        code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
+        stdout: readers.0.join().unwrap(),
+        stderr: readers.1.join().unwrap(),
+        wall: start.elapsed(),
+        cpu: tv(usage.ru_utime) + tv(usage.ru_stime),
+    }
+}
+
+/// The run failed with exit code 2 and one `gdr: error:` line that mentions `what`.
+fn assert_one_error_line(r: &Run, what: &str) {
+    assert_eq!(r.code, Some(2), "stderr: {}", r.stderr);
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{:?}", r.stderr);
+    assert!(
+        lines[0].starts_with("gdr: error: ") && lines[0].contains(what),
+        "{:?}",
+        lines[0]
+    );
+}
+
+#[test]
+fn durations_a_duration_cannot_hold_are_refused_in_one_line() {
+    for d in ["1e20", "nan", "inf", "-1", "86401"] {
+        let arg = format!("--duration={d}");
+        let r = gdr(
+            &["load", "--target", "127.0.0.1:9", "--no-server-stats", &arg],
+            Duration::from_secs(20),
+        );
+        assert_one_error_line(&r, "--duration");
+        let r = gdr(
+            &["serve", "--mode", "cpu", "--listen", "127.0.0.1:0", &arg],
+            Duration::from_secs(20),
+        );
+        assert_one_error_line(&r, "--duration");
+    }
+}
+
+#[test]
+fn serve_duration_is_serving_time_after_setup_and_the_cpu_mode_names_no_gpu() {
+    // Eight network threads and eight CPU workers on a small machine: setup takes a while.
+    let r = gdr(
+        &[
+            "serve",
+            "--mode",
+            "cpu",
+            "--listen",
+            "127.0.0.1:0",
+            "--threads",
+            "8",
+            "--duration",
+            "0.5",
+            "--json",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("JSON totals");
+    let served = v["report"]["elapsed_s"].as_f64().expect("elapsed_s");
+    let setup = v["report"]["setup_s"].as_f64().expect("setup_s reported");
+    assert!(served >= 0.5, "served {served} s of the 0.5 asked for");
+    assert!(served < 5.0, "served {served} s");
+    assert!(
+        r.wall.as_secs_f64() >= setup + 0.5,
+        "wall {:?}, setup {setup} s",
+        r.wall
+    );
+    assert_eq!(v["gpus"], serde_json::json!([]));
+    assert!(
+        r.stderr.contains("no GPU") && !r.stderr.contains("GPU(s)"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn load_fails_with_status_1_when_nothing_is_answered() {
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let r = gdr(
+        &[
+            "load",
+            "--target",
+            &port.to_string(),
+            "--duration",
+            "0.3",
+            "--timeout-ms",
+            "100",
+            "--no-server-stats",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        r.code,
+        Some(1),
+        "stdout: {}\nstderr: {}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        r.stderr
+            .contains("gdr load: FAILED: no request was answered"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !r.stdout.contains("p50"),
+        "no latency without answers: {}",
+        r.stdout
+    );
+}
+
+#[test]
+fn load_refuses_a_request_larger_than_a_datagram() {
+    let r = gdr(
+        &["load", "--target", "127.0.0.1:9", "--size", "65492"],
+        Duration::from_secs(20),
+    );
+    assert_one_error_line(&r, "--size at most 65491");
+    let r = gdr(
+        &[
+            "load",
+            "--target",
+            "127.0.0.1:9",
+            "--app",
+            "vecadd",
+            "--n",
+            "100000",
+        ],
+        Duration::from_secs(20),
+    );
+    assert_one_error_line(&r, "--n at most 8186");
+}
+
+#[test]
+fn an_idle_cpu_mode_server_uses_little_cpu() {
+    // Two seconds of serving nothing. Polling with naps took some 25 % of a core (0.5 s of
+    // CPU here); backing off takes a few percent. The bound leaves room for start-up and a
+    // busy machine.
+    let r = gdr(
+        &[
+            "serve",
+            "--mode",
+            "cpu",
+            "--listen",
+            "127.0.0.1:0",
+            "--duration",
+            "2",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    assert!(
+        r.cpu < Duration::from_millis(200),
+        "idle server used {:?} of CPU in {:?}",
+        r.cpu,
+        r.wall
+    );
+}
