@@ -101,12 +101,34 @@ if [ "$ngpu" -ge 2 ] && want heavy; then
       --app lenet --outstanding 128 --threads 4 --duration 6 --verify
   done
 fi
-if command -v sockperf >/dev/null && want sockperf; then
-  echo "== sockperf ping-pong against echo (sockperf framing)"
-  if start_server sockperf --app echo --mode "${SOCKPERF_MODE:-gpu-queue}" --framing sockperf; then
-    timeout 30 taskset -c "$LCPUS" sockperf ping-pong -i 127.0.0.1 -p $port -m 64 -t 5 \
-      >"$out/sockperf.txt" 2>&1 || echo "sockperf failed: $(tail -1 "$out/sockperf.txt")"
-    stop_server
+# sockperf 3.7 (Debian's, carried to the GPU host in gl/) against the echo app in sockperf
+# framing, in each server mode: ping-pong at sockperf's minimum message (14 B) and at 64 B,
+# throughput, and under-load. Each result is saved; sockperf-summary.txt has one line per run.
+if want sockperf; then
+  if ! command -v sockperf >/dev/null; then
+    echo "sockperf: not installed (Debian package sockperf; carry it in gl/)" | tee "$out/sockperf-summary.txt"
+  else
+    echo "== sockperf against echo (sockperf framing)"
+    : >"$out/sockperf-summary.txt"
+    modes=${SOCKPERF_MODES:-gpu-queue cpu}
+    [ "$ngpu" -ge 1 ] || modes=cpu
+    for mode in $modes; do
+      start_server "sockperf-$mode" --app echo --mode "$mode" --framing sockperf || continue
+      for t in "ping-pong -m 14" "ping-pong -m 64" "throughput -m 64" "under-load -m 64"; do
+        f="$out/sockperf-$mode-${t// /_}.txt"
+        # shellcheck disable=SC2086 # $t is the sockperf subcommand and its options
+        if timeout 30 taskset -c "$LCPUS" sockperf $t -i 127.0.0.1 -p $port -t 3 >"$f" 2>&1 &&
+          ! grep -qiE "error|aborted|higher then expected" "$f"; then
+          r=ok
+        else
+          r=FAILED
+        fi
+        printf '%s %s: %s: %s\n' "$mode" "$t" "$r" \
+          "$(grep -E "Summary: (Latency|Message Rate|BandWidth)|percentile 50.000" "$f" | head -2 | tr -s ' ' | tr '\n' ' ')" |
+          tee -a "$out/sockperf-summary.txt"
+      done
+      stop_server
+    done
   fi
 fi
 
