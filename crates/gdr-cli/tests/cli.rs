@@ -5,8 +5,10 @@
 
 use std::process::{Command, Output};
 
+mod common;
+
 fn gdr(args: &[&str]) -> Output {
-    let bin = std::env::var_os("GDR_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_gdr").into());
+    let bin = common::gdr_bin();
     Command::new(&bin)
         .args(args)
         .output()

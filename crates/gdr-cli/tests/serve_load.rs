@@ -5,6 +5,8 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
 /// What a finished `gdr` run left behind.
 struct Run {
     code: Option<i32>,
@@ -20,7 +22,7 @@ struct Run {
 #[allow(clippy::zombie_processes)]
 fn gdr(args: &[&str], limit: Duration) -> Run {
     let start = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gdr"))
+    let mut child = Command::new(common::gdr_bin())
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
 fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "topo-cli-{name}-{}-{}",
@@ -26,7 +28,7 @@ struct Run {
 
 /// Runs `gdr topo ARGS`, killing it and failing the test when it takes longer than `limit`.
 fn gdr_topo(args: &[&str], limit: Duration) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gdr"))
+    let mut child = Command::new(common::gdr_bin())
         .arg("topo")
         .args(args)
         .stdout(Stdio::piped())
