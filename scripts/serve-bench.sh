@@ -113,7 +113,12 @@ if want sockperf; then
     modes=${SOCKPERF_MODES:-gpu-queue cpu}
     [ "$ngpu" -ge 1 ] || modes=cpu
     for mode in $modes; do
-      start_server "sockperf-$mode" --app echo --mode "$mode" --framing sockperf || continue
+      # The CPU mode runs a spinning worker beside each network thread: one network thread,
+      # so that the server's cores are not oversubscribed (spinning threads sharing a core
+      # answer in milliseconds, a scheduler time slice, not microseconds).
+      threads=$T
+      [ "$mode" = cpu ] && threads=1
+      T=$threads start_server "sockperf-$mode" --app echo --mode "$mode" --framing sockperf || continue
       for t in "ping-pong -m 14" "ping-pong -m 64" "throughput -m 64" "under-load -m 64"; do
         f="$out/sockperf-$mode-${t// /_}.txt"
         # shellcheck disable=SC2086 # $t is the sockperf subcommand and its options

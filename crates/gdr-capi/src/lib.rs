@@ -231,17 +231,22 @@ pub extern "C" fn gdr_close(g: *mut c_void) -> c_int {
 
 /// The one line that says why a range cannot be pinned here and what works instead.
 fn refusal(addr: u64, size: usize, backend: PinBackend, e: &PinError) {
-    let what = match e {
+    let (what, why) = match e {
         PinError::NotExportable {
-            cumemcreate: true, ..
-        } => "cuMemCreate memory made without a POSIX-fd handle type",
-        PinError::NotExportable { .. } => "cuMemAlloc/cudaMalloc memory",
-        _ => "this memory",
+            cumemcreate: true,
+            why,
+            ..
+        } => (
+            "cuMemCreate memory made without a POSIX-fd handle type",
+            why.clone(),
+        ),
+        PinError::NotExportable { why, .. } => ("cuMemAlloc/cudaMalloc memory", why.clone()),
+        e => ("this memory", e.to_string()),
     };
     log!(
         Level::Error,
         "gdr_pin_buffer: cannot pin {addr:#x}+{size}: {what} cannot be mapped by the {backend} \
-         backend ({e}). Without gdrdrv, and on CUDA drivers before 13.3 (no dma-buf mmap), \
+         backend ({why}). Without gdrdrv, and on CUDA drivers before 13.3 (no dma-buf mmap), \
          only cuMemCreate memory made with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR can be \
          pinned: allocate it so (PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), \
          use gdr_alloc_mapped(), a CUDA 13.3+ driver, or load gdrdrv"
