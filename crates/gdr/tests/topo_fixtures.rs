@@ -15,6 +15,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
 
+mod topo_common;
+use topo_common::scratch;
+
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 
@@ -510,16 +513,6 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, Entry> {
         }
     }
     out
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "topo-{name}-{}-{}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
 }
 
 #[test]
