@@ -297,11 +297,17 @@ fn pin(g: *mut c_void, addr: c_ulong, size: usize, handle: *mut GdrMh) -> c_int 
     if handle.is_null() || size == 0 {
         return libc::EINVAL;
     }
+    // An unknown g is refused before any CUDA call.
+    if !table::read()
+        .as_ref()
+        .is_some_and(|s| s.gdrs.contains_key(&(g as usize)))
+    {
+        return libc::EINVAL;
+    }
     let _current = gdr::cuda::CurrentContextGuard::save().ok();
     let ordinal = match gdr::cuda::pointer_device(addr as u64) {
         Ok(o) => o,
         Err(e) => {
-            // An unknown g is EINVAL too; say nothing about the address then.
             log!(
                 Level::Error,
                 "gdr_pin_buffer: {addr:#x} is not CUDA device memory: {e}"
