@@ -4,7 +4,7 @@
 use super::copylat::copier;
 use super::gpu::{self, GpuArg};
 use super::measure::{dir_name, time_all, ReportArgs, Timed};
-use super::plot::{write_svg, Series};
+use super::plot::{write_svg, Panel, Series, SIZE_LABEL};
 use super::table::{parse_size, size as hsize, Table};
 use super::CmdResult;
 use gdr::copy::auto::{Direction, Path};
@@ -122,31 +122,45 @@ pub fn run(args: Args) -> CmdResult {
         t.print();
     }
     if let Some(f) = &args.report.plot {
-        let mut series = Vec::new();
+        let mut panels = Vec::new();
         for dir in ["cpu->gpu", "gpu->cpu"] {
             let rs: Vec<&Row> = rows.iter().filter(|r| r.direction == dir).collect();
+            let mut series = Vec::new();
             for (i, &t) in args.threads.iter().enumerate() {
                 series.push(Series {
-                    name: format!("{dir} map x{t}"),
+                    name: format!("map x{t}"),
                     points: rs
                         .iter()
                         .map(|r| (r.size as f64, r.mapping_gbps[i].1))
                         .collect(),
+                    baseline: false,
                 });
             }
             series.push(Series {
-                name: format!("{dir} copy engine"),
+                name: "copy engine".into(),
                 points: rs
                     .iter()
                     .map(|r| (r.size as f64, r.copy_engine_gbps))
                     .collect(),
+                baseline: true,
             });
             series.push(Series {
-                name: format!("{dir} auto"),
+                name: "auto".into(),
                 points: rs.iter().map(|r| (r.size as f64, r.auto_gbps)).collect(),
+                baseline: false,
+            });
+            panels.push(Panel {
+                title: dir.into(),
+                series,
             });
         }
-        write_svg(f, "gdr copybw: bandwidth", "GB/s", &series)?;
+        write_svg(
+            f,
+            "gdr copybw: bandwidth",
+            SIZE_LABEL,
+            "bandwidth (GB/s)",
+            &panels,
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

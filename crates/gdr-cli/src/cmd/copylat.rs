@@ -3,7 +3,7 @@
 
 use super::gpu::{self, GpuArg};
 use super::measure::{dir_name, time_all, ReportArgs, Timed};
-use super::plot::{write_svg, Series};
+use super::plot::{write_svg, Panel, Series, SIZE_LABEL};
 use super::table::{parse_size, size as hsize, Table};
 use super::CmdResult;
 use gdr::copy::auto::{AutoCopier, Direction, Path};
@@ -198,32 +198,32 @@ pub fn run(args: Args) -> CmdResult {
         print(&rows);
     }
     if let Some(f) = &args.report.plot {
-        let mut series = Vec::new();
-        for dir in ["cpu->gpu", "gpu->cpu"] {
-            let rs: Vec<&Row> = rows.iter().filter(|r| r.direction == dir).collect();
-            series.push(Series {
-                name: format!("{dir} mapping"),
-                points: rs
-                    .iter()
-                    .map(|r| (r.size as f64, r.mapping_median_us))
-                    .collect(),
-            });
-            series.push(Series {
-                name: format!("{dir} cuMemcpy"),
-                points: rs
-                    .iter()
-                    .map(|r| (r.size as f64, r.cumemcpy_median_us))
-                    .collect(),
-            });
-            series.push(Series {
-                name: format!("{dir} auto"),
-                points: rs
-                    .iter()
-                    .map(|r| (r.size as f64, r.auto_median_us))
-                    .collect(),
-            });
-        }
-        write_svg(f, "gdr copylat: median latency", "microseconds", &series)?;
+        let panels: Vec<Panel> = ["cpu->gpu", "gpu->cpu"]
+            .into_iter()
+            .map(|dir| {
+                let rs: Vec<&Row> = rows.iter().filter(|r| r.direction == dir).collect();
+                let line = |name: &str, baseline: bool, y: fn(&Row) -> f64| Series {
+                    name: name.into(),
+                    points: rs.iter().map(|r| (r.size as f64, y(r))).collect(),
+                    baseline,
+                };
+                Panel {
+                    title: dir.into(),
+                    series: vec![
+                        line("mapping", false, |r| r.mapping_median_us),
+                        line("cuMemcpy", true, |r| r.cumemcpy_median_us),
+                        line("auto", false, |r| r.auto_median_us),
+                    ],
+                }
+            })
+            .collect();
+        write_svg(
+            f,
+            "gdr copylat: median latency",
+            SIZE_LABEL,
+            "median latency (µs)",
+            &panels,
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
