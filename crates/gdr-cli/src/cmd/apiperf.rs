@@ -228,28 +228,21 @@ pub fn run(args: Args) -> CmdResult {
             Err(e) => rep.skipped.push(format!("pin-{b}: {e}")),
         }
     }
-    // libgdrapi as a C caller sees it: its own gdr_open (device 0 or GDR_CUDA_DEVICE).
-    let g = if args.gpu.gpu == 0 || std::env::var_os("GDR_CUDA_DEVICE").is_some() {
-        gdrapi::gdr_open()
-    } else {
-        std::ptr::null_mut()
-    };
-    let capi_backend = gdrapi::context_of(g).and_then(|_| {
-        let mut v = 0;
-        (gdrapi::gdr_get_attribute(g, gdrapi::ATTR_GDR_BACKEND, &mut v) == 0)
-            .then(|| {
-                PinBackend::ALL
-                    .into_iter()
-                    .find(|&b| gdrapi::backend_code(b) == v)
-            })
-            .flatten()
-    });
+    // libgdrapi as a C caller sees it: its own gdr_open, which pins through the GPU that owns
+    // each address (so --gpu's memory), with the backend gdr_open found.
+    let g = gdrapi::gdr_open();
+    let mut code = 0;
+    let capi_backend = (!g.is_null()
+        && gdrapi::gdr_get_attribute(g, gdrapi::ATTR_GDR_BACKEND, &mut code) == 0)
+        .then(|| {
+            PinBackend::ALL
+                .into_iter()
+                .find(|&b| gdrapi::backend_code(b) == code)
+        })
+        .flatten();
     if capi_backend.is_none() {
-        rep.skipped.push(if args.gpu.gpu != 0 {
-            "capi: libgdrapi uses GDR_CUDA_DEVICE (or 0); set it to time another GPU".into()
-        } else {
-            "capi: gdr_open() failed (GDRCOPY_ENABLE_LOGGING=1 says why)".into()
-        });
+        rep.skipped
+            .push("capi: gdr_open() failed (GDRCOPY_ENABLE_LOGGING=1 says why)".into());
     }
     for size in sizes(args.min_size, args.max_size) {
         let iters = if size > 256 << 20 {
