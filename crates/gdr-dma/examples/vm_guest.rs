@@ -11,8 +11,8 @@
 
 use gdr_dma::pattern::{check_surface, poison, surface, SURFACE_BYTES};
 use gdr_dma::{
-    Copier, Direction, DmaError, DmaMemory, Endpoint, IovaRange, OpenOptions, PciAddress, Segment,
-    Session,
+    Copier, Direction, DmaError, Endpoint, IovaRange, MappedMemory, OpenOptions, PciAddress,
+    Segment, Session,
 };
 use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
@@ -97,7 +97,7 @@ impl Report {
     }
 }
 
-fn e2s(e: DmaError) -> String {
+fn e2s(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
@@ -106,8 +106,8 @@ fn round_trip(s: &mut Session, len: usize, seed: u64) -> Result<String, String> 
     let src = s.space.alloc_buffer(len, "rt-src").map_err(e2s)?;
     let dst = s.space.alloc_buffer(len, "rt-dst").map_err(e2s)?;
     let data = words(seed, 0x77, len / 4);
-    src.write_words(0, &data).map_err(e2s)?;
-    dst.write_words(0, &data.iter().map(|w| !w).collect::<Vec<_>>())
+    src.write_u32s(0, &data).map_err(e2s)?;
+    dst.write_u32s(0, &data.iter().map(|w| !w).collect::<Vec<_>>())
         .map_err(e2s)?;
     let st = Copier::new(s.engine.as_mut(), &s.space)
         .copy(
@@ -117,7 +117,7 @@ fn round_trip(s: &mut Session, len: usize, seed: u64) -> Result<String, String> 
         )
         .map_err(e2s)?;
     let mut got = vec![0u32; len / 4];
-    dst.read_words(0, &mut got).map_err(e2s)?;
+    dst.read_u32s(0, &mut got).map_err(e2s)?;
     match mismatch(&data, &got) {
         None => Ok(format!("{len} bytes in {} submissions", st.submissions)),
         Some(m) => Err(m),
@@ -189,8 +189,8 @@ fn guest(dev: &str, peer: &str, seed: u64) -> Report {
             .alloc_buffer(SURFACE_BYTES, "surface-dst")
             .map_err(e2s)?;
         let n = SURFACE_BYTES / 4;
-        src.write_words(0, &surface(n)).map_err(e2s)?;
-        dst.write_words(0, &poison(n)).map_err(e2s)?;
+        src.write_u32s(0, &surface(n)).map_err(e2s)?;
+        dst.write_u32s(0, &poison(n)).map_err(e2s)?;
         let st = Copier::new(s.engine.as_mut(), &s.space)
             .copy(
                 &Endpoint::iova(src.range()),
@@ -199,7 +199,7 @@ fn guest(dev: &str, peer: &str, seed: u64) -> Report {
             )
             .map_err(e2s)?;
         let mut got = vec![0u32; n];
-        dst.read_words(0, &mut got).map_err(e2s)?;
+        dst.read_u32s(0, &mut got).map_err(e2s)?;
         let (first, bad) = check_surface(&got, 3);
         if bad > 0 {
             return Err(format!("{bad} words wrong, first {first:x?}"));
@@ -225,11 +225,9 @@ fn guest(dev: &str, peer: &str, seed: u64) -> Report {
     };
     if let Some(pd) = &peer_dev {
         let bar = match pd.map_bar(2) {
-            Ok(b) if b.dma_len() == PEER_LEN => Some(b),
+            Ok(b) if b.size() == PEER_LEN => Some(b),
             Ok(b) => {
-                rep.case("peer-bar", || {
-                    Err(format!("BAR2 has {} bytes", b.dma_len()))
-                });
+                rep.case("peer-bar", || Err(format!("BAR2 has {} bytes", b.size())));
                 None
             }
             Err(e) => {
@@ -246,7 +244,7 @@ fn guest(dev: &str, peer: &str, seed: u64) -> Report {
                     rep.case("peer-to-host", || {
                         let want = words(seed, SALT_TO_HOST, HALF / 4);
                         let dst = s.space.alloc_buffer(HALF, "from-peer").map_err(e2s)?;
-                        dst.write_words(0, &want.iter().map(|w| !w).collect::<Vec<_>>())
+                        dst.write_u32s(0, &want.iter().map(|w| !w).collect::<Vec<_>>())
                             .map_err(e2s)?;
                         let st = Copier::new(s.engine.as_mut(), &s.space)
                             .copy(
@@ -256,7 +254,7 @@ fn guest(dev: &str, peer: &str, seed: u64) -> Report {
                             )
                             .map_err(e2s)?;
                         let mut got = vec![0u32; HALF / 4];
-                        dst.read_words(0, &mut got).map_err(e2s)?;
+                        dst.read_u32s(0, &mut got).map_err(e2s)?;
                         match mismatch(&want, &got) {
                             None => Ok(format!(
                                 "{HALF} bytes of host-written peer memory arrived intact ({} submissions)",
@@ -268,7 +266,7 @@ fn guest(dev: &str, peer: &str, seed: u64) -> Report {
                     rep.case("host-to-peer", || {
                         let data = words(seed, SALT_TO_PEER, HALF / 4);
                         let src = s.space.alloc_buffer(HALF, "to-peer").map_err(e2s)?;
-                        src.write_words(0, &data).map_err(e2s)?;
+                        src.write_u32s(0, &data).map_err(e2s)?;
                         Copier::new(s.engine.as_mut(), &s.space)
                             .copy(
                                 &Endpoint::iova(src.range()),
@@ -279,7 +277,7 @@ fn guest(dev: &str, peer: &str, seed: u64) -> Report {
                             )
                             .map_err(e2s)?;
                         let mut got = vec![0u32; HALF / 4];
-                        bar.read_words(HALF, &mut got).map_err(e2s)?;
+                        bar.read_u32s(HALF, &mut got).map_err(e2s)?;
                         match mismatch(&data, &got) {
                             None => Ok(format!(
                                 "{HALF} bytes in the peer BAR (host checks the file)"
@@ -403,7 +401,7 @@ fn guest(dev: &str, peer: &str, seed: u64) -> Report {
             other => return Err(format!("map at offset 100: {:?}", other.map(|m| m.iova()))),
         }
         // Around our check, the kernel's VFIO refuses it as well.
-        let vaddr = host.dma_ptr().as_ptr() as usize + 100;
+        let vaddr = host.cpu_ptr() as usize + 100;
         let iova = s.space.limit() - (2 << 20);
         match s.space.backend().map(vaddr, iova, 4096) {
             Err(DmaError::Sys { source, .. }) if source.raw_os_error() == Some(22) => {

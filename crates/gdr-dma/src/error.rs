@@ -77,6 +77,10 @@ pub enum DmaError {
         align: u64,
     },
 
+    /// A CPU copy to or from DMA memory outside the memory.
+    #[error("CPU access to DMA memory: {0}")]
+    Access(#[from] gdr_mem::AccessError),
+
     /// A transfer names device memory or a descriptor length beyond what the engine has.
     #[error("{what}: {len:#x} bytes exceed the limit of {limit:#x}")]
     Oversize {

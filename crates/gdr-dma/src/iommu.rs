@@ -3,20 +3,25 @@
 //! tests), and keeps the table of what is mapped so that a transfer naming an unmapped IOVA is
 //! refused before any device sees it.
 //!
-//! A [`Mapping`] borrows the memory it maps and unmaps it on drop, so the device cannot be
-//! pointed at memory that has been freed, with two holes that lifetimes cannot close: a leaked
-//! (`mem::forget`) mapping never unmaps, which is why [`IommuSpace::map`] is `unsafe` with a
-//! no-leak contract; and an unmap the IOMMU refuses leaves the device a way in, so such a
-//! mapping aborts the process (a [`DmaBuffer`], which owns its memory, leaks the memory instead).
+//! Three ways to map memory, none of which lets the device be pointed at freed memory:
+//! - [`IommuSpace::map_owned`] (safe) takes an `Arc` of any [`MappedMemory`] and keeps it: a BAR
+//!   mapping of GPU memory, a ring region or a host buffer is handed over without `unsafe`. A
+//!   leaked [`OwnedMapping`] leaks the memory with it, and an unmap the IOMMU refuses leaks the
+//!   memory rather than free it under the device.
+//! - [`IommuSpace::alloc_buffer`] (safe) allocates host memory that the [`DmaBuffer`] owns.
+//! - [`IommuSpace::map`] borrows the memory and unmaps on drop. A leaked (`mem::forget`)
+//!   [`Mapping`] would never unmap while the borrow ends, which is why it is `unsafe` with a
+//!   no-leak contract; an unmap the IOMMU refuses aborts the process (the borrowed memory is
+//!   about to be freed by its owner).
+//!
 //! Buffers must not outlive the VFIO session whose container they are mapped in: the unmap then
 //! fails and the buffer is leaked.
 
 use crate::error::{DmaError, Result};
 use crate::iova::{IovaAllocator, IovaRange};
-use crate::memory::{DmaMemory, HostBuffer};
+use crate::memory::{Caching, HostBuffer, MappedMemory};
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What actually programs the IOMMU.
@@ -104,46 +109,71 @@ impl IommuSpace {
     /// freed: its borrow ends either way, but only the drop unmaps, and a device could reach
     /// the memory through a leaked mapping. (The IOMMU space cannot own borrowed memory, as
     /// [`DmaBuffer`] does for its own.)
-    pub unsafe fn map<'m, M: DmaMemory + ?Sized>(
+    pub unsafe fn map<'m, M: MappedMemory + ?Sized>(
         &self,
         mem: &'m M,
         label: &str,
     ) -> Result<Mapping<'m>> {
         // SAFETY: the caller's contract is ours.
-        unsafe { self.map_part(mem, 0, mem.dma_len(), label) }
+        unsafe { self.map_part(mem, 0, mem.size(), label) }
     }
 
     /// Maps `len` bytes of `mem` starting at byte `offset`; both must be page multiples.
     ///
     /// # Safety
     /// As [`map`](Self::map).
-    pub unsafe fn map_part<'m, M: DmaMemory + ?Sized>(
+    pub unsafe fn map_part<'m, M: MappedMemory + ?Sized>(
         &self,
         mem: &'m M,
         offset: usize,
         len: usize,
         label: &str,
     ) -> Result<Mapping<'m>> {
-        if offset.checked_add(len).is_none_or(|e| e > mem.dma_len()) {
-            return Err(DmaError::Oversize {
-                what: "mapping past the end of the memory",
-                len: (offset as u64).saturating_add(len as u64),
-                limit: mem.dma_len() as u64,
-            });
-        }
-        // SAFETY: offset+len <= dma_len, so the pointer stays inside the region.
-        let ptr = unsafe { mem.dma_ptr().as_ptr().add(offset) };
-        let core = self.map_raw(ptr as usize, len as u64, label)?;
+        let core = self.map_core(mem, offset, len, label)?;
         Ok(Mapping {
             core,
             _mem: PhantomData,
         })
     }
 
+    /// Maps all of `mem` and keeps it alive until the mapping is dropped, so no device can reach
+    /// it once freed: safe for any memory the caller can share, e.g. GPU memory mapped through
+    /// BAR1 (`Arc<gdr::bar::MappedBuffer>`), a ring region, or a host buffer.
+    pub fn map_owned<M: MappedMemory + ?Sized + 'static>(
+        &self,
+        mem: Arc<M>,
+        label: &str,
+    ) -> Result<OwnedMapping<M>> {
+        let core = self.map_core(&*mem, 0, mem.size(), label)?;
+        Ok(OwnedMapping {
+            core,
+            mem: Some(mem),
+        })
+    }
+
+    /// Checks `offset..offset+len` against `mem` and maps it.
+    fn map_core<M: MappedMemory + ?Sized>(
+        &self,
+        mem: &M,
+        offset: usize,
+        len: usize,
+        label: &str,
+    ) -> Result<MapCore> {
+        if offset.checked_add(len).is_none_or(|e| e > mem.size()) {
+            return Err(DmaError::Oversize {
+                what: "mapping past the end of the memory",
+                len: (offset as u64).saturating_add(len as u64),
+                limit: mem.size() as u64,
+            });
+        }
+        let ptr = mem.cpu_ptr().wrapping_add(offset);
+        self.map_raw(ptr as usize, len as u64, label)
+    }
+
     /// Allocates a zeroed host buffer of `len` bytes and maps it; the result owns both.
     pub fn alloc_buffer(&self, len: usize, label: &str) -> Result<DmaBuffer> {
         let buf = HostBuffer::new(len)?;
-        let core = self.map_raw(buf.dma_ptr().as_ptr() as usize, buf.dma_len() as u64, label)?;
+        let core = self.map_raw(buf.cpu_ptr() as usize, buf.size() as u64, label)?;
         Ok(DmaBuffer {
             core,
             buf: Some(buf),
@@ -288,6 +318,41 @@ impl Mapping<'_> {
     }
 }
 
+/// Shared memory mapped for DMA, kept alive by the mapping; unmapped on drop, then the `Arc` is
+/// released. Should the IOMMU refuse to unmap, the `Arc` is leaked, so the memory can never be
+/// freed under a device that may still reach it.
+pub struct OwnedMapping<M: ?Sized> {
+    core: MapCore,
+    mem: Option<Arc<M>>,
+}
+
+impl<M: ?Sized> OwnedMapping<M> {
+    pub fn range(&self) -> IovaRange {
+        IovaRange::new(self.core.iova, self.core.len)
+    }
+    pub fn iova(&self) -> u64 {
+        self.core.iova
+    }
+    pub fn len(&self) -> u64 {
+        self.core.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.core.len == 0
+    }
+    /// The memory mapped.
+    pub fn memory(&self) -> &Arc<M> {
+        self.mem.as_ref().expect("taken only in drop")
+    }
+}
+
+impl<M: ?Sized> Drop for OwnedMapping<M> {
+    fn drop(&mut self) {
+        if !self.core.release() {
+            std::mem::forget(self.mem.take());
+        }
+    }
+}
+
 /// A host buffer that owns its DMA mapping. Dropping it unmaps first, then frees the memory
 /// (or leaks it, should the IOMMU refuse to unmap, so that no device can reach freed memory).
 pub struct DmaBuffer {
@@ -320,13 +385,15 @@ impl Drop for DmaBuffer {
 }
 
 // SAFETY: the host buffer lives as long as the DmaBuffer (it is only taken out in drop).
-unsafe impl DmaMemory for DmaBuffer {
-    fn dma_ptr(&self) -> NonNull<u8> {
-        // The buffer is only None during drop, after which nobody can call this.
-        NonNull::new(self.core.vaddr as *mut u8).unwrap_or(NonNull::dangling())
+unsafe impl MappedMemory for DmaBuffer {
+    fn cpu_ptr(&self) -> *mut u8 {
+        self.core.vaddr as *mut u8
     }
-    fn dma_len(&self) -> usize {
+    fn size(&self) -> usize {
         self.core.len as usize
+    }
+    fn caching(&self) -> Caching {
+        Caching::WriteBack
     }
 }
 
@@ -404,5 +471,58 @@ mod tests {
         drop(b);
         assert!(sim.read(iova, &mut out).is_err());
         assert!(space.check(IovaRange::new(iova, 1)).is_err());
+    }
+
+    #[test]
+    fn owned_mapping_keeps_its_memory_alive() {
+        let sim = Arc::new(SimIommu::new(4096));
+        let space = IommuSpace::new(sim.clone(), 0x1000, 0x100_0000).unwrap();
+        let host = Arc::new(HostBuffer::new(2 * 4096).unwrap());
+        let m = space.map_owned(host.clone(), "owned").unwrap();
+        assert_eq!(Arc::strong_count(&host), 2);
+        assert_eq!(m.len(), 2 * 4096);
+        sim.write(m.iova() + 4095, &[1, 2]).unwrap();
+        let mut b = [0u8; 2];
+        m.memory().read_at(4095, &mut b).unwrap();
+        assert_eq!(b, [1, 2]);
+        let iova = m.iova();
+        drop(m);
+        assert_eq!(Arc::strong_count(&host), 1);
+        assert!(sim.read(iova, &mut b).is_err());
+        assert!(space.mappings().is_empty());
+    }
+
+    /// An IOMMU that maps but refuses every unmap.
+    struct StuckIommu(SimIommu);
+
+    impl IommuBackend for StuckIommu {
+        fn page_size(&self) -> u64 {
+            self.0.page_size()
+        }
+        fn map(&self, vaddr: usize, iova: u64, len: u64) -> Result<()> {
+            self.0.map(vaddr, iova, len)
+        }
+        fn unmap(&self, _iova: u64, _len: u64) -> Result<()> {
+            Err(DmaError::Invalid("unmap refused".into()))
+        }
+    }
+
+    #[test]
+    fn a_refused_unmap_leaks_the_owned_memory_instead_of_freeing_it() {
+        let stuck = Arc::new(StuckIommu(SimIommu::new(4096)));
+        let space = IommuSpace::new(stuck.clone(), 0x1000, 0x100_0000).unwrap();
+        let host = Arc::new(HostBuffer::new(4096).unwrap());
+        let m = space.map_owned(host.clone(), "stuck").unwrap();
+        let iova = m.iova();
+        drop(m);
+        // The mapping's reference was leaked: the memory outlives every other owner.
+        assert_eq!(Arc::strong_count(&host), 2);
+        // The device can still reach it, and the IOVA is not handed out again.
+        stuck.0.write(iova, &[9]).unwrap();
+        let mut b = [0u8; 1];
+        host.read_at(0, &mut b).unwrap();
+        assert_eq!(b, [9]);
+        let again = space.alloc_buffer(4096, "next");
+        assert!(again.is_err() || again.unwrap().iova() != iova);
     }
 }

@@ -34,9 +34,9 @@ pub mod xdma;
 
 pub use engine::{Direction, DmaEngine, EngineLimits, Segment, TransferStats};
 pub use error::{DmaError, Result};
-pub use iommu::{DmaBuffer, IommuBackend, IommuSpace, Mapping};
+pub use iommu::{DmaBuffer, IommuBackend, IommuSpace, Mapping, OwnedMapping};
 pub use iova::IovaRange;
-pub use memory::{DmaMemory, HostBuffer, RawRegion};
+pub use memory::{AccessError, Caching, HostBuffer, MappedMemory, RawRegion};
 pub use pci::PciAddress;
 pub use planner::{Copier, Endpoint, Staging};
 pub use session::{EngineKind, OpenOptions, Session};

@@ -1,79 +1,15 @@
-//! Memory a device can reach by DMA once it is mapped into the IOMMU: page-aligned host buffers
-//! ([`HostBuffer`]), BARs of other devices ([`crate::vfio::Bar`]) and any other CPU mapping
-//! ([`RawRegion`], e.g. GPU memory that gdr exposes through BAR1).
+//! Memory a device can reach by DMA once it is mapped into the IOMMU: anything that is
+//! [`MappedMemory`] (gdr-mem's trait for CPU mappings of device-reachable memory): page-aligned
+//! host buffers ([`HostBuffer`]), BARs of other devices ([`crate::vfio::Bar`]), GPU memory that
+//! gdr maps through BAR1 (`gdr::bar::MappedBuffer`), and any other CPU mapping ([`RawRegion`]).
 //!
-//! The CPU reaches such memory only through explicit copies ([`DmaMemory::read_at`],
-//! [`DmaMemory::write_at`]) rather than long-lived slices, because a device may write it at any
-//! moment while it is mapped.
+//! The CPU reaches such memory only through explicit copies ([`MappedMemory::read_at`],
+//! [`MappedMemory::write_at`]) rather than long-lived slices, because a device may write it at
+//! any moment while it is mapped.
 
 use crate::error::{DmaError, Result};
+pub use gdr_mem::{AccessError, Caching, MappedMemory};
 use std::ptr::NonNull;
-
-/// A CPU mapping that may be handed to the IOMMU.
-///
-/// # Safety
-/// Implementors promise that `dma_ptr()..dma_ptr()+dma_len()` is a live, readable and writable
-/// mapping for as long as the value is borrowed, and that it stays at the same address.
-pub unsafe trait DmaMemory {
-    fn dma_ptr(&self) -> NonNull<u8>;
-    fn dma_len(&self) -> usize;
-
-    /// Copies `out.len()` bytes starting at `offset` out of the region.
-    fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        check_span(offset, out.len(), self.dma_len())?;
-        // SAFETY: the span is inside the live mapping (trait contract + check above); `out` is a
-        // distinct Rust buffer so the ranges do not overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.dma_ptr().as_ptr().add(offset),
-                out.as_mut_ptr(),
-                out.len(),
-            )
-        };
-        Ok(())
-    }
-
-    /// Copies `data` into the region at `offset`.
-    fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
-        check_span(offset, data.len(), self.dma_len())?;
-        // SAFETY: as in `read_at`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.dma_ptr().as_ptr().add(offset),
-                data.len(),
-            )
-        };
-        Ok(())
-    }
-
-    /// Reads native-endian 32-bit words starting at byte `offset`.
-    fn read_words(&self, offset: usize, out: &mut [u32]) -> Result<()> {
-        let mut bytes = vec![0u8; out.len() * 4];
-        self.read_at(offset, &mut bytes)?;
-        for (w, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-            *w = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
-        }
-        Ok(())
-    }
-
-    /// Writes native-endian 32-bit words starting at byte `offset`.
-    fn write_words(&self, offset: usize, words: &[u32]) -> Result<()> {
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        self.write_at(offset, &bytes)
-    }
-}
-
-fn check_span(offset: usize, len: usize, total: usize) -> Result<()> {
-    match offset.checked_add(len) {
-        Some(end) if end <= total => Ok(()),
-        _ => Err(DmaError::Oversize {
-            what: "CPU access past the end of the region",
-            len: (offset as u64).saturating_add(len as u64),
-            limit: total as u64,
-        }),
-    }
-}
 
 /// The CPU page size (the granule of IOMMU mappings).
 pub fn page_size() -> u64 {
@@ -151,44 +87,57 @@ impl Drop for HostBuffer {
     }
 }
 
-// SAFETY: the mapping lives until drop and never moves.
-unsafe impl DmaMemory for HostBuffer {
-    fn dma_ptr(&self) -> NonNull<u8> {
-        self.ptr
+// SAFETY: the mapping lives, page-aligned and at a fixed address, until drop; it is only
+// reached through copies.
+unsafe impl MappedMemory for HostBuffer {
+    fn cpu_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
     }
-    fn dma_len(&self) -> usize {
+    fn size(&self) -> usize {
         // The whole mapping: IOMMU mappings are whole pages.
         self.map_len
     }
+    fn caching(&self) -> Caching {
+        Caching::WriteBack
+    }
 }
 
-/// Any other CPU mapping, e.g. GPU memory reached through a gdr BAR1 mapping or a sysfs
-/// `resourceN` mmap. The lifetime ties it to whatever owns the mapping.
+/// A CPU mapping that no Rust type owns, e.g. a sysfs `resourceN` mmap or a mapping made by C
+/// code. The lifetime ties it to whatever owns the mapping. Mappings that gdr makes (BAR1
+/// mappings of GPU memory, ring regions, buffers) are [`MappedMemory`] themselves and need no
+/// `RawRegion`.
 pub struct RawRegion<'a> {
     ptr: NonNull<u8>,
     len: usize,
+    caching: Caching,
     _owner: std::marker::PhantomData<&'a ()>,
 }
 
 impl<'a> RawRegion<'a> {
     /// # Safety
-    /// `ptr..ptr+len` must be mapped readable and writable for all of `'a`.
-    pub unsafe fn new(ptr: NonNull<u8>, len: usize) -> Self {
+    /// `ptr..ptr+len` must be mapped readable and writable for all of `'a`, with no Rust
+    /// reference to those bytes, and cached as `caching` says (see [`MappedMemory`]'s
+    /// contract for write-combined memory).
+    pub unsafe fn new(ptr: NonNull<u8>, len: usize, caching: Caching) -> Self {
         RawRegion {
             ptr,
             len,
+            caching,
             _owner: std::marker::PhantomData,
         }
     }
 }
 
 // SAFETY: guaranteed by the contract of `RawRegion::new`.
-unsafe impl DmaMemory for RawRegion<'_> {
-    fn dma_ptr(&self) -> NonNull<u8> {
-        self.ptr
+unsafe impl MappedMemory for RawRegion<'_> {
+    fn cpu_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
     }
-    fn dma_len(&self) -> usize {
+    fn size(&self) -> usize {
         self.len
+    }
+    fn caching(&self) -> Caching {
+        self.caching
     }
 }
 
@@ -200,23 +149,23 @@ mod tests {
     fn host_buffer_is_zeroed_page_aligned_and_bounds_checked() {
         let b = HostBuffer::new(5000).unwrap();
         assert_eq!(b.len(), 5000);
-        assert_eq!(b.dma_len() as u64 % page_size(), 0);
-        assert_eq!(b.dma_ptr().as_ptr() as u64 % page_size(), 0);
+        assert_eq!(b.size() as u64 % page_size(), 0);
+        assert_eq!(b.cpu_ptr() as u64 % page_size(), 0);
         let mut out = vec![0xffu8; 5000];
         b.read_at(0, &mut out).unwrap();
         assert!(out.iter().all(|&x| x == 0));
         let words: Vec<u32> = (0..16).map(|i| i * 0x0101_0101).collect();
-        b.write_words(4096 - 8, &words).unwrap();
+        b.write_u32s(4096 - 8, &words).unwrap();
         let mut back = vec![0u32; 16];
-        b.read_words(4096 - 8, &mut back).unwrap();
+        b.read_u32s(4096 - 8, &mut back).unwrap();
         assert_eq!(back, words);
         assert!(matches!(
-            b.read_at(b.dma_len() - 1, &mut [0u8; 2]),
-            Err(DmaError::Oversize { .. })
+            b.read_at(b.size() - 1, &mut [0u8; 2]),
+            Err(AccessError::OutOfBounds { .. })
         ));
         assert!(matches!(
             b.write_at(usize::MAX, &[1]),
-            Err(DmaError::Oversize { .. })
+            Err(AccessError::OutOfBounds { .. })
         ));
         assert!(matches!(HostBuffer::new(0), Err(DmaError::Invalid(_))));
     }

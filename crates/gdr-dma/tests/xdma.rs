@@ -9,7 +9,7 @@ use gdr_dma::irq::{EventFd, Interrupt};
 use gdr_dma::sim::SimIommu;
 use gdr_dma::xdma::{Leds, XdmaConfig, XdmaEngine};
 use gdr_dma::{
-    Copier, Direction, DmaEngine, DmaError, DmaMemory, Endpoint, IommuSpace, IovaRange, Segment,
+    Copier, Direction, DmaEngine, DmaError, Endpoint, IommuSpace, IovaRange, MappedMemory, Segment,
 };
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;

@@ -1,6 +1,8 @@
 //! gdr: direct data paths between NVIDIA GPUs, the CPU and other PCIe devices.
 //!
 //! Layers, from the bottom:
+//! - [`mem`] (the gdr-mem crate): the [`mem::MappedMemory`] trait through which the CPU
+//!   touches every mapping of device memory, and the copy routines for write-combined BARs.
 //! - [`cuda`], [`nvml`]: the CUDA driver API, NVRTC and NVML, loaded at run time (no link-time
 //!   dependency), wrapped in a thin safe layer.
 //! - [`bar`]: GPU memory that the CPU maps directly through the GPU's BAR1.
@@ -12,6 +14,7 @@
 pub mod bar;
 pub mod copy;
 pub mod cuda;
+pub use gdr_mem as mem;
 pub mod mq;
 pub mod nvml;
 pub mod peer;

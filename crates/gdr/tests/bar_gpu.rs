@@ -3,6 +3,7 @@
 
 use gdr::bar::{BarError, VulkanBackend};
 use gdr::cuda::{self, DeviceMemory};
+use gdr::mem::AccessError;
 use gdr::testing::{gpu_context, skip_or_fail};
 use rand::{Rng, RngCore};
 
@@ -113,12 +114,12 @@ fn bad_requests_are_errors() {
     let buf = be.alloc(100, 64).unwrap();
     assert!(matches!(
         buf.write(90, &[0u8; 11]),
-        Err(BarError::OutOfBounds { .. })
+        Err(BarError::Access(AccessError::OutOfBounds { .. }))
     ));
     let mut out = [0u8; 2];
     assert!(matches!(
         buf.read(usize::MAX, &mut out),
-        Err(BarError::OutOfBounds { .. })
+        Err(BarError::Access(AccessError::OutOfBounds { .. }))
     ));
     let mut big = vec![0u8; 101];
     assert!(cuda::memcpy_dtoh(&mut big, &buf, 0).is_err());

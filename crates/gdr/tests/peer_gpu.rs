@@ -7,6 +7,7 @@
 use gdr::bar::pin::{vulkan_import_outcome, ENOTSUPP};
 use gdr::bar::{PinBackend, PinError, Pinner};
 use gdr::cuda::{self, vmm::VmmBuffer, Context, DeviceBuffer, DeviceMemory};
+use gdr::mem::AccessError;
 use gdr::peer::dmabuf::{buffer_id, host_page_size};
 use gdr::peer::{dmabuf_cache, CacheError, DmaBuf, PeerError, Tracked};
 use gdr::testing::gpu_context;
@@ -249,7 +250,7 @@ fn exercise_pin(pinner: &Pinner, mem: &impl DeviceMemory) {
     assert!(out == data2, "CPU reads do not see GPU data");
     assert!(matches!(
         m.write(size - 1, &[0, 0]),
-        Err(PinError::OutOfBounds { .. })
+        Err(PinError::Access(AccessError::OutOfBounds { .. }))
     ));
     drop(m);
     let again = pinned.map().unwrap();

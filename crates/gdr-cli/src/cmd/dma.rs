@@ -14,7 +14,7 @@ use super::CmdResult;
 use gdr_dma::pattern::{check_surface, poison, surface, SURFACE_BYTES};
 use gdr_dma::pci::{bind_hint, PciInfo, Sysfs};
 use gdr_dma::{
-    Copier, DmaError, DmaMemory, Endpoint, EngineKind, OpenOptions, PciAddress, Session,
+    Copier, DmaError, Endpoint, EngineKind, MappedMemory, OpenOptions, PciAddress, Session,
 };
 use serde::Serialize;
 use std::process::ExitCode;
@@ -328,8 +328,8 @@ fn copy(
     let words = (size / 4) as usize;
     let src = s.space.alloc_buffer(size as usize, "copy-src")?;
     let dst = s.space.alloc_buffer(size as usize, "copy-dst")?;
-    src.write_words(0, &surface(words))?;
-    dst.write_words(0, &poison(words))?;
+    src.write_u32s(0, &surface(words))?;
+    dst.write_u32s(0, &poison(words))?;
     let mut stats = gdr_dma::TransferStats::default();
     let how = match peer {
         None => {
@@ -356,11 +356,11 @@ fn copy(
             let bar = pd.map_bar(index)?;
             if peer_offset
                 .checked_add(size)
-                .is_none_or(|e| e > bar.dma_len() as u64)
+                .is_none_or(|e| e > bar.size() as u64)
             {
                 return Err(format!(
                     "{paddr} BAR{index} has {:#x} bytes, too small for {size:#x} at offset {peer_offset:#x}",
-                    bar.dma_len()
+                    bar.size()
                 )
                 .into());
             }
@@ -374,7 +374,7 @@ fn copy(
         }
     };
     let mut got = vec![0u32; words];
-    dst.read_words(0, &mut got)?;
+    dst.read_u32s(0, &mut got)?;
     let (first, bad) = check_surface(&got, 4);
     if bad > 0 {
         let list: Vec<String> = first
@@ -439,7 +439,7 @@ fn timing(args: &Args, h2c: bool, sizes: &[u64]) -> CmdResult {
         return Err(format!("size {n}: must be 1..={full} and a multiple of {}", l.align).into());
     }
     let buf = s.space.alloc_buffer(full as usize, "perf")?;
-    buf.write_words(0, &surface((full / 4) as usize))?;
+    buf.write_u32s(0, &surface((full / 4) as usize))?;
     let mut run = |len: u64| -> Result<gdr_dma::TransferStats, DmaError> {
         let host = Endpoint::iova(buf.range().slice(0, len)?);
         let mut c = Copier::new(s.engine.as_mut(), &s.space);

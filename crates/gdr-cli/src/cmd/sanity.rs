@@ -8,6 +8,7 @@ use super::CmdResult;
 use gdr::bar::{BarError, MappedBuffer, VulkanBackend};
 use gdr::copy::auto::AutoCopier;
 use gdr::cuda;
+use gdr::mem::AccessError;
 use rand::{Rng, RngCore};
 use serde::Serialize;
 use std::process::ExitCode;
@@ -296,11 +297,17 @@ fn errors(be: &VulkanBackend) -> CheckResult {
         return Err("alignment 48 was not refused".into());
     }
     let buf = be.alloc(100, 64).map_err(e2s)?;
-    if !matches!(buf.write(99, &[0, 0]), Err(BarError::OutOfBounds { .. })) {
+    if !matches!(
+        buf.write(99, &[0, 0]),
+        Err(BarError::Access(AccessError::OutOfBounds { .. }))
+    ) {
         return Err("a write past the end was not refused".into());
     }
     let mut out = [0u8; 1];
-    if !matches!(buf.read(100, &mut out), Err(BarError::OutOfBounds { .. })) {
+    if !matches!(
+        buf.read(100, &mut out),
+        Err(BarError::Access(AccessError::OutOfBounds { .. }))
+    ) {
         return Err("a read past the end was not refused".into());
     }
     Ok(String::new())

@@ -3,7 +3,7 @@
 use super::{ioctl, uapi};
 use crate::error::{DmaError, Result};
 use crate::irq::{EventFd, Interrupt};
-use crate::memory::DmaMemory;
+use crate::memory::{Caching, MappedMemory};
 use crate::pci::PciInfo;
 use crate::regs::{Mmio, RegisterIo};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -395,7 +395,7 @@ impl Drop for VfioIrq {
 }
 
 /// A BAR mapped into this process: registers (via [`RegisterIo`]) or memory (via
-/// [`DmaMemory`], e.g. to map it into an IOMMU as peer memory). Unmapped on drop.
+/// [`MappedMemory`], e.g. to map it into an IOMMU as peer memory). Unmapped on drop.
 pub struct Bar {
     ptr: NonNull<u8>,
     len: usize,
@@ -440,12 +440,16 @@ impl RegisterIo for Bar {
     }
 }
 
-// SAFETY: the mapping lives, at a fixed address, until drop.
-unsafe impl DmaMemory for Bar {
-    fn dma_ptr(&self) -> NonNull<u8> {
-        self.ptr
+// SAFETY: the mapping lives, at a fixed address, until drop, and is only reached through copies
+// and volatile register accesses. VFIO maps BARs uncached.
+unsafe impl MappedMemory for Bar {
+    fn cpu_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
     }
-    fn dma_len(&self) -> usize {
+    fn size(&self) -> usize {
         self.len
+    }
+    fn caching(&self) -> Caching {
+        Caching::Uncached
     }
 }

@@ -15,7 +15,7 @@ use crate::engine::{check_submission, Direction, DmaEngine, EngineLimits, Segmen
 use crate::error::{DmaError, Result};
 use crate::iommu::{DmaBuffer, IommuSpace};
 use crate::irq::Interrupt;
-use crate::memory::DmaMemory;
+use crate::memory::MappedMemory;
 use crate::regs::RegisterIo;
 use regs::*;
 use std::sync::atomic::{fence, Ordering};

@@ -2,8 +2,9 @@
 //!
 //! A [`MappedBuffer`] is GPU memory that is at once a CUDA device pointer and a
 //! write-combined CPU mapping. The CPU pointer is never handed out as a Rust reference: reads
-//! and writes go through [`MappedBuffer::write`] / [`MappedBuffer::read`] (the stream-store and
-//! stream-load routines of [`crate::copy`]), and the buffer keeps its block — the mapping and
+//! and writes go through [`MappedBuffer::write`] / [`MappedBuffer::read`] or the
+//! [`MappedMemory`] trait it implements (the stream-store and stream-load routines of
+//! [`crate::copy`]), and the buffer keeps its block — the mapping and
 //! the memory behind it — alive, so no mapping can outlive its memory.
 
 pub mod gdrdrv;
@@ -18,6 +19,7 @@ pub use range_alloc::RangeAlloc;
 pub use vulkan::{VulkanBackend, VulkanInfo};
 
 use crate::cuda::{self, CudaError, DeviceMemory};
+use gdr_mem::{check_range, AccessError, Caching, MappedMemory};
 use std::sync::Arc;
 
 /// Marks a fresh CPU mapping of GPU memory MADV_DONTFORK, so a forked child does not inherit
@@ -70,12 +72,8 @@ pub enum BarError {
     },
     #[error("bad allocation request: {0}")]
     BadLayout(String),
-    #[error("range {offset}+{len} is outside a {size}-byte mapped buffer")]
-    OutOfBounds {
-        offset: usize,
-        len: usize,
-        size: usize,
-    },
+    #[error("mapped buffer: {0}")]
+    Access(#[from] AccessError),
 }
 
 /// GPU memory with a CPU mapping: a CUDA device pointer and a write-combined BAR1 mapping of
@@ -118,25 +116,11 @@ impl MappedBuffer {
         self.block.context()
     }
 
-    fn check(&self, offset: usize, len: usize) -> Result<(), BarError> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(()),
-            _ => Err(BarError::OutOfBounds {
-                offset,
-                len,
-                size: self.len,
-            }),
-        }
-    }
-
     /// Writes `src` at `offset` through the CPU mapping (stream stores + store fence): when it
     /// returns, the bytes are visible to work the GPU starts afterwards.
+    #[inline]
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), BarError> {
-        self.check(offset, src.len())?;
-        // SAFETY: the range is inside this buffer's part of the mapping (checked), which stays
-        // mapped while self holds the block.
-        unsafe { crate::copy::copy_to_mapping(self.host_ptr().add(offset), src) };
-        Ok(())
+        Ok(self.write_at(offset, src)?)
     }
 
     /// Like [`write`](Self::write) but split across `threads` CPU threads (bulk copies).
@@ -146,19 +130,17 @@ impl MappedBuffer {
         src: &[u8],
         threads: usize,
     ) -> Result<(), BarError> {
-        self.check(offset, src.len())?;
-        // SAFETY: as in write.
+        check_range(offset, src.len(), self.len)?;
+        // SAFETY: the range is inside this buffer's part of the mapping (checked), which stays
+        // mapped while self holds the block.
         unsafe { crate::copy::copy_to_mapping_parallel(self.host_ptr().add(offset), src, threads) };
         Ok(())
     }
 
     /// Reads `dst.len()` bytes at `offset` through the CPU mapping (stream loads).
+    #[inline]
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), BarError> {
-        self.check(offset, dst.len())?;
-        // SAFETY: the range is inside the buffer; the aligned 64-byte lines around it are
-        // inside the block's page-granular mapping, which the copy routine may read.
-        unsafe { crate::copy::copy_from_mapping(dst, self.host_ptr().add(offset)) };
-        Ok(())
+        Ok(self.read_at(offset, dst)?)
     }
 
     /// Like [`read`](Self::read) but split across `threads` CPU threads.
@@ -168,8 +150,9 @@ impl MappedBuffer {
         dst: &mut [u8],
         threads: usize,
     ) -> Result<(), BarError> {
-        self.check(offset, dst.len())?;
-        // SAFETY: as in read.
+        check_range(offset, dst.len(), self.len)?;
+        // SAFETY: the range is inside the buffer; the aligned 64-byte lines around it are
+        // inside the block's page-granular mapping, which the copy routine may read.
         unsafe {
             crate::copy::copy_from_mapping_parallel(dst, self.host_ptr().add(offset), threads)
         };
@@ -181,6 +164,24 @@ impl MappedBuffer {
     pub fn host_ptr(&self) -> *mut u8 {
         // SAFETY: offset lies inside the block's mapping.
         unsafe { self.block.host_base().add(self.offset) }
+    }
+}
+
+// SAFETY: host_ptr..+len is this buffer's part of the block's mapping, which stays mapped (at
+// that address) while self holds the block; the mapping is page-granular, so the lines around
+// the range are readable; no Rust reference to the bytes is ever handed out.
+unsafe impl MappedMemory for MappedBuffer {
+    #[inline]
+    fn cpu_ptr(&self) -> *mut u8 {
+        self.host_ptr()
+    }
+    #[inline]
+    fn size(&self) -> usize {
+        self.len
+    }
+    #[inline]
+    fn caching(&self) -> Caching {
+        Caching::WriteCombined
     }
 }
 

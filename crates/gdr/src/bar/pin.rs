@@ -22,6 +22,7 @@ use super::vulkan::Imported;
 use super::{BarError, VulkanBackend};
 use crate::cuda::{self, vmm, Context, CudaError};
 use crate::peer::dmabuf::{allocation_range, DmaBuf, PeerError};
+use gdr_mem::{AccessError, Caching, MappedMemory};
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -115,12 +116,8 @@ pub enum PinError {
     AlreadyMapped,
     #[error("nothing to pin at {addr:#x}: size 0")]
     Empty { addr: u64 },
-    #[error("range {offset}+{len} is outside the {size}-byte pinned range")]
-    OutOfBounds {
-        offset: usize,
-        len: usize,
-        size: usize,
-    },
+    #[error("pinned range: {0}")]
+    Access(#[from] AccessError),
 }
 
 /// What one backend can do here, for `gdr info`.
@@ -593,32 +590,33 @@ impl PinnedMapping<'_> {
         self.pinned.len as usize
     }
 
-    fn check(&self, offset: usize, len: usize) -> Result<(), PinError> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len() => Ok(()),
-            _ => Err(PinError::OutOfBounds {
-                offset,
-                len,
-                size: self.len(),
-            }),
-        }
-    }
-
     /// Writes `src` at `offset` through the mapping (stream stores and a store fence).
+    #[inline]
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), PinError> {
-        self.check(offset, src.len())?;
-        // SAFETY: the range is inside the caller's part of the live mapping (checked).
-        unsafe { crate::copy::copy_to_mapping(self.host.add(offset), src) };
-        Ok(())
+        Ok(self.write_at(offset, src)?)
     }
 
     /// Reads `dst.len()` bytes at `offset` through the mapping (stream loads).
+    #[inline]
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), PinError> {
-        self.check(offset, dst.len())?;
-        // SAFETY: inside the live mapping; the aligned lines around the range lie inside the
-        // page-granular mapping, which the copy routine may read.
-        unsafe { crate::copy::copy_from_mapping(dst, self.host.add(offset)) };
-        Ok(())
+        Ok(self.read_at(offset, dst)?)
+    }
+}
+
+// SAFETY: host..host+len lies inside the live page-granular mapping of the pinned range (so the
+// lines around it are readable) until drop; offsets are the caller's, as gdrcopy's.
+unsafe impl MappedMemory for PinnedMapping<'_> {
+    #[inline]
+    fn cpu_ptr(&self) -> *mut u8 {
+        self.host
+    }
+    #[inline]
+    fn size(&self) -> usize {
+        self.len()
+    }
+    #[inline]
+    fn caching(&self) -> Caching {
+        Caching::WriteCombined
     }
 }
 

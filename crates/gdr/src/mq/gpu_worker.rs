@@ -384,7 +384,7 @@ impl GpuWorkers {
             }));
         }
         // Write-combined ring initialisation must be out of the CPU before the kernel looks.
-        super::memory::store_fence();
+        gdr_mem::store_fence();
         // Stream-ordered uploads, then the launch on the same stream.
         // SAFETY: staging is pinned and kept alive in Resources until the kernel has ended;
         // the ranges fit both buffers.

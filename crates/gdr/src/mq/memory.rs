@@ -1,67 +1,61 @@
 //! The memory a ring lives in, as the host sees it, and the few ways the host touches it.
 //!
-//! A ring only needs a CPU address, a GPU address, a length, and whether CPU stores to it are
-//! write-combined (then a store fence must drain them before a doorbell or owner word is
-//! written). [`RingMemory`] says exactly that, so the same host code drives GPU memory mapped
-//! through BAR1 ([`MappedBuffer`]), mapped host memory ([`HostBuffer`]), or plain memory
-//! ([`PlainMemory`]) where a CPU thread plays the GPU in tests.
+//! A ring needs a CPU mapping ([`MappedMemory`]: address, length, and whether stores are
+//! write-combined, when a store fence must drain them before a doorbell or owner word is
+//! written) plus the GPU address of the same bytes. [`RingMemory`] adds that address, so the
+//! same host code drives GPU memory mapped through BAR1 ([`MappedBuffer`]), mapped host memory
+//! ([`HostBuffer`]), or plain memory ([`PlainMemory`]) where a CPU thread plays the GPU in
+//! tests.
 //!
 //! [`Region`] is a window of such memory with the accesses the protocol uses: 32-bit
 //! acquire loads and release stores of the owner/index words, byte copies for payloads, and
 //! the publish fence. Words are accessed as atomics (plain `mov`s on x86, fine on WC memory);
-//! payload bytes are copied only while the protocol gives this side sole ownership of them.
+//! payload bytes are copied (with the mapping's copy routine) only while the protocol gives
+//! this side sole ownership of them. A region is itself [`MappedMemory`], so a ring's memory
+//! can be handed on (to a DMA engine, a test) without `unsafe`.
 
 use crate::bar::MappedBuffer;
 use crate::cuda::{DeviceMemory, HostBuffer};
+use gdr_mem::{check_range, store_fence, Caching, MappedMemory};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Memory that can hold a ring.
+/// Memory that can hold a ring: a CPU mapping that a GPU reaches at [`gpu_addr`](Self::gpu_addr).
 ///
 /// # Safety
-/// `cpu_ptr()` must be valid for reads and writes of `size()` bytes, aligned to 64, for as long
-/// as the value lives; if `gpu_addr()` is used by a GPU, it must address the same bytes.
-pub unsafe trait RingMemory: Send + Sync + 'static {
-    /// CPU address of the first byte.
-    fn cpu_ptr(&self) -> *mut u8;
+/// As [`MappedMemory`], and: `cpu_ptr()` is aligned to 64, and if `gpu_addr()` is used by a
+/// GPU, it addresses the same bytes.
+pub unsafe trait RingMemory: MappedMemory + Send + Sync + 'static {
     /// GPU (CUDA device) address of the first byte; for plain memory, the CPU address.
     fn gpu_addr(&self) -> u64;
-    fn size(&self) -> usize;
-    /// True when CPU stores are write-combined (a BAR mapping): publishing needs `sfence`.
-    fn write_combined(&self) -> bool;
 }
 
-// SAFETY: host_ptr is the live BAR mapping of len bytes (valid while the buffer lives) and
-// device_ptr is the same memory; buffers for rings are allocated 64-byte aligned.
+// SAFETY: the BAR mapping is MappedMemory (bar/mod.rs) and device_ptr is the same memory;
+// buffers for rings are allocated 64-byte aligned.
 unsafe impl RingMemory for MappedBuffer {
-    fn cpu_ptr(&self) -> *mut u8 {
-        self.host_ptr()
-    }
     fn gpu_addr(&self) -> u64 {
         self.device_ptr()
-    }
-    fn size(&self) -> usize {
-        self.len()
-    }
-    fn write_combined(&self) -> bool {
-        true
     }
 }
 
-// SAFETY: cuMemHostAlloc memory is page aligned, len bytes, valid while the buffer lives, and
-// device_ptr is its DEVICEMAP alias.
-unsafe impl RingMemory for HostBuffer {
+// SAFETY: cuMemHostAlloc memory is page aligned, len bytes, valid at that address while the
+// buffer lives, and reached by the CPU only through copies and atomics once handed to a ring.
+unsafe impl MappedMemory for HostBuffer {
     fn cpu_ptr(&self) -> *mut u8 {
         self.host_ptr()
-    }
-    fn gpu_addr(&self) -> u64 {
-        self.device_ptr()
     }
     fn size(&self) -> usize {
         DeviceMemory::len(self)
     }
-    fn write_combined(&self) -> bool {
-        false
+    fn caching(&self) -> Caching {
+        Caching::WriteBack
+    }
+}
+
+// SAFETY: device_ptr is the DEVICEMAP alias of the same page-aligned memory.
+unsafe impl RingMemory for HostBuffer {
+    fn gpu_addr(&self) -> u64 {
+        self.device_ptr()
     }
 }
 
@@ -98,19 +92,24 @@ impl Drop for PlainMemory {
     }
 }
 
-// SAFETY: ptr is a live, owned, 4096-aligned allocation of layout.size() bytes.
-unsafe impl RingMemory for PlainMemory {
+// SAFETY: ptr is a live, owned, 4096-aligned allocation of layout.size() bytes, reached only
+// through copies and atomics.
+unsafe impl MappedMemory for PlainMemory {
     fn cpu_ptr(&self) -> *mut u8 {
         self.ptr
-    }
-    fn gpu_addr(&self) -> u64 {
-        self.ptr as u64
     }
     fn size(&self) -> usize {
         self.layout.size()
     }
-    fn write_combined(&self) -> bool {
-        false
+    fn caching(&self) -> Caching {
+        Caching::WriteBack
+    }
+}
+
+// SAFETY: as above; the "GPU" of plain memory is a CPU thread, which uses the CPU address.
+unsafe impl RingMemory for PlainMemory {
+    fn gpu_addr(&self) -> u64 {
+        self.ptr as u64
     }
 }
 
@@ -122,6 +121,7 @@ pub struct Region {
     len: usize,
     gpu: u64,
     wc: bool,
+    caching: Caching,
 }
 
 // SAFETY: the pointer stays valid while `mem` (held) lives; all concurrent access goes through
@@ -147,7 +147,8 @@ impl Region {
         let base = unsafe { mem.cpu_ptr().add(offset) };
         Some(Region {
             gpu: mem.gpu_addr() + offset as u64,
-            wc: mem.write_combined(),
+            wc: mem.caching() == Caching::WriteCombined,
+            caching: mem.caching(),
             base,
             len,
             mem,
@@ -189,15 +190,15 @@ impl Region {
             len,
             gpu: self.gpu + offset as u64,
             wc: self.wc,
+            caching: self.caching,
         })
     }
 
+    #[inline]
     fn at(&self, off: usize, n: usize) -> *mut u8 {
-        assert!(
-            off.checked_add(n).is_some_and(|e| e <= self.len),
-            "ring access {off}+{n} outside a {}-byte region",
-            self.len
-        );
+        if let Err(e) = check_range(off, n, self.len) {
+            panic!("ring access: {e}");
+        }
         // SAFETY: checked to be inside the window.
         unsafe { self.base.add(off) }
     }
@@ -262,12 +263,17 @@ impl Region {
         unsafe { AtomicU64::from_ptr(self.at(off, 8).cast()) }.store(v, Ordering::Release)
     }
 
-    /// Copies `src` to `off`. The caller must own those bytes under the ring protocol.
+    /// Copies `src` to `off` with the mapping's copy routine ([`MappedMemory::write_at`]).
+    /// The caller must own those bytes under the ring protocol: the other side reads them only
+    /// after a later release store it acquires.
+    ///
+    /// # Panics
+    /// When the bytes are outside the region (a protocol bug, not an input error).
+    #[inline]
     pub fn write(&self, off: usize, src: &[u8]) {
-        let dst = self.at(off, src.len());
-        // SAFETY: in bounds; the protocol gives this side sole access to the bytes (the
-        // other side reads them only after a later release store it acquires).
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
+        if let Err(e) = self.write_at(off, src) {
+            panic!("ring write: {e}");
+        }
     }
 
     /// Writes whole aligned 8-byte words (`off` and `src.len()` multiples of 8) that the other
@@ -294,12 +300,18 @@ impl Region {
         }
     }
 
-    /// Copies `dst.len()` bytes from `off`. The caller must own those bytes under the protocol.
+    /// Copies `dst.len()` bytes from `off` with the mapping's copy routine
+    /// ([`MappedMemory::read_at`]). The caller must own those bytes under the protocol: the
+    /// other side published them before the acquire that let the caller here, and does not
+    /// rewrite them until the caller hands the slot back.
+    ///
+    /// # Panics
+    /// When the bytes are outside the region.
+    #[inline]
     pub fn read(&self, off: usize, dst: &mut [u8]) {
-        let src = self.at(off, dst.len());
-        // SAFETY: in bounds; published by the other side before the acquire that let the
-        // caller here, and not rewritten until the caller hands the slot back.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) }
+        if let Err(e) = self.read_at(off, dst) {
+            panic!("ring read: {e}");
+        }
     }
 
     /// Reads whole aligned 8-byte words at `off` (a multiple of 8) into `dst` (a multiple of 8
@@ -345,15 +357,22 @@ impl Region {
     }
 }
 
-/// `sfence` on x86-64; a full fence elsewhere.
-pub fn store_fence() {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: sfence needs only SSE, which every x86-64 CPU has.
-    unsafe {
-        std::arch::x86_64::_mm_sfence()
+// SAFETY: the window lies inside `mem` (checked when made), which the region keeps alive; the
+// region is 16-byte aligned inside a page-granular or 4 KiB-aligned mapping, so the lines around
+// it are readable when the memory is write-combined.
+unsafe impl MappedMemory for Region {
+    #[inline]
+    fn cpu_ptr(&self) -> *mut u8 {
+        self.base
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    std::sync::atomic::fence(Ordering::SeqCst);
+    #[inline]
+    fn size(&self) -> usize {
+        self.len
+    }
+    #[inline]
+    fn caching(&self) -> Caching {
+        self.caching
+    }
 }
 
 #[cfg(test)]
@@ -364,6 +383,7 @@ mod tests {
     fn plain_memory_is_zeroed_and_aligned() {
         let m = PlainMemory::new(10_000).unwrap();
         assert_eq!(m.cpu_ptr() as usize % 4096, 0);
+        assert_eq!(m.caching(), Caching::WriteBack);
         assert!(m.size() >= 10_000);
         // SAFETY: valid for size() bytes.
         let s = unsafe { std::slice::from_raw_parts(m.cpu_ptr(), m.size()) };
@@ -403,5 +423,13 @@ mod tests {
         let mem: Arc<dyn RingMemory> = Arc::new(PlainMemory::new(4096).unwrap());
         let r = Region::whole(mem).sub(0, 64).unwrap();
         r.write(60, &[0u8; 8]);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside")]
+    fn out_of_window_read_panics() {
+        let mem: Arc<dyn RingMemory> = Arc::new(PlainMemory::new(4096).unwrap());
+        let r = Region::whole(mem).sub(64, 64).unwrap();
+        r.read(1, &mut [0u8; 64]);
     }
 }

@@ -1,0 +1,353 @@
+//! [`MappedMemory`]: a CPU mapping of memory that other agents (a GPU, a DMA engine) reach too.
+//!
+//! Such memory is never handed out as a Rust slice: a device may write it at any moment, and a
+//! `&[u8]` over it would promise the compiler that nothing does. Every access is an explicit
+//! copy or a volatile word access, bounds-checked against the mapping, and made with the
+//! routine that suits how the CPU caches the mapping ([`Caching`]).
+//!
+//! In the spirit of vm-memory's `Bytes`: implementors say only where the mapping is, how long
+//! it is and how it is cached (and vouch for that with an `unsafe impl`); the accesses are
+//! provided methods, so a ring, a DMA engine or a test reaches every kind of memory the same
+//! way.
+
+use crate::copy;
+use std::ptr;
+
+/// How the CPU caches a mapping, which decides how to copy to and from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Caching {
+    /// Ordinary cached memory (host RAM, pinned or not): plain copies; x86 keeps stores in
+    /// order, so publishing needs no more than a release fence.
+    WriteBack,
+    /// Write-combined memory (a GPU's BAR1 mapping): stores go out as non-temporal whole-line
+    /// bursts and loads as streaming loads of whole aligned chunks ([`crate::copy`]); stores
+    /// are weakly ordered, so publishing needs `sfence`.
+    WriteCombined,
+    /// Uncached device memory (another device's BAR mapped through VFIO): exact plain copies,
+    /// which never touch a byte outside the range (a register read may have side effects).
+    /// Uncached stores are strongly ordered.
+    Uncached,
+}
+
+/// An access that does not fit the mapping.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    #[error("access of {len} bytes at offset {offset} is outside a {size}-byte mapping")]
+    OutOfBounds {
+        offset: usize,
+        len: usize,
+        size: usize,
+    },
+    #[error("{width}-byte word access at offset {offset} is not {width}-byte aligned")]
+    Misaligned { offset: usize, width: usize },
+}
+
+/// `Ok` when `[offset, offset + len)` lies inside `size` bytes (without overflow).
+#[inline]
+pub fn check_range(offset: usize, len: usize, size: usize) -> Result<(), AccessError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(AccessError::OutOfBounds { offset, len, size }),
+    }
+}
+
+/// A CPU mapping of memory that a GPU or another device may access concurrently.
+///
+/// # Safety
+/// Implementors promise that
+/// - `cpu_ptr()..cpu_ptr() + size()` is mapped readable and writable, at that same address, for
+///   as long as the value lives (or, for a borrowing type, for as long as its borrow lasts);
+/// - when [`caching`](Self::caching) is [`Caching::WriteCombined`], the whole aligned 64-byte
+///   lines that overlap that range are mapped and readable without side effects (a
+///   page-granular mapping always satisfies this): the streaming loads read whole lines;
+/// - nothing else holds a Rust reference (`&`/`&mut [u8]`) to those bytes.
+pub unsafe trait MappedMemory {
+    /// CPU address of the first byte.
+    fn cpu_ptr(&self) -> *mut u8;
+
+    /// Bytes mapped from [`cpu_ptr`](Self::cpu_ptr).
+    fn size(&self) -> usize;
+
+    /// How the CPU caches the mapping.
+    fn caching(&self) -> Caching;
+
+    /// Copies `dst.len()` bytes from `offset` into `dst`.
+    #[inline]
+    fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<(), AccessError> {
+        check_range(offset, dst.len(), self.size())?;
+        // SAFETY: the range is inside the live mapping (trait contract, checked); `dst` is a
+        // distinct Rust buffer. On write-combined memory the lines around the range are
+        // readable (trait contract), as copy_from_mapping requires.
+        unsafe {
+            let src = self.cpu_ptr().add(offset);
+            match self.caching() {
+                Caching::WriteCombined => copy::copy_from_mapping(dst, src),
+                Caching::WriteBack | Caching::Uncached => {
+                    ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len())
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies `src` to `offset`. On write-combined memory the bytes are globally visible when
+    /// this returns (the store routine ends with a store fence).
+    #[inline]
+    fn write_at(&self, offset: usize, src: &[u8]) -> Result<(), AccessError> {
+        check_range(offset, src.len(), self.size())?;
+        // SAFETY: as in read_at; copy_to_mapping writes exactly the range.
+        unsafe {
+            let dst = self.cpu_ptr().add(offset);
+            match self.caching() {
+                Caching::WriteCombined => copy::copy_to_mapping(dst, src),
+                Caching::WriteBack | Caching::Uncached => {
+                    ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len())
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Volatile load of the aligned 32-bit word at `offset` (a flag, a register).
+    #[inline]
+    fn load_u32(&self, offset: usize) -> Result<u32, AccessError> {
+        let p = word_ptr::<u32>(self, offset)?;
+        // SAFETY: in bounds and aligned (word_ptr), inside the live mapping.
+        Ok(unsafe { ptr::read_volatile(p) })
+    }
+
+    /// Volatile store of the aligned 32-bit word at `offset`. On write-combined memory follow
+    /// it with [`publish`](Self::publish) to push it out now.
+    #[inline]
+    fn store_u32(&self, offset: usize, value: u32) -> Result<(), AccessError> {
+        let p = word_ptr::<u32>(self, offset)?;
+        // SAFETY: as in load_u32.
+        unsafe { ptr::write_volatile(p, value) };
+        Ok(())
+    }
+
+    /// Volatile load of the aligned 64-bit word at `offset`.
+    #[inline]
+    fn load_u64(&self, offset: usize) -> Result<u64, AccessError> {
+        let p = word_ptr::<u64>(self, offset)?;
+        // SAFETY: as in load_u32.
+        Ok(unsafe { ptr::read_volatile(p) })
+    }
+
+    /// Volatile store of the aligned 64-bit word at `offset`.
+    #[inline]
+    fn store_u64(&self, offset: usize, value: u64) -> Result<(), AccessError> {
+        let p = word_ptr::<u64>(self, offset)?;
+        // SAFETY: as in load_u32.
+        unsafe { ptr::write_volatile(p, value) };
+        Ok(())
+    }
+
+    /// Reads native-endian 32-bit words from byte `offset` (which need not be aligned).
+    fn read_u32s(&self, offset: usize, dst: &mut [u32]) -> Result<(), AccessError> {
+        check_range(offset, dst.len().saturating_mul(4), self.size())?;
+        let mut bytes = [0u8; 256];
+        for (i, words) in dst.chunks_mut(bytes.len() / 4).enumerate() {
+            let chunk = &mut bytes[..words.len() * 4];
+            self.read_at(offset + i * 256, chunk)?;
+            for (w, b) in words.iter_mut().zip(chunk.chunks_exact(4)) {
+                *w = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes native-endian 32-bit words at byte `offset` (which need not be aligned).
+    fn write_u32s(&self, offset: usize, src: &[u32]) -> Result<(), AccessError> {
+        check_range(offset, src.len().saturating_mul(4), self.size())?;
+        let mut bytes = [0u8; 256];
+        for (i, words) in src.chunks(bytes.len() / 4).enumerate() {
+            let chunk = &mut bytes[..words.len() * 4];
+            for (b, w) in chunk.chunks_exact_mut(4).zip(words) {
+                b.copy_from_slice(&w.to_ne_bytes());
+            }
+            self.write_at(offset + i * 256, chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Orders every earlier store to this memory before every later one, and pushes
+    /// write-combined stores out of the CPU now: `sfence` on write-combined memory, a release
+    /// fence elsewhere.
+    #[inline]
+    fn publish(&self) {
+        match self.caching() {
+            Caching::WriteCombined => crate::store_fence(),
+            Caching::WriteBack | Caching::Uncached => {
+                std::sync::atomic::fence(std::sync::atomic::Ordering::Release)
+            }
+        }
+    }
+}
+
+/// The pointer to the aligned `T` word at `offset` of `mem`, checked.
+#[inline]
+fn word_ptr<T>(mem: &(impl MappedMemory + ?Sized), offset: usize) -> Result<*mut T, AccessError> {
+    let width = std::mem::size_of::<T>();
+    check_range(offset, width, mem.size())?;
+    let p = mem.cpu_ptr().wrapping_add(offset);
+    if !(p as usize).is_multiple_of(width) {
+        return Err(AccessError::Misaligned { offset, width });
+    }
+    Ok(p.cast())
+}
+
+// SAFETY: forwarding; a reference lives no longer than what it borrows.
+unsafe impl<M: MappedMemory + ?Sized> MappedMemory for &M {
+    fn cpu_ptr(&self) -> *mut u8 {
+        (**self).cpu_ptr()
+    }
+    fn size(&self) -> usize {
+        (**self).size()
+    }
+    fn caching(&self) -> Caching {
+        (**self).caching()
+    }
+}
+
+// SAFETY: forwarding; the Arc keeps the memory alive.
+unsafe impl<M: MappedMemory + ?Sized> MappedMemory for std::sync::Arc<M> {
+    fn cpu_ptr(&self) -> *mut u8 {
+        (**self).cpu_ptr()
+    }
+    fn size(&self) -> usize {
+        (**self).size()
+    }
+    fn caching(&self) -> Caching {
+        (**self).caching()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::RngCore;
+
+    /// A page of ordinary memory, under each caching kind (the write-combined routines are
+    /// correct, only slower, on write-back memory).
+    #[repr(C, align(4096))]
+    struct Aligned([u64; 512]);
+
+    struct Page {
+        buf: Box<Aligned>,
+        caching: Caching,
+    }
+
+    // SAFETY: the boxed page is owned, never moves while boxed, and is only reached through
+    // cpu_ptr (no reference to it is handed out); being one aligned page, it is whole lines.
+    unsafe impl MappedMemory for Page {
+        fn cpu_ptr(&self) -> *mut u8 {
+            self.buf.0.as_ptr() as *mut u8
+        }
+        fn size(&self) -> usize {
+            4096
+        }
+        fn caching(&self) -> Caching {
+            self.caching
+        }
+    }
+
+    fn page(caching: Caching) -> Page {
+        Page {
+            buf: Box::new(Aligned([0x5a5a_5a5a_5a5a_5a5a; 512])),
+            caching,
+        }
+    }
+
+    #[test]
+    fn bytes_round_trip_under_each_caching() {
+        let mut rng = rand::thread_rng();
+        for caching in [
+            Caching::WriteBack,
+            Caching::WriteCombined,
+            Caching::Uncached,
+        ] {
+            let m = page(caching);
+            for (off, len) in [(64, 1), (65, 63), (100, 1000), (128, 3840), (4031, 1)] {
+                let mut data = vec![0u8; len];
+                rng.fill_bytes(&mut data);
+                m.write_at(off, &data).unwrap();
+                let mut back = vec![0xa5u8; len];
+                m.read_at(off, &mut back).unwrap();
+                assert_eq!(back, data, "{caching:?} at {off}+{len}");
+                // The bytes on either side are untouched.
+                let mut edge = [0u8; 1];
+                m.read_at(off - 1, &mut edge).unwrap();
+                assert_eq!(edge[0], 0x5a, "{caching:?} byte before {off}");
+                if off + len < 4096 {
+                    m.read_at(off + len, &mut edge).unwrap();
+                    assert_eq!(edge[0], 0x5a, "{caching:?} byte after {off}+{len}");
+                }
+                m.write_at(off, &vec![0x5a; len]).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn out_of_range_is_refused_without_touching_memory() {
+        let m = page(Caching::WriteBack);
+        let err = m.write_at(4000, &[1u8; 97]).unwrap_err();
+        assert_eq!(
+            err,
+            AccessError::OutOfBounds {
+                offset: 4000,
+                len: 97,
+                size: 4096
+            }
+        );
+        assert!(err.to_string().contains("outside a 4096-byte mapping"));
+        assert!(m.read_at(usize::MAX, &mut [0u8; 2]).is_err());
+        assert!(m.load_u64(4092).is_err());
+        assert!(m.store_u32(4096, 1).is_err());
+        assert!(m.write_u32s(4092, &[1, 2]).is_err());
+        let mut back = [0u8; 4096];
+        m.read_at(0, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0x5a), "a refused access wrote");
+    }
+
+    #[test]
+    fn words_are_aligned_and_volatile() {
+        let m = page(Caching::WriteCombined);
+        m.store_u32(128, 0xdead_beef).unwrap();
+        m.store_u64(136, 7 << 40).unwrap();
+        m.publish();
+        assert_eq!(m.load_u32(128).unwrap(), 0xdead_beef);
+        assert_eq!(m.load_u64(136).unwrap(), 7 << 40);
+        assert_eq!(
+            m.load_u32(130).unwrap_err(),
+            AccessError::Misaligned {
+                offset: 130,
+                width: 4
+            }
+        );
+        assert!(matches!(
+            m.store_u64(132, 0),
+            Err(AccessError::Misaligned { width: 8, .. })
+        ));
+    }
+
+    #[test]
+    fn u32_slices_cross_chunk_boundaries() {
+        let m = page(Caching::WriteBack);
+        let mut rng = rand::thread_rng();
+        let words: Vec<u32> = (0..300).map(|_| rng.next_u32()).collect();
+        m.write_u32s(66, &words).unwrap();
+        let mut back = vec![0u32; 300];
+        m.read_u32s(66, &mut back).unwrap();
+        assert_eq!(back, words);
+        // Through the forwarding impls for Arc and references.
+        fn last_word(m: impl MappedMemory) -> u32 {
+            let mut one = [0u32; 1];
+            m.read_u32s(66 + 299 * 4, &mut one).unwrap();
+            one[0]
+        }
+        let arc = std::sync::Arc::new(m);
+        assert_eq!(last_word(arc.clone()), words[299]);
+        assert_eq!(last_word(&*arc), words[299]);
+    }
+}
