@@ -23,7 +23,6 @@
 //!   nothing else): reading a whole line costs no more than reading one byte of it. Mappings are
 //!   page-granular, so those lines are always readable when the range itself is mapped.
 
-pub mod auto;
 mod edges;
 mod isa;
 pub mod parallel;
