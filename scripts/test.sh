@@ -7,7 +7,7 @@
 #   3. the QEMU/VFIO test of gdr-dma (scripts/qemu-dma-test.sh; needs root and network the first
 #      time, and skips without root outside CI).
 # cargo counts a skipped test as passed and hides what it printed, so every skip is also written
-# to a log (GDR_SKIP_LOG, see gdr::testing) and counted here. The last line of output is
+# to a log (GDR_SKIP_LOG, see crates/gdr-testing) and counted here. The last line of output is
 #   N passed, M failed, K skipped
 # over all three parts: N counts only tests that ran and passed, K the skipped ones (listed just
 # above it), M every failed test plus every part that failed without a count (a build error, a

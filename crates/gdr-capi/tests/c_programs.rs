@@ -4,7 +4,7 @@
 //! - `api_names.c`: every name of gdrcopy 2.6's API, as C99 and as C++11; runs fully without a
 //!   GPU.
 //! - `gdrapi_test.c` and `semantics.c`: the API's behaviour on a GPU. Without one they say they
-//!   skipped, and the test reports the skip as every GPU test does (`gdr::testing`); with
+//!   skipped, and the test reports the skip as every GPU test does (`gdr_testing`); with
 //!   `GDR_REQUIRE_GPU=1` they must pass.
 //!
 //! The library is the cdylib cargo builds next to this test (`target/<profile>/deps/`), or
@@ -122,7 +122,7 @@ fn gpu_program(test: &str, src: &str, passed: &str) {
     // Both programs skip with `<program>: skipped: <why>` (under GDR_REQUIRE_GPU=1 they exit
     // non-zero instead, which `run` has already failed on).
     if let Some(line) = text.lines().find(|l| l.contains(": skipped: ")) {
-        gdr::testing::skip_or_fail::<()>(test, &format!("{src}: {line}"));
+        gdr_testing::skip_or_fail::<()>(test, &format!("{src}: {line}"));
         return;
     }
     assert!(text.contains(passed), "{text}");

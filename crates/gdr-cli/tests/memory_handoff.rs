@@ -8,9 +8,9 @@ use gdr::bar::VulkanBackend;
 use gdr::cuda;
 use gdr::mem::MappedMemory;
 use gdr::mq::{PlainMemory, Region, RingMemory};
-use gdr::testing::{gpu_context, skip_or_fail};
 use gdr_dma::sim::SimIommu;
 use gdr_dma::IommuSpace;
+use gdr_testing::{gpu_context, skip_or_fail};
 use rand::RngCore;
 use std::sync::Arc;
 

@@ -5,9 +5,9 @@
 use crate::apps::App;
 use crate::exec::{Answer, AppFailure, Executor};
 use crate::ServeError;
-use gdr::cuda::{Context, DeviceBuffer, DeviceMemory, HostBuffer, LaunchConfig, Module, Stream};
+use gdr::cuda::{Context, LaunchConfig, Module};
 use gdr::mq::{GpuConfig, GpuWorkers, Placement, QueueConfig};
-use std::ffi::c_void;
+use gdr_bench::host_centric::Slot;
 use std::time::Duration;
 
 /// Shape of the GPU side.
@@ -151,28 +151,17 @@ pub fn worker_stages(
         .collect())
 }
 
-/// Offset of the response in the host-centric output buffer (its length word comes first).
-const OUT_OFF: usize = 16;
-
-struct HcSlot {
-    stream: Stream,
-    req_host: HostBuffer,
-    out_host: HostBuffer,
-    req_dev: DeviceBuffer,
-    out_dev: DeviceBuffer,
-}
-
 /// The host-centric baseline as an executor: every request is copied in, the app kernel is
 /// launched (one block, the same block size and app code as the GPU-queue workers), the
-/// answer copied out, and the stream waited on; `streams` requests may be in flight at once.
+/// answer copied out, and the stream waited on; `streams` requests may be in flight at once,
+/// each on its own [`Slot`] (gdr-bench's copy-in / launch / copy-out core).
 pub struct HostCentricExec {
     ctx: Context,
     module: Module,
-    slots: Vec<HcSlot>,
+    slots: Vec<Slot>,
     head: usize,
     busy: usize,
     threads: u32,
-    resp_cap: usize,
     label: String,
 }
 
@@ -194,25 +183,19 @@ impl HostCentricExec {
         let resp_cap = app.max_response().next_multiple_of(16).max(16);
         let mut slots = Vec::new();
         for _ in 0..streams.max(1) {
-            slots.push(HcSlot {
-                stream: Stream::new(ctx)?,
-                req_host: HostBuffer::new(ctx, req_cap)?,
-                out_host: HostBuffer::new(ctx, OUT_OFF + resp_cap)?,
-                req_dev: DeviceBuffer::new(ctx, req_cap)?,
-                out_dev: DeviceBuffer::new(ctx, OUT_OFF + resp_cap)?,
-            });
+            slots.push(Slot::new(ctx, req_cap, resp_cap)?);
         }
         // One-time app setup (LeNet weights) in this module.
         let init = module.function("gdr_serve_init")?;
         // SAFETY: gdr_serve_init takes no parameters.
         unsafe {
             init.launch(
-                &slots[0].stream,
+                slots[0].stream(),
                 LaunchConfig::linear(1, warps * 32),
                 &mut [],
             )?
         };
-        slots[0].stream.synchronize()?;
+        slots[0].stream().synchronize()?;
         Ok(HostCentricExec {
             ctx: ctx.clone(),
             module,
@@ -220,48 +203,18 @@ impl HostCentricExec {
             head: 0,
             busy: 0,
             threads: warps * 32,
-            resp_cap,
             label,
         })
     }
 
     fn enqueue(&mut self, i: usize, payload: &[u8]) -> Result<(), ServeError> {
         let s = &mut self.slots[i];
-        s.req_host.as_mut_slice()[..payload.len()].copy_from_slice(payload);
+        s.load(payload);
         let f = self.module.function("gdr_serve_oneshot")?;
-        // SAFETY: the pinned host buffers belong to this slot and are not touched again until
-        // the stream has been seen idle (poll), or are kept alive by self until drop, which
-        // synchronises each stream first.
-        unsafe {
-            s.stream
-                .memcpy_htod_async(&s.req_dev, 0, &s.req_host.as_slice()[..payload.len()])?;
-        }
-        let (mut req, mut len, mut out, mut cap, mut olen) = (
-            s.req_dev.device_ptr(),
-            payload.len() as u32,
-            s.out_dev.device_ptr() + OUT_OFF as u64,
-            self.resp_cap as u32,
-            s.out_dev.device_ptr(),
-        );
-        let mut params = [
-            &mut req as *mut u64 as *mut c_void,
-            &mut len as *mut u32 as *mut c_void,
-            &mut out as *mut u64 as *mut c_void,
-            &mut cap as *mut u32 as *mut c_void,
-            &mut olen as *mut u64 as *mut c_void,
-        ];
-        // SAFETY: parameters match gdr_serve_oneshot(const u8*, u32, u8*, u32, u32*); the
-        // device buffers belong to this slot.
-        unsafe {
-            f.launch(
-                &s.stream,
-                LaunchConfig::linear(1, self.threads),
-                &mut params,
-            )?;
-            let dst =
-                std::slice::from_raw_parts_mut(s.out_host.host_ptr(), OUT_OFF + self.resp_cap);
-            s.stream.memcpy_dtoh_async(dst, &s.out_dev, 0)?;
-        }
+        // SAFETY: gdr_serve_oneshot takes (const u8*, u32, u8*, u32, u32*); the slot's pinned
+        // buffers are not touched again until its stream has been seen idle (poll), and are
+        // kept alive by self until drop, which synchronises each stream first.
+        unsafe { s.enqueue(s.stream(), &f, self.threads, payload.len())? };
         Ok(())
     }
 }
@@ -298,15 +251,12 @@ impl Executor for HostCentricExec {
         let mut n = 0;
         while n < max && self.busy > 0 {
             let s = &self.slots[self.head];
-            if !s.stream.query()? {
+            if !s.stream().query()? {
                 break;
             }
-            let out = s.out_host.as_slice();
-            let len = u32::from_ne_bytes(out[..4].try_into().expect("4 bytes")) as usize;
-            if len <= self.resp_cap {
-                done(Ok(&out[OUT_OFF..OUT_OFF + len]));
-            } else {
-                done(Err(AppFailure));
+            match s.response() {
+                Ok(resp) => done(Ok(resp)),
+                Err(_) => done(Err(AppFailure)),
             }
             self.head = (self.head + 1) % self.slots.len();
             self.busy -= 1;
@@ -325,7 +275,7 @@ impl Drop for HostCentricExec {
         // The copies target our pinned buffers: let them finish before the buffers go.
         if self.ctx.bind().is_ok() {
             for s in &self.slots {
-                let _ = s.stream.synchronize();
+                let _ = s.stream().synchronize();
             }
         }
     }

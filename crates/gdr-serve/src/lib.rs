@@ -9,7 +9,6 @@
 pub mod apps;
 pub mod exec;
 pub mod gpu;
-pub mod hist;
 pub mod lenet;
 pub mod load;
 pub mod net;

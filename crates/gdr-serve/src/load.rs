@@ -10,11 +10,11 @@
 //! whether the run as a whole failed.
 
 use crate::apps::{self, App};
-use crate::hist::{Histogram, LatencySummary};
 use crate::lenet;
 use crate::net::{self, RecvBatch, SendBatch};
 use crate::wire::{self, Status};
 use crate::ServeError;
+use gdr_bench::stats::{Histogram, LatencySummary};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;

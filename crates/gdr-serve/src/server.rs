@@ -12,10 +12,10 @@
 
 use crate::apps::App;
 use crate::exec::Executor;
-use crate::hist::{Histogram, LatencySummary};
 use crate::net::{self, Addr, RecvBatch, SendBatch};
 use crate::wire::{self, Control, Framing, Parsed, Status};
 use crate::ServeError;
+use gdr_bench::stats::{Histogram, LatencySummary};
 use std::collections::VecDeque;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};

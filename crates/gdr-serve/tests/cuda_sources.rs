@@ -4,8 +4,8 @@
 //! libnvrtc.so); skipped without it.
 
 use gdr::cuda::nvrtc;
-use gdr::testing::skip_or_fail;
 use gdr_serve::App;
+use gdr_testing::skip_or_fail;
 use std::time::{Duration, Instant};
 
 const USER_APP: &str = r#"

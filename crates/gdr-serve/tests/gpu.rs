@@ -2,10 +2,10 @@
 //! GPU-queue mode match the CPU reference for 10^5 images, echo comes back unchanged, and
 //! both modes are measured in one run (server-side and end-to-end latency printed).
 
-use gdr::testing::gpu_context;
 use gdr_serve::load::{self, LoadConfig, LoadMode, LoadReport, Payload};
 use gdr_serve::run::{serve, Mode, ServeOptions};
 use gdr_serve::{App, ServeReport};
+use gdr_testing::gpu_context;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;

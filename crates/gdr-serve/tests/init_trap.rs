@@ -3,9 +3,9 @@
 //! runs) fails the launch, reported to the host, instead of holding the GPU forever. Its own
 //! test binary: the trap leaves this process's CUDA context unusable.
 
-use gdr::testing::gpu_context;
 use gdr_serve::gpu::{launch_workers, GpuShape};
 use gdr_serve::{apps, App};
+use gdr_testing::gpu_context;
 use std::time::{Duration, Instant};
 
 /// A user app whose one-time setup (block 0) takes 300 ms, with a 1 ms bound on the wait.
@@ -61,7 +61,7 @@ fn blocks_waiting_for_a_setup_past_the_bound_trap() {
 fn the_slow_init_app_compiles() {
     let name = "the_slow_init_app_compiles";
     if let Err(e) = gdr::cuda::nvrtc::version() {
-        gdr::testing::skip_or_fail::<()>(name, &e.to_string());
+        gdr_testing::skip_or_fail::<()>(name, &e.to_string());
         return;
     }
     let app = App::user("slow_init", SLOW_INIT.into(), apps::ID_USER, 1, 64).unwrap();

@@ -6,8 +6,8 @@
 //! server-side figures come from `gdr load` against `gdr serve` (scripts/serve-bench.sh).
 
 use gdr::cuda::{memcpy_dtoh, memcpy_htod, DeviceBuffer, DeviceMemory, LaunchConfig, Stream};
-use gdr::testing::gpu_context;
 use gdr_serve::{lenet, App};
+use gdr_testing::gpu_context;
 use std::ffi::c_void;
 
 /// Timed requests per configuration (after one warm-up).

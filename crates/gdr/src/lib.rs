@@ -5,20 +5,23 @@
 //!   touches every mapping of device memory, and the copy routines for write-combined BARs.
 //! - [`cuda`], [`nvml`]: the CUDA driver API, NVRTC and NVML, loaded at run time (no link-time
 //!   dependency), wrapped in a thin safe layer.
-//! - [`bar`]: GPU memory that the CPU maps directly through the GPU's BAR1.
-//! - [`copy`]: copy routines tuned for such mappings, and the auto copier.
+//! - [`copy`]: copy routines for CPU mappings of GPU memory (gdr-mem's, re-exported).
+//! - [`bar`]: GPU memory that the CPU maps directly through the GPU's BAR1, and the auto
+//!   copier.
 //! - [`topo`]: the PCIe topology and peer-to-peer verdicts.
 //! - [`peer`]: GPU memory for other devices (dma-buf export, registration cache).
 //! - [`mq`]: message queues in GPU memory and persistent GPU workers.
+//!
+//! [`timing`] is the interleaved timer the auto copier calibrates with. The benchmarks, the
+//! host-centric baselines and their statistics are in the `gdr-bench` crate; the GPU-test skip
+//! gate is the dev-only `gdr-testing` crate.
 
 pub mod bar;
-pub mod copy;
+pub use gdr_mem::copy;
 pub mod cuda;
 pub use gdr_mem as mem;
 pub mod mq;
 pub mod nvml;
 pub mod peer;
-pub mod pingpong;
-pub mod stats;
-pub mod testing;
+pub mod timing;
 pub mod topo;

@@ -4,7 +4,7 @@
 use gdr::bar::{BarError, VulkanBackend};
 use gdr::cuda::{self, DeviceMemory};
 use gdr::mem::AccessError;
-use gdr::testing::{gpu_context, skip_or_fail};
+use gdr_testing::{gpu_context, skip_or_fail};
 use rand::{Rng, RngCore};
 
 fn backend(name: &str) -> Option<VulkanBackend> {

@@ -3,7 +3,7 @@
 use gdr::cuda::{
     self, DeviceBuffer, DeviceMemory, Graph, HostBuffer, LaunchConfig, Module, Stream,
 };
-use gdr::testing::gpu_context;
+use gdr_testing::gpu_context;
 use rand::RngCore;
 use std::ffi::c_void;
 

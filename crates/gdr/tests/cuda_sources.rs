@@ -3,7 +3,7 @@
 //! `GDR_NVRTC` may point at a libnvrtc.so, e.g. from pip's nvidia-cuda-nvrtc wheel.
 
 use gdr::cuda::nvrtc;
-use gdr::testing::skip_or_fail;
+use gdr_testing::skip_or_fail;
 
 #[test]
 fn every_kernel_source_compiles_for_sm_90() {
@@ -12,7 +12,6 @@ fn every_kernel_source_compiles_for_sm_90() {
         return;
     }
     let sources = [
-        ("pingpong.cu", gdr::pingpong::SOURCE.to_string()),
         ("mq device header", gdr::mq::DEVICE_HEADER.to_string()),
         ("mq echo worker", gdr::mq::Handler::echo().program()),
     ];

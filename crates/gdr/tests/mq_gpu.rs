@@ -4,13 +4,13 @@
 
 use gdr::cuda::Context;
 use gdr::mq::{ExitReason, GpuConfig, GpuWorkers, Handler, MqError, Placement, QueueConfig};
-use gdr::testing::{gpu_context, skip_or_fail};
+use gdr_testing::{gpu_context, skip_or_fail};
 use rand::{Rng, RngCore, SeedableRng};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod mq_common;
-use mq_common::{transform, Tracker};
+use mq_common::{transform, Tracker, TRANSFORM};
 
 static GPU: Mutex<()> = Mutex::new(());
 
@@ -18,18 +18,6 @@ fn gpu(name: &str) -> Option<(Context, MutexGuard<'static, ()>)> {
     let guard = GPU.lock().unwrap_or_else(|p| p.into_inner());
     Some((gpu_context(name)?, guard))
 }
-
-/// Reverses the request and xors every byte with its length: a response proves the GPU saw
-/// exactly this request.
-const TRANSFORM: &str = r#"
-__device__ unsigned int handle(const unsigned char *req, unsigned int len,
-                               unsigned char *resp, unsigned int cap) {
-    if (len > cap) return cap + 1;
-    const unsigned char k = (unsigned char)len;
-    for (unsigned int i = 0; i < len; i++) resp[i] = req[len - 1 - i] ^ k;
-    return len;
-}
-"#;
 
 /// Echo after busy-waiting the number of microseconds in the first 4 request bytes; a first
 /// byte of 0xEE answers more than the capacity.
@@ -521,55 +509,6 @@ fn bad_configurations_are_errors() {
         Err(e) => panic!("wrong error {e}"),
         Ok(_) => panic!("a broken handler compiled"),
     }
-}
-
-#[test]
-fn host_centric_baseline_runs_the_same_handler() {
-    let name = "host_centric_baseline_runs_the_same_handler";
-    let Some((ctx, _g)) = gpu(name) else { return };
-    let mut h =
-        gdr::mq::HostCentric::new(&ctx, &Handler::new("transform", TRANSFORM), 256).unwrap();
-    let mut buf = vec![0u8; 256];
-    for len in [0usize, 1, 64, 255, 256] {
-        let mut m = vec![0u8; len];
-        rand::thread_rng().fill_bytes(&mut m);
-        let n = h.round_trip(&m, &mut buf).unwrap();
-        assert!(buf[..n] == transform(&m)[..], "len {len}");
-        buf.fill(0);
-        let n = h.round_trip_graph(&m, &mut buf).unwrap();
-        assert!(buf[..n] == transform(&m)[..], "graph len {len}");
-    }
-    assert!(matches!(
-        h.round_trip(&[0u8; 257], &mut buf),
-        Err(MqError::Oversize { .. })
-    ));
-}
-
-#[test]
-fn quick_bench_meets_its_own_sanity() {
-    let name = "quick_bench_meets_its_own_sanity";
-    let Some((ctx, _g)) = gpu(name) else { return };
-    let mut bc = gdr::mq::bench::BenchConfig::quick();
-    bc.latency_iters = 500;
-    bc.sizes = vec![64];
-    bc.queues = vec![1];
-    bc.duration = Duration::from_millis(100);
-    let r = match gdr::mq::bench::run(&ctx, &bc) {
-        Ok(r) => r,
-        Err(MqError::Bar(e)) => {
-            skip_or_fail::<()>(name, &e.to_string());
-            return;
-        }
-        Err(e) => panic!("{e}"),
-    };
-    println!("{}", serde_json::to_string_pretty(&r).unwrap());
-    assert_eq!(r.latency.len(), 2 * Placement::ALL.len() + 2);
-    assert!(r.latency.iter().any(|l| l.path == "rx-gpu/tx-host words"));
-    assert!(r
-        .latency
-        .iter()
-        .all(|l| l.p50_us > 0.0 && l.p50_us <= l.p99_us));
-    assert!(r.throughput.iter().all(|t| t.messages > 0));
 }
 
 #[test]

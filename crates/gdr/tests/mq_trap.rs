@@ -3,7 +3,7 @@
 //! own test binary because the trap leaves this process's context unusable.
 
 use gdr::mq::{GpuConfig, GpuWorkers, Handler, MqError, Placement, QueueConfig};
-use gdr::testing::{gpu_context, skip_or_fail};
+use gdr_testing::{gpu_context, skip_or_fail};
 use std::time::{Duration, Instant};
 
 const TRAP: &str = r#"

@@ -10,7 +10,7 @@ use gdr::cuda::{self, vmm::VmmBuffer, Context, DeviceBuffer, DeviceMemory};
 use gdr::mem::AccessError;
 use gdr::peer::dmabuf::{buffer_id, host_page_size};
 use gdr::peer::{dmabuf_cache, CacheError, DmaBuf, PeerError, Tracked};
-use gdr::testing::gpu_context;
+use gdr_testing::gpu_context;
 use rand::{Rng, RngCore};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;

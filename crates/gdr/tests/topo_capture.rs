@@ -6,7 +6,7 @@ use gdr::topo::{TopoError, Topology};
 use std::path::{Path, PathBuf};
 
 fn fixtures_dir() -> PathBuf {
-    gdr::testing::topo_fixtures()
+    gdr_testing::topo_fixtures()
 }
 
 fn scratch(name: &str) -> PathBuf {

@@ -22,7 +22,7 @@ const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 
 fn fixtures_dir() -> PathBuf {
-    gdr::testing::topo_fixtures()
+    gdr_testing::topo_fixtures()
 }
 
 fn fixture(name: &str) -> Topology {

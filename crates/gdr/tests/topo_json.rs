@@ -49,7 +49,7 @@ fn check_device(d: &Value) {
 
 #[test]
 fn json_has_the_documented_shape_on_every_fixture() {
-    let dir = gdr::testing::topo_fixtures();
+    let dir = gdr_testing::topo_fixtures();
     for entry in std::fs::read_dir(dir).unwrap() {
         let root = entry.unwrap().path();
         let mut topo = Topology::read(&root).unwrap();
@@ -104,7 +104,7 @@ fn json_has_the_documented_shape_on_every_fixture() {
 
 #[test]
 fn explained_path_serializes_with_hops() {
-    let root = gdr::testing::topo_fixtures().join("two-socket");
+    let root = gdr_testing::topo_fixtures().join("two-socket");
     let topo = Topology::read(root).unwrap();
     let p = topo
         .path(

@@ -20,7 +20,7 @@ use super::CmdResult;
 use gdr::bar::{PinBackend, Pinner, VulkanBackend};
 use gdr::cuda::{vmm::VmmBuffer, Context, DeviceBuffer, DeviceMemory};
 use gdr::peer::{dmabuf_cache, DmaBuf};
-use gdr::stats::Summary;
+use gdr_bench::stats::Summary;
 use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Instant;

@@ -6,7 +6,7 @@ use super::measure::{dir_name, time_all, ReportArgs, Timed};
 use super::plot::{write_svg, Panel, Series, SIZE_LABEL};
 use super::table::{parse_size, size as hsize, Table};
 use super::CmdResult;
-use gdr::copy::auto::{AutoCopier, Direction, Path};
+use gdr::bar::auto::{AutoCopier, Direction, Path};
 use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Duration;

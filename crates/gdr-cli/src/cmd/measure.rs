@@ -1,9 +1,9 @@
 //! Timing one copy path between host memory and a mapped buffer (copylat, copybw, check).
 
+use gdr::bar::auto::{read_on, write_on, AutoCopier, Direction, Path};
 use gdr::bar::{BarError, MappedBuffer};
-use gdr::copy::auto::{read_on, write_on, AutoCopier, Direction, Path};
 use gdr::cuda;
-use gdr::stats::{time_interleaved_us, Op, Summary};
+use gdr_bench::stats::{time_interleaved_us, Op, Summary};
 use rand::RngCore;
 use std::time::Duration;
 

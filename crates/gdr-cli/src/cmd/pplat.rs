@@ -4,8 +4,8 @@
 use super::gpu::{self, GpuArg};
 use super::table::Table;
 use super::CmdResult;
-use gdr::pingpong::{host_centric, ping_pong, Placement};
-use gdr::stats::Summary;
+use gdr_bench::pingpong::{host_centric, ping_pong, Placement};
+use gdr_bench::stats::Summary;
 use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Duration;

@@ -5,8 +5,8 @@
 
 use super::gpu::{self, GpuArg};
 use super::CmdResult;
+use gdr::bar::auto::AutoCopier;
 use gdr::bar::{BarError, MappedBuffer, VulkanBackend};
-use gdr::copy::auto::AutoCopier;
 use gdr::cuda;
 use gdr::mem::AccessError;
 use rand::{Rng, RngCore};
@@ -218,8 +218,8 @@ fn auto(be: &VulkanBackend, copier: &AutoCopier, size: usize) -> CheckResult {
     verify_guarded(&back, 9, &src, POISON_CPU).map_err(|e| format!("read: {e}"))?;
     Ok(format!(
         "write via {}, read via {}",
-        copier.path_for(gdr::copy::auto::Direction::ToGpu, size),
-        copier.path_for(gdr::copy::auto::Direction::FromGpu, size)
+        copier.path_for(gdr::bar::auto::Direction::ToGpu, size),
+        copier.path_for(gdr::bar::auto::Direction::FromGpu, size)
     ))
 }
 

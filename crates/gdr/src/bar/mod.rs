@@ -6,7 +6,11 @@
 //! [`MappedMemory`] trait it implements (the stream-store and stream-load routines of
 //! [`crate::copy`]), and the buffer keeps its block — the mapping and
 //! the memory behind it — alive, so no mapping can outlive its memory.
+//!
+//! [`auto`] picks the fastest way (stores through the mapping on 1..N threads, or the copy
+//! engine) per direction and size for such buffers.
 
+pub mod auto;
 pub mod gdrdrv;
 pub mod pin;
 mod range_alloc;

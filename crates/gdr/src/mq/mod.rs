@@ -12,11 +12,9 @@
 //! runs over any [`RingMemory`], so [`CpuWorkers`] (a CPU thread playing the GPU over plain
 //! memory) exercises exactly the same host code without a GPU.
 
-pub mod bench;
 pub mod cpu_worker;
 mod error;
 pub mod gpu_worker;
-pub mod host_centric;
 pub mod layout;
 pub mod memory;
 mod queue;
@@ -24,7 +22,6 @@ mod queue;
 pub use cpu_worker::{CpuHandler, CpuIdle, CpuWorkers};
 pub use error::{ExitReason, InFlight, MqError};
 pub use gpu_worker::{GpuConfig, GpuWorkers, Handler, QueueOutcome, WORKER_KERNEL};
-pub use host_centric::HostCentric;
 
 pub use memory::{PlainMemory, Region, RingMemory};
 pub use queue::{QueuePair, QueueStats};

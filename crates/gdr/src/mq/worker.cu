@@ -84,7 +84,8 @@ extern "C" __global__ void gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32
     gdr_mq_worker_exit(w, reason, err, arg);
 }
 
-// The host-centric baseline: one launch per request, the same handler, one thread.
+// The host-centric baseline (gdr_bench::host_centric): one launch per request, the same
+// handler, one thread.
 extern "C" __global__ void gdr_mq_oneshot(const unsigned char *req, gdr_u32 req_len,
                                           unsigned char *resp, gdr_u32 resp_cap,
                                           gdr_u32 *resp_len) {

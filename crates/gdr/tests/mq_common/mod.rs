@@ -13,6 +13,17 @@ use std::collections::{HashSet, VecDeque};
 /// Bytes of the id at the front of every tracked request.
 pub const ID_BYTES: usize = 8;
 
+/// [`transform`] as a CUDA handler: a response proves the GPU saw exactly this request.
+pub const TRANSFORM: &str = r#"
+__device__ unsigned int handle(const unsigned char *req, unsigned int len,
+                               unsigned char *resp, unsigned int cap) {
+    if (len > cap) return cap + 1;
+    const unsigned char k = (unsigned char)len;
+    for (unsigned int i = 0; i < len; i++) resp[i] = req[len - 1 - i] ^ k;
+    return len;
+}
+"#;
+
 /// Reverses the request and xors every byte with its length.
 pub fn transform(req: &[u8]) -> Vec<u8> {
     let k = req.len() as u8;

@@ -12,7 +12,7 @@
 
 use crate::bar::{BarError, MappedBuffer, VulkanBackend};
 use crate::cuda;
-use crate::stats;
+use crate::timing;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -192,16 +192,16 @@ pub fn calibrate(be: &VulkanBackend, opts: &CalibrateOptions) -> Result<Calibrat
             // depend on the buffer (alignment, pages), which must not differ between paths.
             let host = std::cell::RefCell::new(vec![0x5Au8; size]);
             let (buf, host) = (&buf, &host);
-            let mut ops: Vec<stats::Op<'_, BarError>> = measured
+            let mut ops: Vec<timing::Op<'_, BarError>> = measured
                 .iter()
-                .map(|&(_, p)| -> stats::Op<'_, BarError> {
+                .map(|&(_, p)| -> timing::Op<'_, BarError> {
                     Box::new(move || match dir {
                         Direction::ToGpu => write_on(p, buf, 0, &host.borrow()),
                         Direction::FromGpu => read_on(p, buf, 0, &mut host.borrow_mut()),
                     })
                 })
                 .collect();
-            let sums = stats::time_interleaved_us(
+            let mut samples = timing::time_interleaved(
                 &mut ops,
                 31,
                 Duration::from_micros(20),
@@ -209,14 +209,15 @@ pub fn calibrate(be: &VulkanBackend, opts: &CalibrateOptions) -> Result<Calibrat
             )?;
             drop(ops);
             let mut results = Vec::new();
-            for (&(i, p), s) in measured.iter().zip(&sums) {
+            for (&(i, p), s) in measured.iter().zip(&mut samples) {
+                let median_us = timing::median(s);
                 points.push(Point {
                     direction: dir,
                     size,
                     path: p,
-                    median_us: s.median,
+                    median_us,
                 });
-                results.push((i, p, s.median));
+                results.push((i, p, median_us));
             }
             let best = results.iter().map(|r| r.2).fold(f64::INFINITY, f64::min);
             for &(i, p, t) in &results {

@@ -1,4 +1,5 @@
-//! Gate for tests that need a GPU.
+//! gdr-testing: the gate for tests that need a GPU, shared by the tests of every gdr crate
+//! (a dev-dependency only; it is no part of the library).
 //!
 //! Without a usable GPU a GPU test prints `skipped: no GPU: <test name>` (and why on the next
 //! line) and passes, so `cargo test` works anywhere; with `GDR_REQUIRE_GPU=1` (the bundle runner
@@ -8,7 +9,7 @@
 //! the file that `GDR_SKIP_LOG` names: scripts/test.sh counts those lines and reports them apart
 //! from the tests that ran.
 
-use crate::cuda::{Context, Device};
+use gdr::cuda::{Context, Device};
 use std::io::Write;
 
 /// The environment variable naming the file that gets one `skipped: no GPU: <test name>` line
@@ -86,7 +87,11 @@ pub fn topo_fixtures() -> std::path::PathBuf {
     std::env::var_os("GDR_TOPO_FIXTURES")
         .map(Into::into)
         .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/topo")
+            // This crate sits beside crates/gdr.
+            let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .expect("crates/gdr-testing has a parent");
+            crates.join("gdr/tests/fixtures/topo")
         })
 }
 

@@ -12,11 +12,11 @@
 //! deadline after which it stops the thread (flag = u32::MAX) and reports a timeout. The
 //! host-centric loop synchronizes plainly: its kernel is one store and cannot spin.
 
-use crate::bar::{BarError, MappedBuffer, VulkanBackend};
-use crate::cuda::{
+use crate::stats::Summary;
+use gdr::bar::{BarError, MappedBuffer, VulkanBackend};
+use gdr::cuda::{
     Context, CudaError, DeviceBuffer, DeviceMemory, Graph, HostBuffer, LaunchConfig, Module, Stream,
 };
-use crate::stats::Summary;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
@@ -116,7 +116,7 @@ impl Word {
         // SAFETY: ptr is 64-byte aligned memory owned by self and shared only with the GPU
         // thread, which reads it with volatile loads.
         unsafe { std::ptr::write_volatile(self.ptr(), v) };
-        crate::copy::store_fence();
+        gdr::copy::store_fence();
     }
 
     #[inline]

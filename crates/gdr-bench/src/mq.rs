@@ -1,11 +1,10 @@
 //! `gdr mq bench`: round-trip latency per placement, throughput with batching over 1..N
 //! queues, and the host-centric baseline, measured in one run on one GPU.
 
-use super::error::MqError;
-use super::gpu_worker::{GpuConfig, GpuWorkers, Handler};
-use super::host_centric::HostCentric;
-use super::{Placement, QueueConfig};
-use crate::cuda::Context;
+use crate::host_centric::HostCentric;
+use crate::stats::ns_quantile_us;
+use gdr::cuda::Context;
+use gdr::mq::{GpuConfig, GpuWorkers, Handler, MqError, Placement, QueueConfig};
 use std::time::{Duration, Instant};
 
 /// What to measure.
@@ -131,10 +130,7 @@ pub struct BenchReport {
 fn latency_of(path: String, size: u32, mut ns: Vec<u64>) -> Latency {
     ns.sort_unstable();
     // An empty sample (iters = 0) reads as NaN rather than panicking.
-    let pick = |q: f64| match ns.len() {
-        0 => f64::NAN,
-        n => ns[((n as f64 * q) as usize).min(n - 1)] as f64 / 1000.0,
-    };
+    let pick = |q: f64| ns_quantile_us(&ns, q);
     Latency {
         path,
         size,
@@ -184,7 +180,7 @@ pub fn queue_stages(
     iters: usize,
 ) -> Result<GpuStages, MqError> {
     let (_, (cycles, batches)) = round_trips(ctx, placement, rx_words, size, iters, true)?;
-    let khz = ctx.device().attribute(crate::cuda::sys::ATTR_CLOCK_RATE)? as f64;
+    let khz = ctx.device().attribute(gdr::cuda::sys::ATTR_CLOCK_RATE)? as f64;
     let per = |c: u64| c as f64 / batches.max(1) as f64 / khz * 1e6;
     Ok(GpuStages {
         recv_ns: per(cycles[0]),
@@ -320,7 +316,7 @@ pub fn throughput(
                 s.spawn(move || -> Result<(u64, u64, f64), MqError> {
                     ctx.bind()?;
                     let mut bad = 0u64;
-                    let mut pump = |q: &mut super::QueuePair| -> Result<(), MqError> {
+                    let mut pump = |q: &mut gdr::mq::QueuePair| -> Result<(), MqError> {
                         let room = (q.credits() as usize).min(batch.len());
                         if room >= batch.len() / 2 || q.in_flight() == 0 {
                             q.try_send_batch(&batch[..room])?;
@@ -412,7 +408,7 @@ pub fn run(ctx: &Context, bc: &BenchConfig) -> Result<BenchReport, MqError> {
     latency.push(plain);
     latency.push(graph);
     let mut tput = Vec::new();
-    let sms = super::gpu_worker::sm_count(ctx)?;
+    let sms = gdr::mq::gpu_worker::sm_count(ctx)?;
     for &p in &bc.throughput_placements {
         for &size in &bc.sizes {
             for &nq in &bc.queues {
