@@ -1,8 +1,8 @@
 //! gdr: direct data paths between NVIDIA GPUs, the CPU and other PCIe devices.
 //!
 //! Layers, from the bottom:
-//! - [`cuda`], [`nvml`]: the CUDA driver API, NVRTC and NVML, loaded at run time (no link-time
-//!   dependency), wrapped in a thin safe layer.
+//! - [`cuda`], [`nvml`]: the CUDA driver API, NVRTC and NVML, loaded at run time by [`dylib`]
+//!   (no link-time dependency), wrapped in a thin safe layer.
 //! - [`bar`]: GPU memory that the CPU maps directly through the GPU's BAR1.
 //! - [`copy`]: copy routines tuned for such mappings, and the auto copier.
 //! - [`topo`]: the PCIe topology and peer-to-peer verdicts.
@@ -12,6 +12,7 @@
 pub mod bar;
 pub mod copy;
 pub mod cuda;
+pub mod dylib;
 pub mod mq;
 pub mod nvml;
 pub mod peer;

@@ -2,19 +2,17 @@
 //! `CUresult` into a typed [`Result`] that names the failing call.
 
 use super::{nvrtc, sys};
+use crate::dylib::{self, LibrarySpec, LoadError};
 use std::ffi::{c_char, CStr};
 use std::sync::OnceLock;
 
 /// Errors from the CUDA layer.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CudaError {
-    #[error(
-        "the CUDA driver library (libcuda.so.1) could not be loaded: {0}; install the NVIDIA \
-         driver (e.g. the nvidia-driver or libnvidia-compute package)"
-    )]
-    NotInstalled(String),
-    #[error("the CUDA driver lacks an entry point gdr needs ({0}); update the NVIDIA driver")]
-    MissingSymbol(String),
+    /// libcuda is not installed ([`LoadError::NotInstalled`]) or too old
+    /// ([`LoadError::MissingSymbol`]).
+    #[error(transparent)]
+    Load(#[from] LoadError),
     #[error("no CUDA device: the driver is installed but sees no GPU")]
     NoDevice,
     #[error("CUDA device {ordinal} does not exist ({count} present)")]
@@ -67,32 +65,26 @@ pub fn driver() -> Result<&'static Driver> {
         .map_err(Clone::clone)
 }
 
+/// libcuda as [`dylib`] names it in errors.
+pub static LIBCUDA: LibrarySpec = LibrarySpec {
+    what: "the CUDA driver library (libcuda.so.1)",
+    install: "install the NVIDIA driver (e.g. the nvidia-driver or libnvidia-compute package)",
+    update: "update the NVIDIA driver",
+};
+
 fn load_driver() -> Result<Driver> {
-    let names = ["libcuda.so.1", "libcuda.so"];
-    let mut last = String::new();
-    for name in names {
-        // SAFETY: loading the NVIDIA driver library runs its initialisers, which have no
-        // preconditions on our side.
-        match unsafe { libloading::Library::new(name) } {
-            Ok(lib) => {
-                // SAFETY: the library is libcuda; its symbols follow cuda.h.
-                let api =
-                    unsafe { sys::DriverApi::resolve(lib) }.map_err(CudaError::MissingSymbol)?;
-                let drv = Driver { api, version: 0 };
-                // SAFETY: cuInit takes flags 0 and may be called any number of times.
-                drv.check("cuInit", unsafe { (drv.api.init)(0) })?;
-                let mut version = 0;
-                // SAFETY: out-pointer to a live local.
-                drv.check("cuDriverGetVersion", unsafe {
-                    (drv.api.driver_get_version)(&mut version)
-                })?;
-                return Ok(Driver { version, ..drv });
-            }
-            Err(e) if last.is_empty() => last = e.to_string(),
-            Err(_) => {}
-        }
-    }
-    Err(CudaError::NotInstalled(last))
+    let lib = dylib::open(&LIBCUDA, &["libcuda.so.1", "libcuda.so"])?;
+    // SAFETY: the library is libcuda; its symbols follow cuda.h.
+    let api = unsafe { sys::DriverApi::resolve(lib) }?;
+    let drv = Driver { api, version: 0 };
+    // SAFETY: cuInit takes flags 0 and may be called any number of times.
+    drv.check("cuInit", unsafe { (drv.api.init)(0) })?;
+    let mut version = 0;
+    // SAFETY: out-pointer to a live local.
+    drv.check("cuDriverGetVersion", unsafe {
+        (drv.api.driver_get_version)(&mut version)
+    })?;
+    Ok(Driver { version, ..drv })
 }
 
 impl Driver {
