@@ -16,74 +16,36 @@ pub const GPU_PAGE_SIZE: u64 = 1 << GPU_PAGE_SHIFT;
 /// with `PIN_BUFFER_V2` and `REQ_MAPPING_TYPE`. The driver names the oldest it accepts.
 pub const API_VERSION: u32 = (2 << 16) | 5;
 
-// `_IOC` field layout. PowerPC, MIPS and SPARC use 3 direction bits and 13 size bits.
-#[cfg(any(
-    target_arch = "powerpc",
-    target_arch = "powerpc64",
-    target_arch = "mips",
-    target_arch = "mips64",
-    target_arch = "sparc64"
-))]
-mod ioc_layout {
-    pub const SIZE_BITS: u32 = 13;
-    pub const WRITE: u32 = 4;
-    pub const READ: u32 = 2;
-}
-#[cfg(not(any(
-    target_arch = "powerpc",
-    target_arch = "powerpc64",
-    target_arch = "mips",
-    target_arch = "mips64",
-    target_arch = "sparc64"
-)))]
-mod ioc_layout {
-    pub const SIZE_BITS: u32 = 14;
-    pub const WRITE: u32 = 1;
-    pub const READ: u32 = 2;
+/// `_IOWR(IOCTL_MAGIC, nr, T)`, encoded by rustix (which knows each architecture's `_IOC`
+/// layout: PowerPC, MIPS and SPARC differ from the rest).
+// rustix's `Opcode` is `u32` or `c_ulong` depending on its backend; gdrdrv's numbers fit 32 bits.
+#[allow(clippy::unnecessary_cast)]
+const fn iowr<T>(nr: u8) -> u32 {
+    rustix::ioctl::opcode::read_write::<T>(IOCTL_MAGIC, nr) as u32
 }
 
-const IOC_NR_SHIFT: u32 = 0;
-const IOC_TYPE_SHIFT: u32 = 8;
-const IOC_SIZE_SHIFT: u32 = 16;
-const IOC_DIR_SHIFT: u32 = IOC_SIZE_SHIFT + ioc_layout::SIZE_BITS;
-
-/// `_IOC(dir, type, nr, size)`: a Linux ioctl command number. The size is truncated to the size
-/// field, as the C macro does.
-pub const fn ioc(dir: u32, ty: u8, nr: u8, size: usize) -> u32 {
-    let size = (size as u32) & ((1 << ioc_layout::SIZE_BITS) - 1);
-    (dir << IOC_DIR_SHIFT)
-        | (size << IOC_SIZE_SHIFT)
-        | ((ty as u32) << IOC_TYPE_SHIFT)
-        | ((nr as u32) << IOC_NR_SHIFT)
-}
-
-/// `_IOWR(type, nr, size)`: read and write.
-pub const fn iowr(ty: u8, nr: u8, size: usize) -> u32 {
-    ioc(ioc_layout::READ | ioc_layout::WRITE, ty, nr, size)
-}
-
-/// What the C header's pointer-typed commands encode as their size.
-const POINTER_SIZE: usize = std::mem::size_of::<*mut c_void>();
+/// What the C header's pointer-typed commands encode as their size: they name a pointer type.
+type Pointer = *mut c_void;
 
 /// Command 1: pin a range (v1: with a P2P token and VA space, both 0 for CUDA memory). The only
 /// command whose number encodes its real structure size (40).
-pub const PIN_BUFFER: u32 = iowr(IOCTL_MAGIC, 1, std::mem::size_of::<PinBufferParams>());
+pub const PIN_BUFFER: u32 = iowr::<PinBufferParams>(1);
 /// Command 2: unpin.
-pub const UNPIN_BUFFER: u32 = iowr(IOCTL_MAGIC, 2, POINTER_SIZE);
+pub const UNPIN_BUFFER: u32 = iowr::<Pointer>(2);
 /// Command 3: whether the NVIDIA free callback fired for a pin.
-pub const GET_CB_FLAG: u32 = iowr(IOCTL_MAGIC, 3, POINTER_SIZE);
+pub const GET_CB_FLAG: u32 = iowr::<Pointer>(3);
 /// Command 4: pin information, v1 layout.
-pub const GET_INFO: u32 = iowr(IOCTL_MAGIC, 4, POINTER_SIZE);
+pub const GET_INFO: u32 = iowr::<Pointer>(4);
 /// Command 5: pin information with the mapping type (driver 2.4+).
-pub const GET_INFO_V2: u32 = iowr(IOCTL_MAGIC, 5, POINTER_SIZE);
+pub const GET_INFO_V2: u32 = iowr::<Pointer>(5);
 /// Command 6: a driver attribute (driver 2.4+).
-pub const GET_ATTR: u32 = iowr(IOCTL_MAGIC, 6, POINTER_SIZE);
+pub const GET_ATTR: u32 = iowr::<Pointer>(6);
 /// Command 7: pin with flags (driver 2.5+).
-pub const PIN_BUFFER_V2: u32 = iowr(IOCTL_MAGIC, 7, POINTER_SIZE);
+pub const PIN_BUFFER_V2: u32 = iowr::<Pointer>(7);
 /// Command 8: ask for a CPU mapping type before `mmap` (driver 2.5+).
-pub const REQ_MAPPING_TYPE: u32 = iowr(IOCTL_MAGIC, 8, POINTER_SIZE);
+pub const REQ_MAPPING_TYPE: u32 = iowr::<Pointer>(8);
 /// Command 255: driver version and the oldest API version it accepts.
-pub const GET_VERSION: u32 = iowr(IOCTL_MAGIC, 255, POINTER_SIZE);
+pub const GET_VERSION: u32 = iowr::<Pointer>(255);
 
 /// `PIN_BUFFER` parameters (40 bytes).
 #[repr(C)]
