@@ -638,8 +638,11 @@ impl<'s, 'a> NetThread<'s, 'a> {
             let took = match self.lanes[e].exec.submit(&payloads) {
                 Ok(t) => t,
                 Err(err) => {
+                    // It answers its whole queue, this batch's requests included, with
+                    // `app_failed` (counted abandoned): nothing is left to account for here.
                     self.fail_executor(e, &err);
-                    0
+                    self.lanes[e].staged.clear();
+                    continue;
                 }
             };
             let extra = payloads.len() - took;

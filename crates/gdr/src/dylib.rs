@@ -4,9 +4,8 @@
 //! machine without it gets a typed error that says what to install. Each user names its library
 //! once (a [`LibrarySpec`]: how to call it in messages, what to install, what to update), lists
 //! the file names or paths to try in order ([`open`]), and resolves its table of entry points
-//! once with [`api_table!`](crate::dylib::api_table), which generates a struct of function
-//! pointers that keeps the library loaded as long as the pointers live (the shape of cudarc's
-//! sys layer).
+//! once with `api_table!`, which generates a struct of function pointers that keeps the library
+//! loaded as long as the pointers live (the shape of cudarc's sys layer).
 
 use std::ffi::OsStr;
 use std::fmt;
