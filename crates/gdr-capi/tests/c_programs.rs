@@ -14,6 +14,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use tempfile::TempDir;
 
 fn library() -> PathBuf {
     if let Some(p) = std::env::var_os("GDRAPI_LIB") {
@@ -38,25 +39,25 @@ fn crate_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A folder holding the library (links) under its file, soname and link names, like an install.
-fn staged_library() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gdrapi-c-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+/// A fresh folder (removed when dropped) holding the library (links) under its file, soname
+/// and link names, like an install.
+fn staged_library() -> TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("gdrapi-c-")
+        .tempdir()
+        .unwrap();
     let lib = library();
     for name in ["libgdrapi.so.2.6.0", "libgdrapi.so.2", "libgdrapi.so"] {
-        let to = dir.join(name);
-        // Several tests stage at once: link under a private name, then rename into place.
-        let tmp = dir.join(format!("{name}.{:?}", std::thread::current().id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&lib, &tmp).unwrap();
-        std::fs::rename(&tmp, &to).unwrap();
+        std::os::unix::fs::symlink(&lib, dir.path().join(name)).unwrap();
     }
     dir
 }
 
-/// Compiles `tests/c/<src>` with `compiler` (gcc as C99, g++ as C++11) into the staging folder.
-fn build(src: &str, cxx: bool) -> PathBuf {
-    let dir = staged_library();
+/// Compiles `tests/c/<src>` with `compiler` (gcc as C99, g++ as C++11) into a staging folder of
+/// its own; the program is valid while the folder lives.
+fn build(src: &str, cxx: bool) -> (TempDir, PathBuf) {
+    let staged = staged_library();
+    let dir = staged.path();
     let stem = Path::new(src).file_stem().unwrap().to_str().unwrap();
     let exe = dir.join(format!("{stem}{}", if cxx { "-cxx11" } else { "-c99" }));
     let (cc, std) = if cxx {
@@ -76,7 +77,7 @@ fn build(src: &str, cxx: bool) -> PathBuf {
         .arg("-o")
         .arg(&exe)
         .arg("-L")
-        .arg(&dir)
+        .arg(dir)
         .args(["-lgdrapi", "-ldl"])
         .arg(format!("-Wl,-rpath,{}", dir.display()))
         .output()
@@ -88,7 +89,7 @@ fn build(src: &str, cxx: bool) -> PathBuf {
         "{cc} {src} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    exe
+    (staged, exe)
 }
 
 /// Runs `exe`; its stdout and stderr, after checking the exit status.
@@ -106,19 +107,22 @@ fn run(exe: &Path) -> String {
 
 #[test]
 fn api_names_c99() {
-    let text = run(&build("api_names.c", false));
+    let (_dir, exe) = build("api_names.c", false);
+    let text = run(&exe);
     assert!(text.contains("api_names: all checks passed"), "{text}");
 }
 
 #[test]
 fn api_names_cxx11() {
-    let text = run(&build("api_names.c", true));
+    let (_dir, exe) = build("api_names.c", true);
+    let text = run(&exe);
     assert!(text.contains("api_names: all checks passed"), "{text}");
 }
 
 /// A GPU program run by test `test`: passes, or (no GPU, not required) says it skipped.
 fn gpu_program(test: &str, src: &str, passed: &str) {
-    let text = run(&build(src, false));
+    let (_dir, exe) = build(src, false);
+    let text = run(&exe);
     // Both programs skip with `<program>: skipped: <why>` (under GDR_REQUIRE_GPU=1 they exit
     // non-zero instead, which `run` has already failed on).
     if let Some(line) = text.lines().find(|l| l.contains(": skipped: ")) {

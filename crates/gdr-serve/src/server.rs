@@ -383,14 +383,25 @@ struct Pending {
     addr: Addr,
 }
 
+/// One executor of a network thread and what the thread keeps about it.
+struct Lane<'a> {
+    exec: Box<dyn Executor + 'a>,
+    /// It failed: it answers nothing more and takes no new requests.
+    dead: bool,
+    /// Requests it took (or is being offered in this batch), oldest first.
+    pending: VecDeque<Pending>,
+    /// Indices in the receive batch of the requests picked for it in this batch.
+    staged: Vec<usize>,
+}
+
 struct NetThread<'s, 'a> {
     fd: RawFd,
     cfg: &'s ServerConfig,
     app: &'s App,
-    execs: Vec<Box<dyn Executor + 'a>>,
-    dead: Vec<bool>,
-    pending: Vec<VecDeque<Pending>>,
-    staged: Vec<Vec<usize>>,
+    lanes: Vec<Lane<'a>>,
+    /// The payloads of one submit, kept empty between batches so that its allocation is
+    /// reused (see [`recycle`]).
+    payloads: Vec<&'static [u8]>,
     shared: &'s Shared,
     c: Counters,
     published: Counters,
@@ -406,16 +417,21 @@ impl<'s, 'a> NetThread<'s, 'a> {
         execs: Vec<Box<dyn Executor + 'a>>,
         shared: &'s Shared,
     ) -> Self {
-        let n = execs.len();
         let batch = cfg.batch.max(1);
         NetThread {
             fd,
             cfg,
             app,
-            execs,
-            dead: vec![false; n],
-            pending: (0..n).map(|_| VecDeque::new()).collect(),
-            staged: (0..n).map(|_| Vec::new()).collect(),
+            lanes: execs
+                .into_iter()
+                .map(|exec| Lane {
+                    exec,
+                    dead: false,
+                    pending: VecDeque::new(),
+                    staged: Vec::with_capacity(batch),
+                })
+                .collect(),
+            payloads: Vec::with_capacity(batch),
             shared,
             c: Counters::default(),
             published: Counters::default(),
@@ -433,7 +449,7 @@ impl<'s, 'a> NetThread<'s, 'a> {
     }
 
     fn in_flight(&self) -> usize {
-        self.pending.iter().map(|p| p.len()).sum()
+        self.lanes.iter().map(|l| l.pending.len()).sum()
     }
 
     fn publish(&mut self) {
@@ -584,15 +600,17 @@ impl<'s, 'a> NetThread<'s, 'a> {
                         self.reply_bad(status, Some(control), rx.addr(i), d.len());
                         continue;
                     }
-                    let ne = self.execs.len();
-                    let pick = (0..ne)
-                        .map(|k| (self.rr + k) % ne)
-                        .find(|&e| !self.dead[e] && self.execs[e].room() > self.staged[e].len());
+                    let ne = self.lanes.len();
+                    let pick = (0..ne).map(|k| (self.rr + k) % ne).find(|&e| {
+                        let l = &self.lanes[e];
+                        !l.dead && l.exec.room() > l.staged.len()
+                    });
                     match pick {
                         None => self.c.shed += 1,
                         Some(e) => {
-                            self.staged[e].push(i);
-                            self.pending[e].push_back(Pending {
+                            let l = &mut self.lanes[e];
+                            l.staged.push(i);
+                            l.pending.push_back(Pending {
                                 control,
                                 t0,
                                 taken: t0,
@@ -605,25 +623,33 @@ impl<'s, 'a> NetThread<'s, 'a> {
             }
         }
         let hdr = framing.header_len();
-        for e in 0..self.execs.len() {
-            if self.staged[e].is_empty() {
+        let mut payloads = recycle(std::mem::take(&mut self.payloads));
+        for e in 0..self.lanes.len() {
+            if self.lanes[e].staged.is_empty() {
                 continue;
             }
-            let payloads: Vec<&[u8]> = self.staged[e]
-                .iter()
-                .map(|&i| &rx.datagram(i).0[hdr..])
-                .collect();
-            let took = match self.execs[e].submit(&payloads) {
+            payloads.clear();
+            payloads.extend(
+                self.lanes[e]
+                    .staged
+                    .iter()
+                    .map(|&i| &rx.datagram(i).0[hdr..]),
+            );
+            let took = match self.lanes[e].exec.submit(&payloads) {
                 Ok(t) => t,
                 Err(err) => {
+                    // It answers its whole queue, this batch's requests included, with
+                    // `app_failed` (counted abandoned): nothing is left to account for here.
                     self.fail_executor(e, &err);
-                    0
+                    self.lanes[e].staged.clear();
+                    continue;
                 }
             };
             let extra = payloads.len() - took;
             let taken = Instant::now();
-            let queued = self.pending[e].len();
-            for p in self.pending[e].range_mut(queued - payloads.len()..queued - extra) {
+            let l = &mut self.lanes[e];
+            let queued = l.pending.len();
+            for p in l.pending.range_mut(queued - payloads.len()..queued - extra) {
                 p.taken = taken;
                 self.out
                     .times
@@ -632,22 +658,24 @@ impl<'s, 'a> NetThread<'s, 'a> {
             }
             // Not taken after all: shed, newest first (they were queued last).
             for _ in 0..extra {
-                if self.pending[e].pop_back().is_some() {
+                if l.pending.pop_back().is_some() {
                     self.c.shed += 1;
                 }
             }
             self.c.accepted += took as u64;
-            self.staged[e].clear();
+            l.staged.clear();
         }
+        self.payloads = recycle(payloads);
         Ok(())
     }
 
     /// An executor that failed answers nothing more: its in-flight requests get `app_failed`
     /// replies (counted abandoned) and it takes no new ones.
     fn fail_executor(&mut self, e: usize, err: &ServeError) {
-        eprintln!("gdr-serve: executor {} failed: {err}", self.execs[e].name());
-        self.dead[e] = true;
-        while let Some(p) = self.pending[e].pop_front() {
+        let l = &mut self.lanes[e];
+        eprintln!("gdr-serve: executor {} failed: {err}", l.exec.name());
+        l.dead = true;
+        while let Some(p) = l.pending.pop_front() {
             self.c.abandoned += 1;
             if p.control.wants_reply() {
                 let b = self.out.push(&p.addr, None);
@@ -659,13 +687,14 @@ impl<'s, 'a> NetThread<'s, 'a> {
     /// Takes finished answers from every executor and queues their datagrams.
     fn collect(&mut self) -> Result<usize, ServeError> {
         let mut total = 0;
-        for e in 0..self.execs.len() {
-            if self.dead[e] || self.pending[e].is_empty() {
+        for e in 0..self.lanes.len() {
+            let l = &mut self.lanes[e];
+            if l.dead || l.pending.is_empty() {
                 continue;
             }
-            let (pending, out, c) = (&mut self.pending[e], &mut self.out, &mut self.c);
+            let (pending, out, c) = (&mut l.pending, &mut self.out, &mut self.c);
             let mut seen: Option<Instant> = None;
-            let r = self.execs[e].poll(self.cfg.batch, &mut |ans| {
+            let r = l.exec.poll(self.cfg.batch, &mut |ans| {
                 let Some(p) = pending.pop_front() else {
                     return;
                 };
@@ -697,11 +726,41 @@ impl<'s, 'a> NetThread<'s, 'a> {
                 Err(err) => self.fail_executor(e, &err),
             }
         }
-        if self.dead.iter().all(|&d| d) {
+        if self.lanes.iter().all(|l| l.dead) {
             return Err(ServeError::Backend(
                 "every executor of a network thread failed".into(),
             ));
         }
         Ok(total)
+    }
+}
+
+/// An empty vector of references of another lifetime, on the same allocation: `v` is cleared
+/// first, so no reference of the old lifetime is left and the mapping closure never runs; the
+/// standard library collects a `Vec`'s own `into_iter().map(..)` in place when the element
+/// layouts match, as they do here (the tests check the allocation is kept). How the network
+/// thread keeps one payload list across batches whose datagrams live in a receive buffer it
+/// refills in between.
+fn recycle<'b>(mut v: Vec<&'_ [u8]>) -> Vec<&'b [u8]> {
+    v.clear();
+    v.into_iter()
+        .map(|_| -> &'b [u8] { unreachable!() })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::recycle;
+
+    #[test]
+    fn recycling_keeps_the_allocation_and_empties_the_vector() {
+        let data = [1u8, 2, 3];
+        let mut v: Vec<&[u8]> = Vec::with_capacity(32);
+        v.push(&data[..1]);
+        v.push(&data[1..]);
+        let (ptr, cap) = (v.as_ptr() as usize, v.capacity());
+        let w: Vec<&'static [u8]> = recycle(v);
+        assert!(w.is_empty());
+        assert_eq!((w.as_ptr() as usize, w.capacity()), (ptr, cap));
     }
 }

@@ -464,3 +464,54 @@ fn a_request_larger_than_a_datagram_is_refused_up_front() {
     .unwrap_err();
     assert!(e.contains("--size at most 65491"), "{e}");
 }
+
+/// An executor whose every submit fails.
+struct Broken;
+
+impl gdr_serve::Executor for Broken {
+    fn name(&self) -> String {
+        "broken".into()
+    }
+    fn room(&self) -> usize {
+        4
+    }
+    fn submit(&mut self, _: &[&[u8]]) -> Result<usize, gdr_serve::ServeError> {
+        Err(gdr_serve::ServeError::Backend("submit refused".into()))
+    }
+    fn poll(
+        &mut self,
+        _: usize,
+        _: &mut dyn FnMut(gdr_serve::exec::Answer<'_>),
+    ) -> Result<usize, gdr_serve::ServeError> {
+        Ok(0)
+    }
+    fn in_flight(&self) -> usize {
+        0
+    }
+}
+
+#[test]
+fn a_failing_submit_answers_app_failed_and_stops_the_thread() {
+    let app = App::builtin("echo", 1, 1024).unwrap();
+    let cfg = quick_cfg();
+    let server = gdr_serve::Server::bind("127.0.0.1:0".parse().unwrap(), &cfg).unwrap();
+    let addr = server.local_addr().unwrap();
+    let stop = AtomicBool::new(false);
+    let result = std::thread::scope(|sc| {
+        let run = sc.spawn(|| {
+            let lanes: Vec<Vec<Box<dyn gdr_serve::Executor>>> = vec![vec![Box::new(Broken)]];
+            server.run(&cfg, &app, lanes, &stop)
+        });
+        let s = client(addr);
+        let mut d = Vec::new();
+        wire::encode_request(&mut d, app.id(), 5, b"hello");
+        let r = ask(&s, &d);
+        let r = wire::decode_response(&r).unwrap();
+        assert_eq!((r.status, r.id), (Status::AppFailed, 5));
+        run.join().unwrap()
+    });
+    let err = result.expect_err("every executor failed");
+    assert!(err.to_string().contains("every executor"), "{err}");
+    let c = server.counters();
+    assert_eq!((c.accepted, c.abandoned), (0, 1));
+}

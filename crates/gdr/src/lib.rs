@@ -3,8 +3,8 @@
 //! Layers, from the bottom:
 //! - [`mem`] (the gdr-mem crate): the [`mem::MappedMemory`] trait through which the CPU
 //!   touches every mapping of device memory, and the copy routines for write-combined BARs.
-//! - [`cuda`], [`nvml`]: the CUDA driver API, NVRTC and NVML, loaded at run time (no link-time
-//!   dependency), wrapped in a thin safe layer.
+//! - [`cuda`], [`nvml`]: the CUDA driver API, NVRTC and NVML, loaded at run time by [`dylib`]
+//!   (no link-time dependency), wrapped in a thin safe layer.
 //! - [`copy`]: copy routines for CPU mappings of GPU memory (gdr-mem's, re-exported).
 //! - [`bar`]: GPU memory that the CPU maps directly through the GPU's BAR1, and the auto
 //!   copier.
@@ -20,6 +20,7 @@ pub mod bar;
 pub use gdr_mem::copy;
 pub mod cuda;
 pub use gdr_mem as mem;
+pub mod dylib;
 pub mod mq;
 pub mod nvml;
 pub mod peer;

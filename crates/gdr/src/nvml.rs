@@ -1,19 +1,16 @@
 //! NVML (`libnvidia-ml.so.1`), loaded at run time: BAR1 usage, PCIe link state and NVLink
 //! peers — what CUDA does not report.
 
-use libloading::Library;
+use crate::dylib::{self, api_table, LibrarySpec, LoadError};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum NvmlError {
-    #[error(
-        "NVML (libnvidia-ml.so.1) could not be loaded: {0}; it ships with the NVIDIA driver \
-         (e.g. libnvidia-ml1 / nvidia-utils)"
-    )]
-    NotInstalled(String),
-    #[error("NVML lacks {0}; the driver is too old")]
-    MissingSymbol(String),
+    /// NVML is not installed ([`LoadError::NotInstalled`]) or too old
+    /// ([`LoadError::MissingSymbol`]).
+    #[error(transparent)]
+    Load(#[from] LoadError),
     #[error("{call} failed: {text} ({code})")]
     Call {
         call: &'static str,
@@ -50,82 +47,47 @@ const NVLINK_DEVICE_TYPE_GPU: c_uint = 0;
 const P2P_CAPS_INDEX_NVLINK: c_uint = 2;
 const P2P_STATUS_OK: c_uint = 0;
 
-struct Api {
-    init: unsafe extern "C" fn() -> Ret,
-    error_string: unsafe extern "C" fn(Ret) -> *const c_char,
-    driver_version: unsafe extern "C" fn(*mut c_char, c_uint) -> Ret,
-    count: unsafe extern "C" fn(*mut c_uint) -> Ret,
-    by_index: unsafe extern "C" fn(c_uint, *mut Dev) -> Ret,
-    name: unsafe extern "C" fn(Dev, *mut c_char, c_uint) -> Ret,
-    pci_info: unsafe extern "C" fn(Dev, *mut PciInfo) -> Ret,
-    bar1: unsafe extern "C" fn(Dev, *mut Bar1Memory) -> Ret,
-    curr_gen: unsafe extern "C" fn(Dev, *mut c_uint) -> Ret,
-    curr_width: unsafe extern "C" fn(Dev, *mut c_uint) -> Ret,
-    max_gen: unsafe extern "C" fn(Dev, *mut c_uint) -> Ret,
-    max_width: unsafe extern "C" fn(Dev, *mut c_uint) -> Ret,
-    nvlink_state: unsafe extern "C" fn(Dev, c_uint, *mut c_int) -> Ret,
-    nvlink_remote_pci: unsafe extern "C" fn(Dev, c_uint, *mut PciInfo) -> Ret,
-    /// Optional: older drivers lack it; then every link whose remote end is not a GPU we know
-    /// counts as a fabric (NVSwitch) link.
-    nvlink_remote_type: Option<unsafe extern "C" fn(Dev, c_uint, *mut c_uint) -> Ret>,
-    p2p_status: Option<unsafe extern "C" fn(Dev, Dev, c_uint, *mut c_uint) -> Ret>,
-    _lib: Library,
+api_table! {
+    struct Api {
+        init = "nvmlInit_v2"() -> Ret;
+        error_string = "nvmlErrorString"(Ret) -> *const c_char;
+        driver_version = "nvmlSystemGetDriverVersion"(*mut c_char, c_uint) -> Ret;
+        count = "nvmlDeviceGetCount_v2"(*mut c_uint) -> Ret;
+        by_index = "nvmlDeviceGetHandleByIndex_v2"(c_uint, *mut Dev) -> Ret;
+        name = "nvmlDeviceGetName"(Dev, *mut c_char, c_uint) -> Ret;
+        pci_info = "nvmlDeviceGetPciInfo_v3"(Dev, *mut PciInfo) -> Ret;
+        bar1 = "nvmlDeviceGetBAR1MemoryInfo"(Dev, *mut Bar1Memory) -> Ret;
+        curr_gen = "nvmlDeviceGetCurrPcieLinkGeneration"(Dev, *mut c_uint) -> Ret;
+        curr_width = "nvmlDeviceGetCurrPcieLinkWidth"(Dev, *mut c_uint) -> Ret;
+        max_gen = "nvmlDeviceGetMaxPcieLinkGeneration"(Dev, *mut c_uint) -> Ret;
+        max_width = "nvmlDeviceGetMaxPcieLinkWidth"(Dev, *mut c_uint) -> Ret;
+        nvlink_state = "nvmlDeviceGetNvLinkState"(Dev, c_uint, *mut c_int) -> Ret;
+        nvlink_remote_pci = "nvmlDeviceGetNvLinkRemotePciInfo_v2"(Dev, c_uint, *mut PciInfo) -> Ret;
+    }
+    // Older drivers lack these. Without the first, every link whose remote end is not a GPU we
+    // know counts as a fabric (NVSwitch) link; without the second, fabric peers count unconfirmed.
+    optional {
+        nvlink_remote_type = "nvmlDeviceGetNvLinkRemoteDeviceType"(Dev, c_uint, *mut c_uint) -> Ret;
+        p2p_status = "nvmlDeviceGetP2PStatus"(Dev, Dev, c_uint, *mut c_uint) -> Ret;
+    }
 }
 
 static API: OnceLock<Result<Api, NvmlError>> = OnceLock::new();
 
+/// NVML as [`dylib`] names it in errors.
+static LIBNVML: LibrarySpec = LibrarySpec {
+    what: "NVML (libnvidia-ml.so.1)",
+    install: "it ships with the NVIDIA driver (e.g. libnvidia-ml1 / nvidia-utils)",
+    update: "the driver is too old",
+};
+
 fn load() -> Result<Api, NvmlError> {
-    let mut last = String::new();
-    for name in ["libnvidia-ml.so.1", "libnvidia-ml.so"] {
-        // SAFETY: loading NVML runs its initialisers; nothing is required from us.
-        let lib = match unsafe { Library::new(name) } {
-            Ok(l) => l,
-            Err(e) => {
-                if last.is_empty() {
-                    last = e.to_string();
-                }
-                continue;
-            }
-        };
-        macro_rules! sym {
-            ($n:literal) => {
-                // SAFETY: the symbol has the nvml.h signature of the field it fills.
-                unsafe {
-                    *lib.get(concat!($n, "\0").as_bytes())
-                        .map_err(|_| NvmlError::MissingSymbol($n.into()))?
-                }
-            };
-        }
-        let api = Api {
-            init: sym!("nvmlInit_v2"),
-            error_string: sym!("nvmlErrorString"),
-            driver_version: sym!("nvmlSystemGetDriverVersion"),
-            count: sym!("nvmlDeviceGetCount_v2"),
-            by_index: sym!("nvmlDeviceGetHandleByIndex_v2"),
-            name: sym!("nvmlDeviceGetName"),
-            pci_info: sym!("nvmlDeviceGetPciInfo_v3"),
-            bar1: sym!("nvmlDeviceGetBAR1MemoryInfo"),
-            curr_gen: sym!("nvmlDeviceGetCurrPcieLinkGeneration"),
-            curr_width: sym!("nvmlDeviceGetCurrPcieLinkWidth"),
-            max_gen: sym!("nvmlDeviceGetMaxPcieLinkGeneration"),
-            max_width: sym!("nvmlDeviceGetMaxPcieLinkWidth"),
-            nvlink_state: sym!("nvmlDeviceGetNvLinkState"),
-            nvlink_remote_pci: sym!("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
-            // SAFETY: as in sym!: the signatures are nvml.h's.
-            nvlink_remote_type: unsafe { lib.get(b"nvmlDeviceGetNvLinkRemoteDeviceType\0") }
-                .ok()
-                .map(|s| *s),
-            // SAFETY: as above.
-            p2p_status: unsafe { lib.get(b"nvmlDeviceGetP2PStatus\0") }
-                .ok()
-                .map(|s| *s),
-            _lib: lib,
-        };
-        // SAFETY: no arguments; may be called more than once.
-        api.check("nvmlInit", unsafe { (api.init)() })?;
-        return Ok(api);
-    }
-    Err(NvmlError::NotInstalled(last))
+    let lib = dylib::open(&LIBNVML, &["libnvidia-ml.so.1", "libnvidia-ml.so"])?;
+    // SAFETY: the library is NVML; its symbols have the nvml.h signatures the table states.
+    let api = unsafe { Api::resolve(lib) }?;
+    // SAFETY: no arguments; may be called more than once.
+    api.check("nvmlInit", unsafe { (api.init)() })?;
+    Ok(api)
 }
 
 fn api() -> Result<&'static Api, NvmlError> {

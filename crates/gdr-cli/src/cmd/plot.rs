@@ -530,9 +530,8 @@ pub(crate) mod tests {
 
     #[test]
     fn writes_the_file_and_survives_empty_input() {
-        let dir = std::env::temp_dir().join(format!("gdr-plot-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("p.svg");
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.svg");
         let panels = vec![Panel {
             title: "a<b".into(),
             series: vec![Series {
@@ -549,6 +548,6 @@ pub(crate) mod tests {
             std::fs::write(format!("{out}/bw.svg"), sample_bw()).unwrap();
             std::fs::write(format!("{out}/lat.svg"), sample_lat()).unwrap();
         }
-        std::fs::remove_dir_all(dir).unwrap();
+        dir.close().unwrap();
     }
 }

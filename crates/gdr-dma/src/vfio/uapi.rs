@@ -3,8 +3,9 @@
 
 #![allow(dead_code)]
 
-const fn vfio_io(nr: u64) -> u64 {
-    ((b';' as u64) << 8) | (100 + nr)
+/// `_IO(';', 100 + nr)`, encoded by rustix.
+const fn vfio_io(nr: u8) -> u64 {
+    rustix::ioctl::opcode::none(b';', 100 + nr) as u64
 }
 
 pub const GET_API_VERSION: u64 = vfio_io(0);

@@ -329,19 +329,15 @@ fn pin_vulkan(be: &VulkanBackend, addr: u64, size: u64) -> Result<Pinned, PinErr
         why: format!("not cuMemCreate memory: {e}"),
     })?;
     let fd = if posix {
-        vmm::export_handle(handle)
+        vmm::export_handle(handle).map_err(|e| e.to_string())
     } else {
-        Err(CudaError::MissingSymbol(String::new()))
+        Err("it was created without a POSIX-fd handle type".to_string())
     };
     vmm::release_handle(handle);
-    let fd = fd.map_err(|e| PinError::NotExportable {
+    let fd = fd.map_err(|why| PinError::NotExportable {
         addr,
         cumemcreate: true,
-        why: if posix {
-            e.to_string()
-        } else {
-            "it was created without a POSIX-fd handle type".into()
-        },
+        why,
     })?;
     let gran = vmm::granularity(be.context())? as u64;
     let import_size = alloc_size.next_multiple_of(gran);

@@ -2,20 +2,17 @@
 //! for the device's own architecture, once per process.
 
 use super::Device;
-use libloading::Library;
+use crate::dylib::{self, api_table, LibrarySpec, LoadError};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::{Arc, Mutex, OnceLock};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum NvrtcError {
-    #[error(
-        "NVRTC (libnvrtc.so) could not be loaded: {0}; install the CUDA toolkit's NVRTC \
-         (e.g. cuda-nvrtc-13-0, or pip's nvidia-cuda-nvrtc) or set GDR_NVRTC to its path"
-    )]
-    NotInstalled(String),
-    #[error("NVRTC lacks {0}; it is too old")]
-    MissingSymbol(String),
+    /// NVRTC is not installed ([`LoadError::NotInstalled`]) or too old
+    /// ([`LoadError::MissingSymbol`]).
+    #[error(transparent)]
+    Load(#[from] LoadError),
     #[error("{call} failed: {text}")]
     Call { call: &'static str, text: String },
     #[error("compiling {name} for sm_{arch} failed:\n{log}")]
@@ -29,25 +26,34 @@ pub enum NvrtcError {
 type Prog = *mut c_void;
 type Res = c_int;
 
-struct Api {
-    version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> Res,
-    error_string: unsafe extern "C" fn(Res) -> *const c_char,
-    create: unsafe extern "C" fn(
-        *mut Prog,
-        *const c_char,
-        *const c_char,
-        c_int,
-        *const *const c_char,
-        *const *const c_char,
-    ) -> Res,
-    compile: unsafe extern "C" fn(Prog, c_int, *const *const c_char) -> Res,
-    log_size: unsafe extern "C" fn(Prog, *mut usize) -> Res,
-    log: unsafe extern "C" fn(Prog, *mut c_char) -> Res,
-    cubin_size: unsafe extern "C" fn(Prog, *mut usize) -> Res,
-    cubin: unsafe extern "C" fn(Prog, *mut c_char) -> Res,
-    destroy: unsafe extern "C" fn(*mut Prog) -> Res,
-    _lib: Library,
+api_table! {
+    struct Api {
+        version = "nvrtcVersion"(*mut c_int, *mut c_int) -> Res;
+        error_string = "nvrtcGetErrorString"(Res) -> *const c_char;
+        create = "nvrtcCreateProgram"(
+            *mut Prog,
+            *const c_char,
+            *const c_char,
+            c_int,
+            *const *const c_char,
+            *const *const c_char,
+        ) -> Res;
+        compile = "nvrtcCompileProgram"(Prog, c_int, *const *const c_char) -> Res;
+        log_size = "nvrtcGetProgramLogSize"(Prog, *mut usize) -> Res;
+        log = "nvrtcGetProgramLog"(Prog, *mut c_char) -> Res;
+        cubin_size = "nvrtcGetCUBINSize"(Prog, *mut usize) -> Res;
+        cubin = "nvrtcGetCUBIN"(Prog, *mut c_char) -> Res;
+        destroy = "nvrtcDestroyProgram"(*mut Prog) -> Res;
+    }
 }
+
+/// NVRTC as [`dylib`] names it in errors.
+static LIBNVRTC: LibrarySpec = LibrarySpec {
+    what: "NVRTC (libnvrtc.so)",
+    install: "install the CUDA toolkit's NVRTC (e.g. cuda-nvrtc-13-0, or pip's \
+              nvidia-cuda-nvrtc) or set GDR_NVRTC to its path",
+    update: "it is too old",
+};
 
 static API: OnceLock<Result<Api, NvrtcError>> = OnceLock::new();
 
@@ -78,42 +84,9 @@ fn candidates() -> Vec<String> {
 }
 
 fn load() -> Result<Api, NvrtcError> {
-    let mut first = None;
-    for path in candidates() {
-        // SAFETY: loading NVRTC runs its initialisers, which need nothing from us.
-        let lib = match unsafe { Library::new(&path) } {
-            Ok(l) => l,
-            Err(e) => {
-                first.get_or_insert(e.to_string());
-                continue;
-            }
-        };
-        macro_rules! sym {
-            ($name:literal) => {
-                // SAFETY: the symbol has the nvrtc.h signature of the field it is stored in.
-                unsafe {
-                    *lib.get(concat!($name, "\0").as_bytes())
-                        .map_err(|_| NvrtcError::MissingSymbol($name.into()))?
-                }
-            };
-        }
-        return Ok(Api {
-            version: sym!("nvrtcVersion"),
-            error_string: sym!("nvrtcGetErrorString"),
-            create: sym!("nvrtcCreateProgram"),
-            compile: sym!("nvrtcCompileProgram"),
-            log_size: sym!("nvrtcGetProgramLogSize"),
-            log: sym!("nvrtcGetProgramLog"),
-            cubin_size: sym!("nvrtcGetCUBINSize"),
-            cubin: sym!("nvrtcGetCUBIN"),
-            destroy: sym!("nvrtcDestroyProgram"),
-            _lib: lib,
-        });
-    }
-    Err(NvrtcError::NotInstalled(format!(
-        "{} (also tried $CUDA_HOME/lib64 and /usr/local/cuda)",
-        first.unwrap_or_default()
-    )))
+    let lib = dylib::open(&LIBNVRTC, &candidates())?;
+    // SAFETY: the library is NVRTC; its symbols have the nvrtc.h signatures the table states.
+    Ok(unsafe { Api::resolve(lib) }?)
 }
 
 fn api() -> Result<&'static Api, NvrtcError> {

@@ -6,7 +6,7 @@
 
 #![allow(non_camel_case_types)]
 
-use libloading::Library;
+use crate::dylib::api_table;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 pub type CUresult = c_int;
@@ -143,105 +143,77 @@ pub struct CUDA_EXTERNAL_MEMORY_BUFFER_DESC {
     pub reserved: [c_uint; 16],
 }
 
-macro_rules! driver_api {
-    ($( $field:ident = $sym:literal ( $($arg:ty),* ); )*) => {
-        /// The driver entry points, resolved once from the loaded library.
-        pub struct DriverApi {
-            $( pub $field: unsafe extern "C" fn($($arg),*) -> CUresult, )*
-            /// Kept last so the pointers above never outlive the library.
-            _lib: Library,
-        }
-
-        impl DriverApi {
-            /// Resolves every entry point in `lib`.
-            ///
-            /// # Safety
-            /// `lib` must be an NVIDIA CUDA driver library whose symbols have the C signatures
-            /// of `cuda.h`.
-            pub unsafe fn resolve(lib: Library) -> Result<Self, String> {
-                $(
-                    // SAFETY: the caller guarantees the symbol has this signature.
-                    let $field = unsafe {
-                        *lib.get::<unsafe extern "C" fn($($arg),*) -> CUresult>(
-                            concat!($sym, "\0").as_bytes(),
-                        )
-                        .map_err(|e| format!("{}: {e}", $sym))?
-                    };
-                )*
-                Ok(Self { $($field,)* _lib: lib })
-            }
-        }
-    };
-}
-
-driver_api! {
-    init = "cuInit"(c_uint);
-    driver_get_version = "cuDriverGetVersion"(*mut c_int);
-    get_error_name = "cuGetErrorName"(CUresult, *mut *const c_char);
-    get_error_string = "cuGetErrorString"(CUresult, *mut *const c_char);
-    device_get_count = "cuDeviceGetCount"(*mut c_int);
-    device_get = "cuDeviceGet"(*mut CUdevice, c_int);
-    device_get_name = "cuDeviceGetName"(*mut c_char, c_int, CUdevice);
-    device_get_attribute = "cuDeviceGetAttribute"(*mut c_int, c_int, CUdevice);
-    device_total_mem = "cuDeviceTotalMem_v2"(*mut usize, CUdevice);
-    device_get_uuid = "cuDeviceGetUuid_v2"(*mut [u8; 16], CUdevice);
-    device_primary_ctx_retain = "cuDevicePrimaryCtxRetain"(*mut CUcontext, CUdevice);
-    device_primary_ctx_release = "cuDevicePrimaryCtxRelease_v2"(CUdevice);
-    ctx_set_current = "cuCtxSetCurrent"(CUcontext);
-    ctx_get_current = "cuCtxGetCurrent"(*mut CUcontext);
-    ctx_push_current = "cuCtxPushCurrent_v2"(CUcontext);
-    ctx_pop_current = "cuCtxPopCurrent_v2"(*mut CUcontext);
-    ctx_synchronize = "cuCtxSynchronize"();
-    mem_get_info = "cuMemGetInfo_v2"(*mut usize, *mut usize);
-    mem_alloc = "cuMemAlloc_v2"(*mut CUdeviceptr, usize);
-    mem_free = "cuMemFree_v2"(CUdeviceptr);
-    mem_alloc_host = "cuMemHostAlloc"(*mut *mut c_void, usize, c_uint);
-    mem_free_host = "cuMemFreeHost"(*mut c_void);
-    mem_host_get_device_pointer = "cuMemHostGetDevicePointer_v2"(*mut CUdeviceptr, *mut c_void, c_uint);
-    memcpy_htod = "cuMemcpyHtoD_v2"(CUdeviceptr, *const c_void, usize);
-    memcpy_dtoh = "cuMemcpyDtoH_v2"(*mut c_void, CUdeviceptr, usize);
-    memcpy_htod_async = "cuMemcpyHtoDAsync_v2"(CUdeviceptr, *const c_void, usize, CUstream);
-    memcpy_dtoh_async = "cuMemcpyDtoHAsync_v2"(*mut c_void, CUdeviceptr, usize, CUstream);
-    memset_d8 = "cuMemsetD8_v2"(CUdeviceptr, u8, usize);
-    mem_get_address_range = "cuMemGetAddressRange_v2"(*mut CUdeviceptr, *mut usize, CUdeviceptr);
-    pointer_get_attribute = "cuPointerGetAttribute"(*mut c_void, c_int, CUdeviceptr);
-    pointer_set_attribute = "cuPointerSetAttribute"(*const c_void, c_int, CUdeviceptr);
-    mem_get_handle_for_address_range = "cuMemGetHandleForAddressRange"(*mut c_void, CUdeviceptr, usize, c_int, u64);
-    stream_create = "cuStreamCreate"(*mut CUstream, c_uint);
-    stream_destroy = "cuStreamDestroy_v2"(CUstream);
-    stream_synchronize = "cuStreamSynchronize"(CUstream);
-    stream_query = "cuStreamQuery"(CUstream);
-    stream_begin_capture = "cuStreamBeginCapture_v2"(CUstream, c_int);
-    stream_end_capture = "cuStreamEndCapture"(CUstream, *mut CUgraph);
-    graph_instantiate = "cuGraphInstantiateWithFlags"(*mut CUgraphExec, CUgraph, u64);
-    graph_launch = "cuGraphLaunch"(CUgraphExec, CUstream);
-    graph_exec_destroy = "cuGraphExecDestroy"(CUgraphExec);
-    graph_destroy = "cuGraphDestroy"(CUgraph);
-    event_create = "cuEventCreate"(*mut CUevent, c_uint);
-    event_record = "cuEventRecord"(CUevent, CUstream);
-    event_synchronize = "cuEventSynchronize"(CUevent);
-    event_elapsed_time = "cuEventElapsedTime"(*mut f32, CUevent, CUevent);
-    event_destroy = "cuEventDestroy_v2"(CUevent);
-    module_load_data = "cuModuleLoadData"(*mut CUmodule, *const c_void);
-    module_unload = "cuModuleUnload"(CUmodule);
-    module_get_function = "cuModuleGetFunction"(*mut CUfunction, CUmodule, *const c_char);
-    func_set_attribute = "cuFuncSetAttribute"(CUfunction, c_int, c_int);
-    func_get_attribute = "cuFuncGetAttribute"(*mut c_int, c_int, CUfunction);
-    launch_kernel = "cuLaunchKernel"(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void);
-    import_external_memory = "cuImportExternalMemory"(*mut CUexternalMemory, *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC);
-    external_memory_get_mapped_buffer = "cuExternalMemoryGetMappedBuffer"(*mut CUdeviceptr, CUexternalMemory, *const CUDA_EXTERNAL_MEMORY_BUFFER_DESC);
-    destroy_external_memory = "cuDestroyExternalMemory"(CUexternalMemory);
-    mem_get_allocation_granularity = "cuMemGetAllocationGranularity"(*mut usize, *const CUmemAllocationProp, c_int);
-    mem_create = "cuMemCreate"(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, u64);
-    mem_release = "cuMemRelease"(CUmemGenericAllocationHandle);
-    mem_address_reserve = "cuMemAddressReserve"(*mut CUdeviceptr, usize, usize, CUdeviceptr, u64);
-    mem_address_free = "cuMemAddressFree"(CUdeviceptr, usize);
-    mem_map = "cuMemMap"(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64);
-    mem_unmap = "cuMemUnmap"(CUdeviceptr, usize);
-    mem_set_access = "cuMemSetAccess"(CUdeviceptr, usize, *const CUmemAccessDesc, usize);
-    mem_export_to_shareable_handle = "cuMemExportToShareableHandle"(*mut c_void, CUmemGenericAllocationHandle, c_int, u64);
-    mem_retain_allocation_handle = "cuMemRetainAllocationHandle"(*mut CUmemGenericAllocationHandle, *mut c_void);
-    mem_get_allocation_properties_from_handle = "cuMemGetAllocationPropertiesFromHandle"(*mut CUmemAllocationProp, CUmemGenericAllocationHandle);
+api_table! {
+    /// The driver entry points, resolved once from the loaded library.
+    pub struct DriverApi {
+        init = "cuInit"(c_uint) -> CUresult;
+        driver_get_version = "cuDriverGetVersion"(*mut c_int) -> CUresult;
+        get_error_name = "cuGetErrorName"(CUresult, *mut *const c_char) -> CUresult;
+        get_error_string = "cuGetErrorString"(CUresult, *mut *const c_char) -> CUresult;
+        device_get_count = "cuDeviceGetCount"(*mut c_int) -> CUresult;
+        device_get = "cuDeviceGet"(*mut CUdevice, c_int) -> CUresult;
+        device_get_name = "cuDeviceGetName"(*mut c_char, c_int, CUdevice) -> CUresult;
+        device_get_attribute = "cuDeviceGetAttribute"(*mut c_int, c_int, CUdevice) -> CUresult;
+        device_total_mem = "cuDeviceTotalMem_v2"(*mut usize, CUdevice) -> CUresult;
+        device_get_uuid = "cuDeviceGetUuid_v2"(*mut [u8; 16], CUdevice) -> CUresult;
+        device_primary_ctx_retain = "cuDevicePrimaryCtxRetain"(*mut CUcontext, CUdevice) -> CUresult;
+        device_primary_ctx_release = "cuDevicePrimaryCtxRelease_v2"(CUdevice) -> CUresult;
+        ctx_set_current = "cuCtxSetCurrent"(CUcontext) -> CUresult;
+        ctx_get_current = "cuCtxGetCurrent"(*mut CUcontext) -> CUresult;
+        ctx_push_current = "cuCtxPushCurrent_v2"(CUcontext) -> CUresult;
+        ctx_pop_current = "cuCtxPopCurrent_v2"(*mut CUcontext) -> CUresult;
+        ctx_synchronize = "cuCtxSynchronize"() -> CUresult;
+        mem_get_info = "cuMemGetInfo_v2"(*mut usize, *mut usize) -> CUresult;
+        mem_alloc = "cuMemAlloc_v2"(*mut CUdeviceptr, usize) -> CUresult;
+        mem_free = "cuMemFree_v2"(CUdeviceptr) -> CUresult;
+        mem_alloc_host = "cuMemHostAlloc"(*mut *mut c_void, usize, c_uint) -> CUresult;
+        mem_free_host = "cuMemFreeHost"(*mut c_void) -> CUresult;
+        mem_host_get_device_pointer = "cuMemHostGetDevicePointer_v2"(*mut CUdeviceptr, *mut c_void, c_uint) -> CUresult;
+        memcpy_htod = "cuMemcpyHtoD_v2"(CUdeviceptr, *const c_void, usize) -> CUresult;
+        memcpy_dtoh = "cuMemcpyDtoH_v2"(*mut c_void, CUdeviceptr, usize) -> CUresult;
+        memcpy_htod_async = "cuMemcpyHtoDAsync_v2"(CUdeviceptr, *const c_void, usize, CUstream) -> CUresult;
+        memcpy_dtoh_async = "cuMemcpyDtoHAsync_v2"(*mut c_void, CUdeviceptr, usize, CUstream) -> CUresult;
+        memset_d8 = "cuMemsetD8_v2"(CUdeviceptr, u8, usize) -> CUresult;
+        mem_get_address_range = "cuMemGetAddressRange_v2"(*mut CUdeviceptr, *mut usize, CUdeviceptr) -> CUresult;
+        pointer_get_attribute = "cuPointerGetAttribute"(*mut c_void, c_int, CUdeviceptr) -> CUresult;
+        pointer_set_attribute = "cuPointerSetAttribute"(*const c_void, c_int, CUdeviceptr) -> CUresult;
+        mem_get_handle_for_address_range = "cuMemGetHandleForAddressRange"(*mut c_void, CUdeviceptr, usize, c_int, u64) -> CUresult;
+        stream_create = "cuStreamCreate"(*mut CUstream, c_uint) -> CUresult;
+        stream_destroy = "cuStreamDestroy_v2"(CUstream) -> CUresult;
+        stream_synchronize = "cuStreamSynchronize"(CUstream) -> CUresult;
+        stream_query = "cuStreamQuery"(CUstream) -> CUresult;
+        stream_begin_capture = "cuStreamBeginCapture_v2"(CUstream, c_int) -> CUresult;
+        stream_end_capture = "cuStreamEndCapture"(CUstream, *mut CUgraph) -> CUresult;
+        graph_instantiate = "cuGraphInstantiateWithFlags"(*mut CUgraphExec, CUgraph, u64) -> CUresult;
+        graph_launch = "cuGraphLaunch"(CUgraphExec, CUstream) -> CUresult;
+        graph_exec_destroy = "cuGraphExecDestroy"(CUgraphExec) -> CUresult;
+        graph_destroy = "cuGraphDestroy"(CUgraph) -> CUresult;
+        event_create = "cuEventCreate"(*mut CUevent, c_uint) -> CUresult;
+        event_record = "cuEventRecord"(CUevent, CUstream) -> CUresult;
+        event_synchronize = "cuEventSynchronize"(CUevent) -> CUresult;
+        event_elapsed_time = "cuEventElapsedTime"(*mut f32, CUevent, CUevent) -> CUresult;
+        event_destroy = "cuEventDestroy_v2"(CUevent) -> CUresult;
+        module_load_data = "cuModuleLoadData"(*mut CUmodule, *const c_void) -> CUresult;
+        module_unload = "cuModuleUnload"(CUmodule) -> CUresult;
+        module_get_function = "cuModuleGetFunction"(*mut CUfunction, CUmodule, *const c_char) -> CUresult;
+        func_set_attribute = "cuFuncSetAttribute"(CUfunction, c_int, c_int) -> CUresult;
+        func_get_attribute = "cuFuncGetAttribute"(*mut c_int, c_int, CUfunction) -> CUresult;
+        launch_kernel = "cuLaunchKernel"(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void) -> CUresult;
+        import_external_memory = "cuImportExternalMemory"(*mut CUexternalMemory, *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC) -> CUresult;
+        external_memory_get_mapped_buffer = "cuExternalMemoryGetMappedBuffer"(*mut CUdeviceptr, CUexternalMemory, *const CUDA_EXTERNAL_MEMORY_BUFFER_DESC) -> CUresult;
+        destroy_external_memory = "cuDestroyExternalMemory"(CUexternalMemory) -> CUresult;
+        mem_get_allocation_granularity = "cuMemGetAllocationGranularity"(*mut usize, *const CUmemAllocationProp, c_int) -> CUresult;
+        mem_create = "cuMemCreate"(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, u64) -> CUresult;
+        mem_release = "cuMemRelease"(CUmemGenericAllocationHandle) -> CUresult;
+        mem_address_reserve = "cuMemAddressReserve"(*mut CUdeviceptr, usize, usize, CUdeviceptr, u64) -> CUresult;
+        mem_address_free = "cuMemAddressFree"(CUdeviceptr, usize) -> CUresult;
+        mem_map = "cuMemMap"(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64) -> CUresult;
+        mem_unmap = "cuMemUnmap"(CUdeviceptr, usize) -> CUresult;
+        mem_set_access = "cuMemSetAccess"(CUdeviceptr, usize, *const CUmemAccessDesc, usize) -> CUresult;
+        mem_export_to_shareable_handle = "cuMemExportToShareableHandle"(*mut c_void, CUmemGenericAllocationHandle, c_int, u64) -> CUresult;
+        mem_retain_allocation_handle = "cuMemRetainAllocationHandle"(*mut CUmemGenericAllocationHandle, *mut c_void) -> CUresult;
+        mem_get_allocation_properties_from_handle = "cuMemGetAllocationPropertiesFromHandle"(*mut CUmemAllocationProp, CUmemGenericAllocationHandle) -> CUresult;
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,221 @@
+//! Devices and their primary contexts: a [`Context`] is what every other resource holds to stay
+//! alive, and [`CurrentContextGuard`] restores a caller's current context.
+
+use super::{driver, sys, CudaError, Result};
+use std::ffi::{c_char, c_int, CStr};
+use std::fmt;
+use std::sync::Arc;
+
+/// A CUDA device (by ordinal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Device {
+    ordinal: usize,
+    pub(super) raw: sys::CUdevice,
+}
+
+impl Device {
+    pub fn count() -> Result<usize> {
+        let d = driver()?;
+        let mut n: c_int = 0;
+        // SAFETY: out-pointer to a live local.
+        match unsafe { (d.api.device_get_count)(&mut n) } {
+            sys::CUDA_ERROR_NO_DEVICE => Ok(0),
+            rc => d.check("cuDeviceGetCount", rc).map(|_| n as usize),
+        }
+    }
+
+    pub fn get(ordinal: usize) -> Result<Device> {
+        let count = Self::count()?;
+        if count == 0 {
+            return Err(CudaError::NoDevice);
+        }
+        if ordinal >= count {
+            return Err(CudaError::BadOrdinal { ordinal, count });
+        }
+        let d = driver()?;
+        let mut raw = 0;
+        // SAFETY: out-pointer to a live local; ordinal checked above.
+        d.check("cuDeviceGet", unsafe {
+            (d.api.device_get)(&mut raw, ordinal as c_int)
+        })?;
+        Ok(Device { ordinal, raw })
+    }
+
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    pub fn name(&self) -> Result<String> {
+        let d = driver()?;
+        let mut buf = [0 as c_char; 256];
+        // SAFETY: the buffer is 256 bytes and its length is passed.
+        d.check("cuDeviceGetName", unsafe {
+            (d.api.device_get_name)(buf.as_mut_ptr(), buf.len() as c_int, self.raw)
+        })?;
+        // SAFETY: the driver NUL-terminates within the given length.
+        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned())
+    }
+
+    /// A `CU_DEVICE_ATTRIBUTE_*` value (see [`sys`] for the ones gdr names).
+    pub fn attribute(&self, attr: c_int) -> Result<i32> {
+        let d = driver()?;
+        let mut v = 0;
+        // SAFETY: out-pointer to a live local.
+        d.check("cuDeviceGetAttribute", unsafe {
+            (d.api.device_get_attribute)(&mut v, attr, self.raw)
+        })?;
+        Ok(v)
+    }
+
+    pub fn total_mem(&self) -> Result<usize> {
+        let d = driver()?;
+        let mut v = 0usize;
+        // SAFETY: out-pointer to a live local.
+        d.check("cuDeviceTotalMem", unsafe {
+            (d.api.device_total_mem)(&mut v, self.raw)
+        })?;
+        Ok(v)
+    }
+
+    /// The 16-byte UUID, the same one Vulkan reports as `deviceUUID`.
+    pub fn uuid(&self) -> Result<[u8; 16]> {
+        let d = driver()?;
+        let mut u = [0u8; 16];
+        // SAFETY: out-pointer to a live 16-byte array.
+        d.check("cuDeviceGetUuid", unsafe {
+            (d.api.device_get_uuid)(&mut u, self.raw)
+        })?;
+        Ok(u)
+    }
+
+    /// PCI address as `dddd:bb:dd.0` (lower case, as sysfs names it).
+    pub fn pci_bus_id(&self) -> Result<String> {
+        Ok(format!(
+            "{:04x}:{:02x}:{:02x}.0",
+            self.attribute(sys::ATTR_PCI_DOMAIN_ID)?,
+            self.attribute(sys::ATTR_PCI_BUS_ID)?,
+            self.attribute(sys::ATTR_PCI_DEVICE_ID)?
+        ))
+    }
+
+    pub fn compute_capability(&self) -> Result<(i32, i32)> {
+        Ok((
+            self.attribute(sys::ATTR_COMPUTE_CAPABILITY_MAJOR)?,
+            self.attribute(sys::ATTR_COMPUTE_CAPABILITY_MINOR)?,
+        ))
+    }
+}
+
+pub(super) struct ContextInner {
+    device: Device,
+    pub(super) raw: sys::CUcontext,
+}
+
+// SAFETY: a CUDA context handle may be used from any thread once made current there.
+unsafe impl Send for ContextInner {}
+// SAFETY: as above; the driver serialises access internally.
+unsafe impl Sync for ContextInner {}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        if let Ok(d) = driver() {
+            // SAFETY: every resource holds an Arc to this context, so none is left.
+            unsafe { (d.api.device_primary_ctx_release)(self.device.raw) };
+        }
+    }
+}
+
+/// The device's primary context, shared by every gdr resource on that device.
+#[derive(Clone)]
+pub struct Context(pub(super) Arc<ContextInner>);
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Context(device {})", self.0.device.ordinal)
+    }
+}
+
+impl Context {
+    /// Retains the primary context of `device` and makes it current on this thread.
+    pub fn new(device: Device) -> Result<Context> {
+        let d = driver()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: out-pointer to a live local.
+        d.check("cuDevicePrimaryCtxRetain", unsafe {
+            (d.api.device_primary_ctx_retain)(&mut raw, device.raw)
+        })?;
+        let ctx = Context(Arc::new(ContextInner { device, raw }));
+        ctx.bind()?;
+        Ok(ctx)
+    }
+
+    /// Context of GPU `ordinal`.
+    pub fn on(ordinal: usize) -> Result<Context> {
+        Self::new(Device::get(ordinal)?)
+    }
+
+    /// Makes this context current on the calling thread (needed once per thread).
+    pub fn bind(&self) -> Result<()> {
+        let d = driver()?;
+        // SAFETY: the context is alive (we hold it).
+        d.check("cuCtxSetCurrent", unsafe {
+            (d.api.ctx_set_current)(self.0.raw)
+        })
+    }
+
+    pub fn device(&self) -> Device {
+        self.0.device
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        let d = driver()?;
+        // SAFETY: no arguments.
+        d.check("cuCtxSynchronize", unsafe { (d.api.ctx_synchronize)() })
+    }
+
+    /// (free, total) device memory in bytes.
+    pub fn mem_info(&self) -> Result<(usize, usize)> {
+        let d = driver()?;
+        let (mut free, mut total) = (0, 0);
+        // SAFETY: out-pointers to live locals.
+        d.check("cuMemGetInfo", unsafe {
+            (d.api.mem_get_info)(&mut free, &mut total)
+        })?;
+        Ok((free, total))
+    }
+}
+
+/// Puts back, on drop, whatever CUDA context was current on this thread when it was made. For
+/// entry points called from other people's threads (gdr's C library): gdr binds its own
+/// contexts to do its work and must not leave them current for the caller.
+pub struct CurrentContextGuard {
+    prev: sys::CUcontext,
+    /// The current context is per thread: the guard stays on the thread that made it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl CurrentContextGuard {
+    pub fn save() -> Result<CurrentContextGuard> {
+        let d = driver()?;
+        let mut prev = std::ptr::null_mut();
+        // SAFETY: out-pointer to a live local.
+        d.check("cuCtxGetCurrent", unsafe {
+            (d.api.ctx_get_current)(&mut prev)
+        })?;
+        Ok(CurrentContextGuard {
+            prev,
+            _not_send: std::marker::PhantomData,
+        })
+    }
+}
+
+impl Drop for CurrentContextGuard {
+    fn drop(&mut self) {
+        if let Ok(d) = driver() {
+            // SAFETY: restores the caller's own context (or none); CUDA validates the handle.
+            unsafe { (d.api.ctx_set_current)(self.prev) };
+        }
+    }
+}
