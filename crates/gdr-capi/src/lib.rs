@@ -11,6 +11,8 @@
 // only this crate's tests and `gdr apiperf`. `c_ulong` is u64 here but not on every target.
 #![allow(clippy::not_unsafe_ptr_arg_deref, clippy::unnecessary_cast)]
 
+mod info;
+pub use info::*;
 mod log;
 mod table;
 
@@ -511,73 +513,6 @@ pub extern "C" fn gdr_get_callback_flag(g: *mut c_void, mh: GdrMh, flag: *mut c_
     })
 }
 
-/// The v2 info of handle `mh` of `g`.
-fn info_of(g: *mut c_void, mh: GdrMh) -> Result<GdrInfoV2, c_int> {
-    let s = table::read();
-    let s = s.as_ref().ok_or(libc::EINVAL)?;
-    if !s.gdrs.contains_key(&(g as usize)) {
-        return Err(libc::EINVAL);
-    }
-    let h = s
-        .handles
-        .get(&(mh.h as u64))
-        .filter(|h| h.owner == g as usize)
-        .ok_or(libc::EINVAL)?;
-    let mapped = h.is_mapped();
-    Ok(GdrInfoV2 {
-        va: h.window.va,
-        mapped_size: h.window.len,
-        page_size: h.window.page,
-        tm_cycles: 0,
-        cycles_per_ms: 0,
-        flags: c_uint::from(mapped) | (c_uint::from(mapped) << 1),
-        mapping_type: if mapped {
-            MAPPING_TYPE_WC
-        } else {
-            MAPPING_TYPE_NONE
-        },
-    })
-}
-
-/// `gdr_get_info_v2`.
-#[no_mangle]
-pub extern "C" fn gdr_get_info_v2(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV2) -> c_int {
-    guard("gdr_get_info_v2", || {
-        if info.is_null() {
-            return libc::EINVAL;
-        }
-        match info_of(g, mh) {
-            Ok(i) => put(info, i),
-            Err(e) => e,
-        }
-    })
-}
-
-/// `gdr_get_info`: gdrcopy's v1 call, still exported for binaries and `dlsym` users (NCCL);
-/// fills the 40-byte v1 struct only.
-#[no_mangle]
-pub extern "C" fn gdr_get_info(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV1) -> c_int {
-    guard("gdr_get_info", || {
-        if info.is_null() {
-            return libc::EINVAL;
-        }
-        match info_of(g, mh) {
-            Ok(i) => put(
-                info,
-                GdrInfoV1 {
-                    va: i.va,
-                    mapped_size: i.mapped_size,
-                    page_size: i.page_size,
-                    tm_cycles: i.tm_cycles,
-                    cycles_per_ms: i.cycles_per_ms,
-                    flags: i.flags,
-                },
-            ),
-            Err(e) => e,
-        }
-    })
-}
-
 /// Maps handle `mh` of `g` (`size` bytes from its `va`); the CPU address of `va`.
 fn map(g: *mut c_void, mh: GdrMh, size: usize, flags: c_int) -> Result<*mut u8, c_int> {
     if size == 0 {
@@ -767,101 +702,6 @@ pub extern "C" fn gdr_copy_from_mapping(
     })
 }
 
-/// `gdr_get_attribute`.
-#[no_mangle]
-pub extern "C" fn gdr_get_attribute(g: *mut c_void, attr: c_int, v: *mut c_int) -> c_int {
-    guard("gdr_get_attribute", || {
-        if v.is_null() {
-            return libc::EINVAL;
-        }
-        let value = {
-            let s = table::read();
-            let Some(gdr) = s.as_ref().and_then(|s| s.gdrs.get(&(g as usize))) else {
-                return libc::EINVAL;
-            };
-            let backend = gdr.backend();
-            let drv = gdr.first_pinner().and_then(|p| p.gdrdrv());
-            match (attr, drv) {
-                (ATTR_USE_PERSISTENT_MAPPING | ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE, Some(d)) => d
-                    .get_attr(gdr::bar::gdrdrv::Attr(attr as u32))
-                    .map(|x| x as c_int)
-                    .map_err(|e| {
-                        log!(Level::Error, "gdr_get_attribute({attr}): {e}");
-                        libc::EIO
-                    }),
-                // dma-buf and Vulkan pins hold the memory until unpinned, and every mapping of
-                // a discrete GPU on this host is BAR1 over PCIe.
-                (ATTR_USE_PERSISTENT_MAPPING | ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE, None) => Ok(1),
-                (ATTR_USING_DMA_BUF_MMAP, _) => Ok(c_int::from(backend == PinBackend::DmaBuf)),
-                (ATTR_GDR_BACKEND, _) => Ok(backend_code(backend)),
-                _ => {
-                    log!(Level::Debug, "gdr_get_attribute: unknown attribute {attr}");
-                    Err(libc::EINVAL)
-                }
-            }
-        };
-        match value {
-            Ok(x) => put(v, x),
-            Err(e) => e,
-        }
-    })
-}
-
-/// `gdr_get_mapping_type_string`.
-#[no_mangle]
-pub extern "C" fn gdr_get_mapping_type_string(
-    mapping_type: c_uint,
-    pstr: *mut *const c_char,
-) -> c_int {
-    guard("gdr_get_mapping_type_string", || {
-        let name: &'static std::ffi::CStr = match mapping_type {
-            MAPPING_TYPE_NONE => c"None",
-            MAPPING_TYPE_WC => c"Write Combining",
-            MAPPING_TYPE_CACHING => c"Caching",
-            MAPPING_TYPE_DEVICE => c"Device",
-            _ => return libc::EINVAL,
-        };
-        put(pstr, name.as_ptr())
-    })
-}
-
-/// `gdr_runtime_get_version`: the API level this library implements.
-#[no_mangle]
-pub extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) {
-    let _ = put(major, API_MAJOR);
-    let _ = put(minor, API_MINOR);
-}
-
-/// `gdr_driver_get_version`: gdrdrv's version, or [`USER_SPACE_DRIVER_VERSION`] for the
-/// backends without a kernel module.
-#[no_mangle]
-pub extern "C" fn gdr_driver_get_version(
-    g: *mut c_void,
-    major: *mut c_int,
-    minor: *mut c_int,
-) -> c_int {
-    guard("gdr_driver_get_version", || {
-        if major.is_null() || minor.is_null() {
-            return libc::EINVAL;
-        }
-        let v = table::read().as_ref().and_then(|s| {
-            let gdr = s.gdrs.get(&(g as usize))?;
-            Some(gdr.first_pinner().and_then(|p| p.gdrdrv()).map_or(
-                USER_SPACE_DRIVER_VERSION,
-                |d| {
-                    let v = d.version().driver;
-                    (v.major() as c_int, v.minor() as c_int)
-                },
-            ))
-        });
-        let Some((a, b)) = v else {
-            return libc::EINVAL;
-        };
-        put(major, a);
-        put(minor, b)
-    })
-}
-
 /// `gdr_alloc_mapped` (extension): GPU memory with a CPU mapping, through Vulkan.
 #[no_mangle]
 pub extern "C" fn gdr_alloc_mapped(
@@ -919,91 +759,4 @@ pub fn context_of(g: *mut c_void) -> Option<Context> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn info_layouts_match_gdrcopy() {
-        assert_eq!(std::mem::size_of::<GdrInfoV2>(), 48);
-        assert_eq!(std::mem::offset_of!(GdrInfoV2, tm_cycles), 24);
-        assert_eq!(std::mem::offset_of!(GdrInfoV2, cycles_per_ms), 32);
-        assert_eq!(std::mem::offset_of!(GdrInfoV2, flags), 36);
-        assert_eq!(std::mem::offset_of!(GdrInfoV2, mapping_type), 40);
-        assert_eq!(std::mem::size_of::<GdrInfoV1>(), 40);
-        assert_eq!(std::mem::offset_of!(GdrInfoV1, flags), 36);
-        assert_eq!(std::mem::size_of::<GdrMh>(), 8);
-    }
-
-    #[test]
-    fn mapping_type_names_are_gdrcopys() {
-        let mut p: *const c_char = std::ptr::null();
-        let name = |p: *const c_char| {
-            // SAFETY: the library hands out static NUL-terminated names.
-            unsafe { std::ffi::CStr::from_ptr(p) }.to_str().unwrap()
-        };
-        for (t, want) in [
-            (0, "None"),
-            (1, "Write Combining"),
-            (2, "Caching"),
-            (3, "Device"),
-        ] {
-            assert_eq!(gdr_get_mapping_type_string(t, &mut p), 0);
-            assert_eq!(name(p), want);
-        }
-        assert_eq!(gdr_get_mapping_type_string(4, &mut p), libc::EINVAL);
-        assert_eq!(
-            gdr_get_mapping_type_string(1, std::ptr::null_mut()),
-            libc::EINVAL
-        );
-    }
-
-    #[test]
-    fn bad_handles_and_gdrs_are_refused() {
-        let bogus = 0x1234usize as *mut c_void;
-        let mh = GdrMh { h: 77 };
-        assert_eq!(gdr_close(bogus), libc::EINVAL);
-        assert_eq!(gdr_unpin_buffer(bogus, mh), libc::EINVAL);
-        assert_eq!(gdr_free_mapped(bogus, mh), libc::EINVAL);
-        let mut out = GdrMh { h: 0 };
-        assert_eq!(
-            gdr_pin_buffer(bogus, 0x1000, 4096, 0, 0, &mut out),
-            libc::EINVAL
-        );
-        assert_eq!(
-            gdr_pin_buffer_v2(bogus, 0x1000, 4096, 8, &mut out),
-            libc::EINVAL
-        );
-        let mut info = GdrInfoV2::default();
-        assert_eq!(gdr_get_info_v2(bogus, mh, &mut info), libc::EINVAL);
-        let mut v1 = GdrInfoV1::default();
-        assert_eq!(gdr_get_info(bogus, mh, &mut v1), libc::EINVAL);
-        let mut va = std::ptr::null_mut();
-        assert_eq!(gdr_map(bogus, mh, &mut va, 4096), libc::EINVAL);
-        assert_eq!(gdr_map_v2(bogus, mh, &mut va, 4096, 2), libc::EINVAL);
-        assert_eq!(gdr_unmap(bogus, mh, va, 4096), libc::EINVAL);
-        let buf = [0u8; 8];
-        let mut back = [0u8; 8];
-        assert_eq!(
-            gdr_copy_to_mapping(mh, back.as_mut_ptr().cast(), buf.as_ptr().cast(), 8),
-            libc::EINVAL
-        );
-        assert_eq!(
-            gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), buf.as_ptr().cast(), 8),
-            libc::EINVAL
-        );
-        let mut flag = 0;
-        assert_eq!(gdr_get_callback_flag(bogus, mh, &mut flag), libc::EINVAL);
-        let mut v = 0;
-        assert_eq!(gdr_get_attribute(bogus, 1, &mut v), libc::EINVAL);
-        let (mut a, mut b) = (0, 0);
-        assert_eq!(gdr_driver_get_version(bogus, &mut a, &mut b), libc::EINVAL);
-        gdr_runtime_get_version(&mut a, &mut b);
-        assert_eq!((a, b), (2, 6));
-        let mut d: c_ulong = 0;
-        assert_eq!(gdr_alloc_mapped(bogus, 64, &mut d, &mut out), libc::EINVAL);
-        assert_eq!(
-            gdr_alloc_mapped(bogus, 64, std::ptr::null_mut(), &mut out),
-            libc::EINVAL
-        );
-    }
-}
+mod tests;

@@ -30,15 +30,12 @@ pub(super) fn check_range(
     len: usize,
     size: usize,
 ) -> Result<()> {
-    match offset.checked_add(len) {
-        Some(end) if end <= size => Ok(()),
-        _ => Err(CudaError::OutOfBounds {
-            what,
-            offset,
-            len,
-            size,
-        }),
-    }
+    gdr_mem::check_range(offset, len, size).map_err(|_| CudaError::OutOfBounds {
+        what,
+        offset,
+        len,
+        size,
+    })
 }
 
 /// `cuMemcpyHtoD` into `dst[offset..offset+src.len()]`.

@@ -52,6 +52,11 @@
 //! writer locks twice, briefly, and registers with no lock held, so two threads missing on the
 //! same range may both register; the later one replaces the earlier entry (both registrations
 //! stay valid for their holders).
+//!
+//! One file (about 1,000 lines) on purpose: the invariants above (non-overlapping entries,
+//! budgets counted over live registrations, no deregistration under the lock, the shard and
+//! writer lock order) are upheld together by the lookup, the writer and eviction below; split
+//! apart, each piece would have to restate them.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};

@@ -1,0 +1,166 @@
+//! The entry points that describe rather than act: a handle's info (v1 and v2), attributes,
+//! the mapping-type names and the library and driver versions.
+
+use super::*;
+
+/// The v2 info of handle `mh` of `g`.
+fn info_of(g: *mut c_void, mh: GdrMh) -> Result<GdrInfoV2, c_int> {
+    let s = table::read();
+    let s = s.as_ref().ok_or(libc::EINVAL)?;
+    if !s.gdrs.contains_key(&(g as usize)) {
+        return Err(libc::EINVAL);
+    }
+    let h = s
+        .handles
+        .get(&(mh.h as u64))
+        .filter(|h| h.owner == g as usize)
+        .ok_or(libc::EINVAL)?;
+    let mapped = h.is_mapped();
+    Ok(GdrInfoV2 {
+        va: h.window.va,
+        mapped_size: h.window.len,
+        page_size: h.window.page,
+        tm_cycles: 0,
+        cycles_per_ms: 0,
+        flags: c_uint::from(mapped) | (c_uint::from(mapped) << 1),
+        mapping_type: if mapped {
+            MAPPING_TYPE_WC
+        } else {
+            MAPPING_TYPE_NONE
+        },
+    })
+}
+
+/// `gdr_get_info_v2`.
+#[no_mangle]
+pub extern "C" fn gdr_get_info_v2(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV2) -> c_int {
+    guard("gdr_get_info_v2", || {
+        if info.is_null() {
+            return libc::EINVAL;
+        }
+        match info_of(g, mh) {
+            Ok(i) => put(info, i),
+            Err(e) => e,
+        }
+    })
+}
+
+/// `gdr_get_info`: gdrcopy's v1 call, still exported for binaries and `dlsym` users (NCCL);
+/// fills the 40-byte v1 struct only.
+#[no_mangle]
+pub extern "C" fn gdr_get_info(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV1) -> c_int {
+    guard("gdr_get_info", || {
+        if info.is_null() {
+            return libc::EINVAL;
+        }
+        match info_of(g, mh) {
+            Ok(i) => put(
+                info,
+                GdrInfoV1 {
+                    va: i.va,
+                    mapped_size: i.mapped_size,
+                    page_size: i.page_size,
+                    tm_cycles: i.tm_cycles,
+                    cycles_per_ms: i.cycles_per_ms,
+                    flags: i.flags,
+                },
+            ),
+            Err(e) => e,
+        }
+    })
+}
+
+/// `gdr_get_attribute`.
+#[no_mangle]
+pub extern "C" fn gdr_get_attribute(g: *mut c_void, attr: c_int, v: *mut c_int) -> c_int {
+    guard("gdr_get_attribute", || {
+        if v.is_null() {
+            return libc::EINVAL;
+        }
+        let value = {
+            let s = table::read();
+            let Some(gdr) = s.as_ref().and_then(|s| s.gdrs.get(&(g as usize))) else {
+                return libc::EINVAL;
+            };
+            let backend = gdr.backend();
+            let drv = gdr.first_pinner().and_then(|p| p.gdrdrv());
+            match (attr, drv) {
+                (ATTR_USE_PERSISTENT_MAPPING | ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE, Some(d)) => d
+                    .get_attr(gdr::bar::gdrdrv::Attr(attr as u32))
+                    .map(|x| x as c_int)
+                    .map_err(|e| {
+                        log!(Level::Error, "gdr_get_attribute({attr}): {e}");
+                        libc::EIO
+                    }),
+                // dma-buf and Vulkan pins hold the memory until unpinned, and every mapping of
+                // a discrete GPU on this host is BAR1 over PCIe.
+                (ATTR_USE_PERSISTENT_MAPPING | ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE, None) => Ok(1),
+                (ATTR_USING_DMA_BUF_MMAP, _) => Ok(c_int::from(backend == PinBackend::DmaBuf)),
+                (ATTR_GDR_BACKEND, _) => Ok(backend_code(backend)),
+                _ => {
+                    log!(Level::Debug, "gdr_get_attribute: unknown attribute {attr}");
+                    Err(libc::EINVAL)
+                }
+            }
+        };
+        match value {
+            Ok(x) => put(v, x),
+            Err(e) => e,
+        }
+    })
+}
+
+/// `gdr_get_mapping_type_string`.
+#[no_mangle]
+pub extern "C" fn gdr_get_mapping_type_string(
+    mapping_type: c_uint,
+    pstr: *mut *const c_char,
+) -> c_int {
+    guard("gdr_get_mapping_type_string", || {
+        let name: &'static std::ffi::CStr = match mapping_type {
+            MAPPING_TYPE_NONE => c"None",
+            MAPPING_TYPE_WC => c"Write Combining",
+            MAPPING_TYPE_CACHING => c"Caching",
+            MAPPING_TYPE_DEVICE => c"Device",
+            _ => return libc::EINVAL,
+        };
+        put(pstr, name.as_ptr())
+    })
+}
+
+/// `gdr_runtime_get_version`: the API level this library implements.
+#[no_mangle]
+pub extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) {
+    let _ = put(major, API_MAJOR);
+    let _ = put(minor, API_MINOR);
+}
+
+/// `gdr_driver_get_version`: gdrdrv's version, or [`USER_SPACE_DRIVER_VERSION`] for the
+/// backends without a kernel module.
+#[no_mangle]
+pub extern "C" fn gdr_driver_get_version(
+    g: *mut c_void,
+    major: *mut c_int,
+    minor: *mut c_int,
+) -> c_int {
+    guard("gdr_driver_get_version", || {
+        if major.is_null() || minor.is_null() {
+            return libc::EINVAL;
+        }
+        let v = table::read().as_ref().and_then(|s| {
+            let gdr = s.gdrs.get(&(g as usize))?;
+            Some(gdr.first_pinner().and_then(|p| p.gdrdrv()).map_or(
+                USER_SPACE_DRIVER_VERSION,
+                |d| {
+                    let v = d.version().driver;
+                    (v.major() as c_int, v.minor() as c_int)
+                },
+            ))
+        });
+        let Some((a, b)) = v else {
+            return libc::EINVAL;
+        };
+        put(major, a);
+        put(minor, b)
+    })
+}

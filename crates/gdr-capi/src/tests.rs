@@ -1,0 +1,86 @@
+use super::*;
+
+#[test]
+fn info_layouts_match_gdrcopy() {
+    assert_eq!(std::mem::size_of::<GdrInfoV2>(), 48);
+    assert_eq!(std::mem::offset_of!(GdrInfoV2, tm_cycles), 24);
+    assert_eq!(std::mem::offset_of!(GdrInfoV2, cycles_per_ms), 32);
+    assert_eq!(std::mem::offset_of!(GdrInfoV2, flags), 36);
+    assert_eq!(std::mem::offset_of!(GdrInfoV2, mapping_type), 40);
+    assert_eq!(std::mem::size_of::<GdrInfoV1>(), 40);
+    assert_eq!(std::mem::offset_of!(GdrInfoV1, flags), 36);
+    assert_eq!(std::mem::size_of::<GdrMh>(), 8);
+}
+
+#[test]
+fn mapping_type_names_are_gdrcopys() {
+    let mut p: *const c_char = std::ptr::null();
+    let name = |p: *const c_char| {
+        // SAFETY: the library hands out static NUL-terminated names.
+        unsafe { std::ffi::CStr::from_ptr(p) }.to_str().unwrap()
+    };
+    for (t, want) in [
+        (0, "None"),
+        (1, "Write Combining"),
+        (2, "Caching"),
+        (3, "Device"),
+    ] {
+        assert_eq!(gdr_get_mapping_type_string(t, &mut p), 0);
+        assert_eq!(name(p), want);
+    }
+    assert_eq!(gdr_get_mapping_type_string(4, &mut p), libc::EINVAL);
+    assert_eq!(
+        gdr_get_mapping_type_string(1, std::ptr::null_mut()),
+        libc::EINVAL
+    );
+}
+
+#[test]
+fn bad_handles_and_gdrs_are_refused() {
+    let bogus = 0x1234usize as *mut c_void;
+    let mh = GdrMh { h: 77 };
+    assert_eq!(gdr_close(bogus), libc::EINVAL);
+    assert_eq!(gdr_unpin_buffer(bogus, mh), libc::EINVAL);
+    assert_eq!(gdr_free_mapped(bogus, mh), libc::EINVAL);
+    let mut out = GdrMh { h: 0 };
+    assert_eq!(
+        gdr_pin_buffer(bogus, 0x1000, 4096, 0, 0, &mut out),
+        libc::EINVAL
+    );
+    assert_eq!(
+        gdr_pin_buffer_v2(bogus, 0x1000, 4096, 8, &mut out),
+        libc::EINVAL
+    );
+    let mut info = GdrInfoV2::default();
+    assert_eq!(gdr_get_info_v2(bogus, mh, &mut info), libc::EINVAL);
+    let mut v1 = GdrInfoV1::default();
+    assert_eq!(gdr_get_info(bogus, mh, &mut v1), libc::EINVAL);
+    let mut va = std::ptr::null_mut();
+    assert_eq!(gdr_map(bogus, mh, &mut va, 4096), libc::EINVAL);
+    assert_eq!(gdr_map_v2(bogus, mh, &mut va, 4096, 2), libc::EINVAL);
+    assert_eq!(gdr_unmap(bogus, mh, va, 4096), libc::EINVAL);
+    let buf = [0u8; 8];
+    let mut back = [0u8; 8];
+    assert_eq!(
+        gdr_copy_to_mapping(mh, back.as_mut_ptr().cast(), buf.as_ptr().cast(), 8),
+        libc::EINVAL
+    );
+    assert_eq!(
+        gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), buf.as_ptr().cast(), 8),
+        libc::EINVAL
+    );
+    let mut flag = 0;
+    assert_eq!(gdr_get_callback_flag(bogus, mh, &mut flag), libc::EINVAL);
+    let mut v = 0;
+    assert_eq!(gdr_get_attribute(bogus, 1, &mut v), libc::EINVAL);
+    let (mut a, mut b) = (0, 0);
+    assert_eq!(gdr_driver_get_version(bogus, &mut a, &mut b), libc::EINVAL);
+    gdr_runtime_get_version(&mut a, &mut b);
+    assert_eq!((a, b), (2, 6));
+    let mut d: c_ulong = 0;
+    assert_eq!(gdr_alloc_mapped(bogus, 64, &mut d, &mut out), libc::EINVAL);
+    assert_eq!(
+        gdr_alloc_mapped(bogus, 64, std::ptr::null_mut(), &mut out),
+        libc::EINVAL
+    );
+}
