@@ -45,6 +45,10 @@ pub struct Row {
     pub best_median_us: f64,
     /// best / auto: 1.0 means the auto copier is as fast as the best path.
     pub auto_vs_best: f64,
+    /// gpu->cpu at 8 bytes only: the median of a bare volatile 8-byte load from the mapping,
+    /// timed in the same interleaved rounds (the floor the mapping's read is held against).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bare_load_median_us: Option<f64>,
 }
 
 pub fn sizes(min: usize, max: usize) -> Vec<usize> {
@@ -101,6 +105,10 @@ pub fn measure(
                 Timed::Auto,
                 Timed::Path(Path::CopyEngine),
             ];
+            let reference = dir == Direction::FromGpu && size == 8;
+            if reference {
+                what.push(Timed::BareLoad);
+            }
             if size >= 16 << 10 {
                 what.extend(
                     [2, 4, 8]
@@ -136,6 +144,7 @@ pub fn measure(
                 best_path: best_path.to_string(),
                 best_median_us: best,
                 auto_vs_best: best / a.median,
+                bare_load_median_us: reference.then(|| s[4].median),
             });
         }
     }
@@ -173,6 +182,16 @@ pub fn print(rows: &[Row]) {
         ]);
     }
     t.print();
+    for r in rows {
+        if let Some(bare) = r.bare_load_median_us {
+            println!(
+                "reference: a bare 8-byte load from the mapping takes {bare:.3} us median; the \
+                 mapping's 8-byte read {:.3} us ({:+.1}%)",
+                r.mapping_median_us,
+                (r.mapping_median_us / bare - 1.0) * 100.0
+            );
+        }
+    }
 }
 
 pub fn run(args: Args) -> CmdResult {

@@ -3,6 +3,7 @@
 use gdr::bar::auto::{read_on, write_on, AutoCopier, Direction, Path};
 use gdr::bar::{BarError, MappedBuffer};
 use gdr::cuda;
+use gdr::mem::MappedMemory;
 use gdr_bench::stats::{time_interleaved_us, Op, Summary};
 use rand::RngCore;
 use std::time::Duration;
@@ -30,6 +31,9 @@ pub enum Timed {
     PlainCuMemcpy,
     /// The auto copier.
     Auto,
+    /// The floor for an 8-byte read: one volatile 8-byte load from the mapping, nothing else
+    /// (no dispatch, no fences, no copy out). Reads only; the reference row of copylat.
+    BareLoad,
 }
 
 /// Times each of `what` copying `size` bytes in `dir`, interleaved round by round so that
@@ -63,6 +67,10 @@ pub fn time_all(
                 }
                 (Timed::Auto, Direction::ToGpu) => auto.write(buf, 0, &host.borrow()),
                 (Timed::Auto, Direction::FromGpu) => auto.read(buf, 0, &mut host.borrow_mut()),
+                (Timed::BareLoad, _) => {
+                    std::hint::black_box(buf.load_u64(0)?);
+                    Ok(())
+                }
             })
         })
         .collect();
