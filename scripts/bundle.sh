@@ -46,6 +46,6 @@ strip "$out/gdr" "$out"/tests/* 2>/dev/null || true
 cp scripts/run-gpu.sh "$out/run.sh"
 cp scripts/serve-bench.sh "$out/serve-bench.sh"
 cp scripts/two-gpu.sh "$out/two-gpu.sh"
-mkdir -p "$out/fixtures" && cp -a crates/gdr/tests/fixtures/topo "$out/fixtures/"
+mkdir -p "$out/fixtures" && cp -a crates/gdr-pci/tests/fixtures/topo "$out/fixtures/"
 [ -d .gl ] && { mkdir -p "$out/gl"; cp .gl/*.deb "$out/gl/"; }
 echo "bundle in $out: $(ls "$out/tests" | wc -l) test binaries, $(du -sh "$out" | cut -f1)"

@@ -5,7 +5,8 @@
 //!   dependency), wrapped in a thin safe layer.
 //! - [`bar`]: GPU memory that the CPU maps directly through the GPU's BAR1.
 //! - [`copy`]: copy routines tuned for such mappings, and the auto copier.
-//! - [`topo`]: the PCIe topology and peer-to-peer verdicts.
+//! - [`topo`]: the crate `gdr-pci` (PCI addresses, sysfs, the PCIe topology and peer-to-peer
+//!   verdicts); it sits below all of gdr and needs nothing of it.
 //! - [`peer`]: GPU memory for other devices (dma-buf export, registration cache).
 //! - [`mq`]: message queues in GPU memory and persistent GPU workers.
 
@@ -18,4 +19,4 @@ pub mod peer;
 pub mod pingpong;
 pub mod stats;
 pub mod testing;
-pub mod topo;
+pub use gdr_pci as topo;

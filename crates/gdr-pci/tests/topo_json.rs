@@ -1,7 +1,9 @@
 //! The JSON shape of `gdr topo --json`, checked on every fixture by parsing it back.
 
-use gdr::topo::{Bdf, Topology};
+use gdr_pci::{Bdf, Topology};
 use serde_json::Value;
+
+mod topo_common;
 
 const CLASSES: &[&str] = &[
     "gpu",
@@ -49,7 +51,7 @@ fn check_device(d: &Value) {
 
 #[test]
 fn json_has_the_documented_shape_on_every_fixture() {
-    let dir = gdr::testing::topo_fixtures();
+    let dir = topo_common::fixtures_dir();
     for entry in std::fs::read_dir(dir).unwrap() {
         let root = entry.unwrap().path();
         let mut topo = Topology::read(&root).unwrap();
@@ -104,7 +106,7 @@ fn json_has_the_documented_shape_on_every_fixture() {
 
 #[test]
 fn explained_path_serializes_with_hops() {
-    let root = gdr::testing::topo_fixtures().join("two-socket");
+    let root = topo_common::fixtures_dir().join("two-socket");
     let topo = Topology::read(root).unwrap();
     let p = topo
         .path(

@@ -5,10 +5,10 @@
 //!
 //! The trees are built at run time (FIFOs and links to /dev/zero do not belong in git).
 
-use gdr::topo::limits::{
+use gdr_pci::limits::{
     MAX_ATTR_BYTES, MAX_CONFIG_BYTES, MAX_DIR_ENTRIES, MAX_LINK_HOPS, MAX_WARNINGS,
 };
-use gdr::topo::{capture, Topology};
+use gdr_pci::{capture, Topology};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;

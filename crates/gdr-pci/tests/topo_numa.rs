@@ -2,9 +2,9 @@
 //! nodes whose CPUs meet the device's `local_cpulist`, and node 0 on a machine without node
 //! directories. VMs (the H100 Firecracker machine) leave `numa_node` at -1 everywhere.
 
-use gdr::topo::capture::capture;
-use gdr::topo::fixture::{Function, TreeBuilder};
-use gdr::topo::Topology;
+use gdr_pci::capture::capture;
+use gdr_pci::fixture::{Function, TreeBuilder};
+use gdr_pci::Topology;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use std::collections::BTreeSet;

@@ -2,9 +2,17 @@
 
 #![allow(dead_code)] // each test file uses part of this
 
-use gdr::topo::fixture::{Function, TreeBuilder};
-use gdr::topo::PortType;
+use gdr_pci::fixture::{Function, TreeBuilder};
+use gdr_pci::PortType;
 use std::path::{Path, PathBuf};
+
+/// The committed fixtures: `$GDR_TOPO_FIXTURES` (set by the bundle runner, which carries
+/// them), else the source tree's `crates/gdr-pci/tests/fixtures/topo`.
+pub fn fixtures_dir() -> PathBuf {
+    std::env::var_os("GDR_TOPO_FIXTURES")
+        .map(Into::into)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/topo"))
+}
 
 /// A fresh directory name under cargo's scratch space for tests.
 pub fn scratch(name: &str) -> PathBuf {

@@ -1,12 +1,14 @@
 //! `capture`: a captured tree reads back to the same answer as its source, holds only what was
 //! read, and refuses to overwrite.
 
-use gdr::topo::capture::{capture, CAPTURE_NOTE, KEEP_FILE};
-use gdr::topo::{TopoError, Topology};
+use gdr_pci::capture::{capture, CAPTURE_NOTE, KEEP_FILE};
+use gdr_pci::{TopoError, Topology};
 use std::path::{Path, PathBuf};
 
+mod topo_common;
+
 fn fixtures_dir() -> PathBuf {
-    gdr::testing::topo_fixtures()
+    topo_common::fixtures_dir()
 }
 
 fn scratch(name: &str) -> PathBuf {

@@ -7,10 +7,10 @@
 //! a test of their own below, like the hand-built servers.
 //!
 //! Regenerate the hand-built trees after changing a builder:
-//! `GDR_REGEN_TOPO_FIXTURES=1 cargo test -p gdr --test topo_fixtures`.
+//! `GDR_REGEN_TOPO_FIXTURES=1 cargo test -p gdr-pci --test topo_fixtures`.
 
-use gdr::topo::fixture::{Function, TreeBuilder};
-use gdr::topo::{Bdf, DeviceClass, PathClass, PortType, Topology, Verdict};
+use gdr_pci::fixture::{Function, TreeBuilder};
+use gdr_pci::{Bdf, DeviceClass, PathClass, PortType, Topology, Verdict};
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -22,7 +22,7 @@ const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 
 fn fixtures_dir() -> PathBuf {
-    gdr::testing::topo_fixtures()
+    topo_common::fixtures_dir()
 }
 
 fn fixture(name: &str) -> Topology {
@@ -690,7 +690,7 @@ fn every_fixture_matches_its_nvidia_smi_matrix() {
                 ));
             }
             // The printed matrix carries the same three columns at the end of the GPU's row.
-            let text = gdr::topo::render::matrix(&topo, &topo.gpu_view());
+            let text = gdr_pci::render::matrix(&topo, &topo.gpu_view());
             let row: Vec<&str> = text
                 .lines()
                 .find(|l| l.split(' ').next() == Some(label.as_str()))
@@ -719,7 +719,7 @@ fn verdict(topo: &Topology, a: &str, b: &str) -> (String, Verdict, Vec<String>) 
     let reasons = p
         .reasons
         .iter()
-        .filter(|r| r.severity > gdr::topo::Severity::Info)
+        .filter(|r| r.severity > gdr_pci::Severity::Info)
         .map(|r| r.what.clone())
         .collect();
     (p.class.to_string(), p.verdict, reasons)
@@ -906,7 +906,7 @@ fn h100_firecracker_vm() {
         assert_eq!((p.class, p.verdict), (PathClass::Phb, Verdict::WorksSlower));
     }
 
-    let text = gdr::topo::render::matrix(&topo, &topo.gpu_view());
+    let text = gdr_pci::render::matrix(&topo, &topo.gpu_view());
     let gpu_row: Vec<&str> = text
         .lines()
         .find(|l| l.starts_with("GPU0 "))
@@ -917,7 +917,7 @@ fn h100_firecracker_vm() {
     assert!(text.contains("BAR1 128 GiB"), "{text}");
     // A GPU NUMA ID from NVML (Grace machines) lands in the last column.
     topo.set_gpu_numa_id(gpu.bdf, Some(4)).unwrap();
-    let text = gdr::topo::render::matrix(&topo, &topo.gpu_view());
+    let text = gdr_pci::render::matrix(&topo, &topo.gpu_view());
     let gpu_row: Vec<&str> = text
         .lines()
         .find(|l| l.starts_with("GPU0 "))
@@ -927,11 +927,11 @@ fn h100_firecracker_vm() {
     assert_eq!(gpu_row[3..], ["0-15", "0", "4"], "{text}");
     assert!(matches!(
         topo.set_gpu_numa_id(eth.bdf, Some(1)),
-        Err(gdr::topo::TopoError::NotAGpu(_))
+        Err(gdr_pci::TopoError::NotAGpu(_))
     ));
     assert!(matches!(
         topo.set_gpu_numa_id("0000:ee:00.0".parse().unwrap(), Some(1)),
-        Err(gdr::topo::TopoError::NoSuchBdf(_))
+        Err(gdr_pci::TopoError::NoSuchBdf(_))
     ));
 }
 
@@ -1093,7 +1093,7 @@ fn explain_text_lists_hops_and_actions_on_every_fixture() {
         let p = topo
             .path(topo.find(a).unwrap().bdf, topo.find(b).unwrap().bdf)
             .unwrap();
-        let text = gdr::topo::render::explain(&topo, &p);
+        let text = gdr_pci::render::explain(&topo, &p);
         for m in must {
             assert!(text.contains(m), "{name} {a} {b}: `{m}` missing in\n{text}");
         }

@@ -1,50 +1,12 @@
-//! PCIe topology and peer-to-peer verdicts, read from sysfs.
-//!
-//! Whether a NIC, an NVMe drive or an FPGA can DMA straight into a GPU's memory, and how fast,
-//! depends on where the two sit in the PCIe tree: under one switch the traffic turns around in
-//! the switch; through the CPU's root complex it works but slower; across sockets it may crawl or
-//! fail. The IOMMU, ACS redirection, degraded links and a small GPU BAR1 make it worse. This
-//! module reads all of that from sysfs and names the path the way `nvidia-smi topo -m` does
-//! (X, PIX, PXB, PHB, NODE, SYS, NV#), with a verdict and the reasons behind it.
-//!
-//! The sysfs root is a parameter everywhere: tests read fixture trees, bug reports carry a
-//! [`capture`](capture::capture) of the reporter's machine, and `/sys` is just the default.
-//!
-//! ```no_run
-//! let topo = gdr::topo::Topology::read("/sys")?;
-//! let gpu = topo.find("gpu0")?.bdf;
-//! let nic = topo.find("mlx5_0")?.bdf;
-//! let path = topo.path(gpu, nic)?;
-//! println!("{} {}", path.class, path.verdict);
-//! # Ok::<(), gdr::topo::TopoError>(())
-//! ```
+//! The PCI tree of one machine as [`Topology`]: host bridges, switches, every function, and the
+//! path class and verdict between any two of them.
 
-mod bdf;
-pub mod capture;
-pub mod config;
-mod cpulist;
-mod device;
-#[doc(hidden)] // builders of sysfs trees for tests and fixture generation, not the API
-pub mod fixture;
-pub mod limits;
-mod path;
-pub mod render;
-mod report;
-mod resolve;
-mod scan;
-mod sysfs;
-mod verdict;
-
-pub use bdf::{Bdf, BdfParseError};
-pub use config::{Acs, AcsState};
-pub use device::{
-    format_size, pcie_generation, Bar, Device, DeviceClass, IommuGroup, LinkState, PortType,
-};
-pub use path::{Hop, HopKind, PathClass, PeerPath};
-pub use report::{PairReport, Report};
-pub use sysfs::SysfsError;
-pub use verdict::{Reason, Severity, Verdict};
-
+use crate::bdf::Bdf;
+use crate::device::{Device, DeviceClass, PortType};
+use crate::path::{self, PeerPath};
+use crate::report::{self, Report};
+use crate::scan;
+use crate::sysfs::{Sysfs, SysfsError};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt;
@@ -124,7 +86,7 @@ impl Topology {
     /// Reads the tree under `root` (`/sys` on a live system). Fails only when `root` has no
     /// `bus/pci/devices`; every other problem is a [`Warning`] and a partial answer.
     pub fn read(root: impl AsRef<Path>) -> Result<Self, TopoError> {
-        scan::scan(&sysfs::Sysfs::new(root.as_ref()))
+        scan::scan(&Sysfs::new(root.as_ref()))
     }
 
     /// [`Topology::read`] on `/sys`.

@@ -1,7 +1,7 @@
 //! Unreadable, missing and odd sysfs entries: each gives a warning and a partial answer, never a
 //! panic or a hang.
 
-use gdr::topo::{AcsState, DeviceClass, PathClass, PortType, TopoError, Topology};
+use gdr_pci::{AcsState, DeviceClass, PathClass, PortType, TopoError, Topology};
 use rand::{Rng, RngCore};
 use std::path::Path;
 
@@ -283,7 +283,7 @@ fn random_bytes_in_every_attribute_never_panic() {
         let topo = Topology::read(&root).unwrap();
         if clobbered > 0 {
             let _ = topo.pairs(&topo.endpoints());
-            let _ = gdr::topo::render::matrix(&topo, &topo.endpoints());
+            let _ = gdr_pci::render::matrix(&topo, &topo.endpoints());
         }
         assert_eq!(topo.devices().len(), 8);
         std::fs::remove_dir_all(&root).unwrap();

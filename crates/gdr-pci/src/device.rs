@@ -408,7 +408,7 @@ mod tests {
             link: LinkState::default(),
             iommu_group: None,
             bars: Vec::new(),
-            acs: crate::topo::AcsState::Absent,
+            acs: crate::AcsState::Absent,
             driver: None,
             parent: None,
             host_bridge: "pci0000:00".into(),
