@@ -15,6 +15,8 @@ pub struct Function {
     pub bdf: Bdf,
     pub vendor: u16,
     pub device: u16,
+    /// (subsystem vendor, subsystem device); `None` writes neither attribute.
+    pub subsystem: Option<(u16, u16)>,
     pub class_code: u32,
     /// `None` writes `-1`, as the kernel does without NUMA information.
     pub numa: Option<u32>,
@@ -43,6 +45,7 @@ impl Function {
             bdf,
             vendor,
             device,
+            subsystem: None,
             class_code,
             numa: None,
             cpulist: None,
@@ -58,6 +61,10 @@ impl Function {
             iommu_group: None,
             driver: None,
         }
+    }
+    pub fn subsystem(mut self, vendor: u16, device: u16) -> Self {
+        self.subsystem = Some((vendor, device));
+        self
     }
     pub fn numa(mut self, node: u32, cpus: &str) -> Self {
         self.numa = Some(node);
@@ -236,6 +243,10 @@ impl TreeBuilder {
         self.write(&dir.join("vendor"), format!("{:#06x}\n", f.vendor))?;
         self.write(&dir.join("device"), format!("{:#06x}\n", f.device))?;
         self.write(&dir.join("class"), format!("{:#08x}\n", f.class_code))?;
+        if let Some((v, d)) = f.subsystem {
+            self.write(&dir.join("subsystem_vendor"), format!("{v:#06x}\n"))?;
+            self.write(&dir.join("subsystem_device"), format!("{d:#06x}\n"))?;
+        }
         let numa = f.numa.map_or("-1".to_string(), |n| n.to_string());
         self.write(&dir.join("numa_node"), format!("{numa}\n"))?;
         if let Some(c) = &f.cpulist {
@@ -269,6 +280,7 @@ impl TreeBuilder {
         if let Some(g) = f.iommu_group {
             let target = PathBuf::from(format!("kernel/iommu_groups/{g}"));
             self.symlink(&dir.join("iommu_group"), &target, true)?;
+            self.symlink(&target.join("devices").join(f.bdf.to_string()), &dir, false)?;
             self.groups.insert(g);
         }
         if let Some(drv) = &f.driver {

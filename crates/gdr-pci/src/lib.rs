@@ -1,6 +1,8 @@
-//! gdr-pci: the PCI vocabulary of the workspace: PCI addresses ([`Bdf`]), a bounded sysfs
-//! reader, and on top of them the PCIe topology with peer-to-peer verdicts ([`Topology`]). It
-//! depends on nothing else in the workspace.
+//! gdr-pci: the PCI vocabulary of the workspace. One address type ([`Bdf`]), one bounded sysfs
+//! reader ([`Sysfs`]) with what it says about a function ([`PciInfo`]: IDs, class, driver, IOMMU
+//! group, NUMA node), and on top of them the PCIe topology with peer-to-peer verdicts
+//! ([`Topology`]). It depends on nothing else in the workspace, so the GPU side (`gdr`) and the
+//! VFIO side (`gdr-dma`) speak of the same devices in the same terms.
 //!
 //! Whether a NIC, an NVMe drive or an FPGA can DMA straight into a GPU's memory, and how fast,
 //! depends on where the two sit in the PCIe tree: under one switch the traffic turns around in
@@ -29,6 +31,7 @@ mod cpulist;
 mod device;
 #[doc(hidden)] // builders of sysfs trees for tests and fixture generation, not the API
 pub mod fixture;
+mod info;
 pub mod limits;
 mod path;
 pub mod render;
@@ -39,13 +42,14 @@ mod sysfs;
 mod topology;
 mod verdict;
 
-pub use bdf::{Bdf, BdfParseError};
+pub use bdf::{Bdf, BdfParseError, BdfParseErrorKind};
 pub use config::{Acs, AcsState};
 pub use device::{
     format_size, pcie_generation, Bar, Device, DeviceClass, IommuGroup, LinkState, PortType,
 };
+pub use info::{PciError, PciInfo};
 pub use path::{Hop, HopKind, PathClass, PeerPath};
 pub use report::{PairReport, Report};
-pub use sysfs::SysfsError;
+pub use sysfs::{Sysfs, SysfsError};
 pub use topology::{HostBridge, Switch, TopoError, Topology, Warning};
 pub use verdict::{Reason, Severity, Verdict};

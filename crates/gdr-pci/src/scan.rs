@@ -5,6 +5,7 @@ use super::bdf::Bdf;
 use super::config::{self, AcsState};
 use super::cpulist::IdList;
 use super::device::{classify, Bar, Device, DeviceClass, IommuGroup, LinkState, PortType};
+use super::info::{link_name, parse_hex, parse_numa_node};
 use super::limits::{MAX_ATTR_BYTES, MAX_CONFIG_BYTES, MAX_WARNINGS};
 use super::sysfs::{Sysfs, SysfsError};
 use super::{HostBridge, TopoError, Topology, Warning};
@@ -333,15 +334,6 @@ fn attr(fs: &Sysfs, dir: &Path, name: &str, required: bool, w: &mut Warnings) ->
     }
 }
 
-fn parse_hex(s: &str) -> Option<u64> {
-    let t = s.trim();
-    let t = t
-        .strip_prefix("0x")
-        .or_else(|| t.strip_prefix("0X"))
-        .unwrap_or(t);
-    u64::from_str_radix(t, 16).ok()
-}
-
 fn hex_attr(fs: &Sysfs, dir: &Path, name: &str, max: u64, w: &mut Warnings) -> Option<u64> {
     let s = attr(fs, dir, name, true, w)?;
     match parse_hex(&s) {
@@ -424,9 +416,9 @@ fn read_device(fs: &Sysfs, bdf: Bdf, dir: PathBuf, w: &mut Warnings) -> Raw {
     let vendor = hex_attr(fs, &dir, "vendor", 0xffff, w).map(|v| v as u16);
     let device = hex_attr(fs, &dir, "device", 0xffff, w).map(|v| v as u16);
     let class_code = hex_attr(fs, &dir, "class", 0xff_ffff, w).map(|v| v as u32);
-    let numa = attr(fs, &dir, "numa_node", false, w).and_then(|s| match s.parse::<i64>() {
-        Ok(n) => u32::try_from(n).ok(),
-        Err(_) => {
+    let numa = attr(fs, &dir, "numa_node", false, w).and_then(|s| match parse_numa_node(&s) {
+        Ok(n) => n,
+        Err(()) => {
             w.push(
                 &dir.join("numa_node"),
                 format!("unexpected content `{}`", short(&s)),
@@ -452,7 +444,7 @@ fn read_device(fs: &Sysfs, bdf: Bdf, dir: PathBuf, w: &mut Warnings) -> Raw {
         }
     };
     let iommu_group = optional_link(fs, &dir.join("iommu_group"), w).and_then(|t| {
-        let id = t.file_name()?.to_str()?.parse::<u32>().ok();
+        let id = link_name(&t)?.parse::<u32>().ok();
         if id.is_none() {
             w.push(
                 &dir.join("iommu_group"),
@@ -461,8 +453,8 @@ fn read_device(fs: &Sysfs, bdf: Bdf, dir: PathBuf, w: &mut Warnings) -> Raw {
         }
         id
     });
-    let driver = optional_link(fs, &dir.join("driver"), w)
-        .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let driver =
+        optional_link(fs, &dir.join("driver"), w).and_then(|t| Some(link_name(&t)?.to_string()));
     Raw {
         bdf,
         dir,
@@ -497,15 +489,10 @@ fn optional_link(fs: &Sysfs, rel: &Path, w: &mut Warnings) -> Option<PathBuf> {
 fn read_iommu_groups(fs: &Sysfs, raws: &[Raw], w: &mut Warnings) -> BTreeMap<u32, Option<String>> {
     let dir = Path::new("kernel/iommu_groups");
     let mut groups = BTreeMap::new();
-    let listed = match fs.list(dir) {
-        Ok(v) => v,
-        Err(e) if e.is_not_found() => Vec::new(),
-        Err(e) => {
-            w.push(dir, format!("unreadable: {e}"));
-            Vec::new()
-        }
-    };
-    let mut ids: Vec<u32> = listed.iter().filter_map(|n| n.parse().ok()).collect();
+    let mut ids = fs.iommu_groups().unwrap_or_else(|e| {
+        w.push(dir, format!("unreadable: {e}"));
+        Vec::new()
+    });
     ids.extend(raws.iter().filter_map(|r| r.iommu_group));
     for id in ids {
         if groups.contains_key(&id) {

@@ -1,16 +1,19 @@
 //! Reading a sysfs tree rooted anywhere (the real `/sys`, a capture, a test fixture), and
 //! optionally recording every entry read so that `capture` can write exactly those entries out.
+//! This is the one sysfs reader of the workspace: the topology scan walks the tree with it, and
+//! [`Sysfs::device`] answers what one function is and who drives it.
 //!
 //! All paths handed in and out are relative to the root, so a tree read from a fixture behaves as
 //! the real one would. A capture is untrusted input, so every read is bounded (see
 //! [`limits`](super::limits)): paths are looked up inside the tree only ([`resolve`]), only
 //! regular files are opened, and never by more than a cap.
 
-use super::capture::KEEP_FILE;
-use super::limits::{MAX_DIR_ENTRIES, MAX_LINK_HOPS, MAX_TOTAL_BYTES};
-use super::resolve::{self, kind_of, resolve_lexically, Resolved};
+use crate::capture::KEEP_FILE;
+use crate::limits::{MAX_DIR_ENTRIES, MAX_LINK_HOPS, MAX_TOTAL_BYTES};
+use crate::resolve::{self, kind_of, resolve_lexically, Resolved};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -90,7 +93,12 @@ pub(crate) enum Recorded {
     },
 }
 
-pub(crate) struct Sysfs {
+/// A sysfs tree rooted at a directory (`/sys` by [`Default`]), read within the bounds of
+/// [`limits`](crate::limits). Paths handed in and out are relative to the root.
+///
+/// A reader caches where directories lead and counts the bytes it read; a clone is a fresh
+/// reader of the same root. It is not `Sync`: each thread reads through its own.
+pub struct Sysfs {
     root: PathBuf,
     log: Option<RefCell<BTreeMap<PathBuf, Recorded>>>,
     /// Directories looked up already, to where they lead: the attributes of one device share
@@ -101,10 +109,31 @@ pub(crate) struct Sysfs {
     notes: RefCell<Vec<(PathBuf, String)>>,
 }
 
+impl Default for Sysfs {
+    /// The live system's `/sys`.
+    fn default() -> Self {
+        Self::new("/sys")
+    }
+}
+
+impl Clone for Sysfs {
+    /// A fresh reader of the same root: nothing cached, nothing read yet, not recording.
+    fn clone(&self) -> Self {
+        Self::new(&self.root)
+    }
+}
+
+impl fmt::Debug for Sysfs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sysfs").field("root", &self.root).finish()
+    }
+}
+
 impl Sysfs {
-    pub(crate) fn new(root: &Path) -> Self {
+    /// A reader of the tree at `root` (`/sys` on a live system, a capture or a fixture else).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
         Self {
-            root: root.to_path_buf(),
+            root: root.into(),
             log: None,
             dirs: RefCell::default(),
             bytes_read: Cell::new(0),
@@ -120,7 +149,7 @@ impl Sysfs {
         }
     }
 
-    pub(crate) fn root(&self) -> &Path {
+    pub fn root(&self) -> &Path {
         &self.root
     }
 
@@ -151,7 +180,7 @@ impl Sysfs {
     }
 
     /// Where the directory `rel` leads inside the tree; fails when it is no directory.
-    pub(crate) fn resolve_dir(&self, rel: &Path) -> Result<PathBuf, SysfsError> {
+    pub fn resolve_dir(&self, rel: &Path) -> Result<PathBuf, SysfsError> {
         self.dir_of(rel).map_err(|e| e.blame(rel))
     }
 
@@ -176,7 +205,7 @@ impl Sysfs {
     /// since sysfs never holds more there. FIFOs, devices and sockets are not even opened
     /// (opening some devices does something); the open is non-blocking and does not follow a
     /// link in case the entry changed since it was looked at.
-    pub(crate) fn read(&self, rel: &Path, cap: usize) -> Result<Vec<u8>, SysfsError> {
+    pub fn read(&self, rel: &Path, cap: usize) -> Result<Vec<u8>, SysfsError> {
         let r = self.resolve(rel).map_err(|e| e.blame(rel))?;
         let regular = |m: &std::fs::Metadata| {
             if m.is_file() {
@@ -211,7 +240,7 @@ impl Sysfs {
     }
 
     /// A text attribute, trimmed of surrounding whitespace.
-    pub(crate) fn read_text(&self, rel: &Path, cap: usize) -> Result<String, SysfsError> {
+    pub fn read_text(&self, rel: &Path, cap: usize) -> Result<String, SysfsError> {
         let data = self.read(rel, cap)?;
         Ok(String::from_utf8_lossy(&data).trim().to_string())
     }
@@ -220,7 +249,7 @@ impl Sysfs {
     /// there were more). The [`KEEP_FILE`] that captures and fixtures put into empty
     /// directories is left out: a real sysfs has none, and a capture must read back the same as
     /// its source.
-    pub(crate) fn list(&self, rel: &Path) -> Result<Vec<String>, SysfsError> {
+    pub fn list(&self, rel: &Path) -> Result<Vec<String>, SysfsError> {
         let dir = self.resolve_dir(rel)?;
         let mut names = Vec::new();
         for entry in std::fs::read_dir(self.root.join(dir))? {
@@ -245,7 +274,7 @@ impl Sysfs {
     /// The target of the symlink at `rel`, as a path relative to the root (not looked up
     /// further: the target may be absent). Fails with [`SysfsError::NotALink`] when `rel` is
     /// something else, and when the target is absolute or climbs above the root.
-    pub(crate) fn link(&self, rel: &Path) -> Result<PathBuf, SysfsError> {
+    pub fn link(&self, rel: &Path) -> Result<PathBuf, SysfsError> {
         let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
             return Err(SysfsError::NotALink);
         };
@@ -283,7 +312,7 @@ mod tests {
 
     #[test]
     fn character_devices_are_not_opened() {
-        let fs = Sysfs::new(Path::new("/dev"));
+        let fs = Sysfs::new("/dev");
         let err = fs.read(Path::new("zero"), 16).unwrap_err();
         assert!(
             matches!(
@@ -299,16 +328,13 @@ mod tests {
 
     #[test]
     fn dot_dot_after_a_link_climbs_from_where_the_link_leads() {
-        let root = std::env::temp_dir().join(format!(
-            "gdr-sysfs-dotdot-{}-{}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
         std::fs::create_dir_all(root.join("a/b")).unwrap();
         std::fs::write(root.join("a/x"), "deep\n").unwrap();
         std::fs::write(root.join("x"), "top\n").unwrap();
         std::os::unix::fs::symlink("a/b", root.join("l")).unwrap();
-        let fs = Sysfs::new(&root);
+        let fs = Sysfs::new(root);
         // As the kernel resolves it: `l/..` is `a`, not the root.
         assert_eq!(fs.read_text(Path::new("l/../x"), 16).unwrap(), "deep");
         assert_eq!(fs.resolve_dir(Path::new("l")).unwrap(), Path::new("a/b"));
@@ -324,12 +350,11 @@ mod tests {
             err.to_string(),
             "link target ../../.. at a/b/up leaves the sysfs root; not followed"
         );
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn reads_stop_when_the_budget_is_spent() {
-        let fs = Sysfs::new(Path::new(env!("CARGO_MANIFEST_DIR")));
+        let fs = Sysfs::new(env!("CARGO_MANIFEST_DIR"));
         assert!(fs.read(Path::new("Cargo.toml"), 1 << 16).is_ok());
         fs.bytes_read.set(MAX_TOTAL_BYTES);
         assert!(matches!(
@@ -340,7 +365,7 @@ mod tests {
 
     #[test]
     fn directories_are_not_read_as_files() {
-        let fs = Sysfs::new(Path::new(env!("CARGO_MANIFEST_DIR")));
+        let fs = Sysfs::new(env!("CARGO_MANIFEST_DIR"));
         let err = fs.read(Path::new("src"), 16).unwrap_err();
         assert_eq!(
             err.to_string(),
