@@ -6,20 +6,7 @@ use gdr_pci::{TopoError, Topology};
 use std::path::{Path, PathBuf};
 
 mod topo_common;
-
-fn fixtures_dir() -> PathBuf {
-    topo_common::fixtures_dir()
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "topo-cap-{name}-{}-{}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
+use topo_common::{fixtures_dir, scratch};
 
 /// The report of every endpoint as JSON, minus the root it was read from.
 fn answer(topo: &Topology) -> serde_json::Value {
@@ -83,7 +70,6 @@ fn captures_of_every_fixture_read_back_identically() {
                 );
             }
         }
-        std::fs::remove_dir_all(&dest).unwrap();
     }
 }
 
@@ -104,9 +90,6 @@ fn capture_leaves_out_what_it_does_not_read() {
         .join("devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0/vendor")
         .exists());
     assert!(!dest.join("devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0/subsystem_vendor").exists());
-    for d in [&src, &dest, &copy_of] {
-        std::fs::remove_dir_all(d).unwrap();
-    }
 }
 
 #[test]
@@ -127,8 +110,6 @@ fn capture_refuses_a_non_empty_destination_and_a_non_sysfs_source() {
     std::fs::create_dir_all(&empty).unwrap();
     let err = capture(&empty, &scratch("never")).unwrap_err();
     assert!(matches!(err, TopoError::NotSysfs { .. }), "{err}");
-    std::fs::remove_dir_all(&dest).unwrap();
-    std::fs::remove_dir_all(&empty).unwrap();
 }
 
 #[test]
@@ -148,8 +129,6 @@ fn dangling_links_stay_dangling_in_a_capture() {
         .any(|w| w.path.contains("mlx5_9") && w.message.contains("dangling")));
     let back = Topology::read(&dest).unwrap();
     assert_eq!(back.warnings(), s.warnings.as_slice());
-    std::fs::remove_dir_all(&src).unwrap();
-    std::fs::remove_dir_all(&dest).unwrap();
 }
 
 /// The machine the tests run on: whatever its /sys holds, a capture must read back the same.
@@ -165,7 +144,6 @@ fn capture_of_this_machine_reads_back_identically() {
     let back = Topology::read(&dest).unwrap();
     assert_eq!(answer(&back), answer(&s.topology));
     assert_eq!(back.devices().len(), live.devices().len());
-    std::fs::remove_dir_all(&dest).unwrap();
 }
 
 /// A live sysfs can have empty directories (class/infiniband with the RDMA core loaded but no
@@ -202,8 +180,6 @@ fn empty_directories_capture_and_read_back_without_warnings() {
     assert!(back.warnings().is_empty(), "{:?}", back.warnings());
     assert_eq!(answer(&back), answer(&s.topology));
     assert_eq!(answer(&back), answer(&live));
-    std::fs::remove_dir_all(&src).unwrap();
-    std::fs::remove_dir_all(&dest).unwrap();
 }
 
 #[test]
@@ -247,6 +223,4 @@ fn captures_zero_device_serial_numbers() {
         answer(&Topology::read(&src).unwrap()),
         answer(&Topology::read(&dest).unwrap())
     );
-    std::fs::remove_dir_all(&src).unwrap();
-    std::fs::remove_dir_all(&dest).unwrap();
 }

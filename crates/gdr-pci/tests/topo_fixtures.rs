@@ -16,14 +16,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 mod topo_common;
-use topo_common::scratch;
+use topo_common::{fixtures_dir, has_reason, path_between, scratch};
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
-
-fn fixtures_dir() -> PathBuf {
-    topo_common::fixtures_dir()
-}
 
 fn fixture(name: &str) -> Topology {
     Topology::read(fixtures_dir().join(name)).expect("fixture reads")
@@ -420,52 +416,23 @@ fn build_nested_switch(root: &Path) -> io::Result<()> {
     let mut t = TreeBuilder::create(root)?;
     let cpus = "0-63";
     let short = |x: Function| x.numa(0, cpus).config_len(64);
+    // Gen4 links of the width given, as a non-root user reads them.
+    let gen4 = |x: Function, width: u32| short(x.link(16.0, width, 16.0, width));
     let hb = t.host_bridge("pci0000:00")?;
-    let rp = t.add(
-        &hb,
-        short(f("0000:00:01.0", ROOT_PORT).link(16.0, 16, 16.0, 16)),
-    )?;
-    let outer = t.add(
-        &rp,
-        short(f("0000:01:00.0", PEX_USP).link(16.0, 16, 16.0, 16)),
-    )?;
-    let d0 = t.add(
-        &outer,
-        short(f("0000:02:00.0", PEX_DSP).link(16.0, 16, 16.0, 16)),
-    )?;
-    let d1 = t.add(
-        &outer,
-        short(f("0000:02:01.0", PEX_DSP).link(16.0, 16, 16.0, 16)),
-    )?;
-    let d2 = t.add(
-        &outer,
-        short(f("0000:02:02.0", PEX_DSP).link(16.0, 4, 16.0, 4)),
-    )?;
-    let inner = t.add(
-        &d0,
-        short(f("0000:03:00.0", PEX_USP).link(16.0, 16, 16.0, 16)),
-    )?;
+    let rp = t.add(&hb, gen4(f("0000:00:01.0", ROOT_PORT), 16))?;
+    let outer = t.add(&rp, gen4(f("0000:01:00.0", PEX_USP), 16))?;
+    let d0 = t.add(&outer, gen4(f("0000:02:00.0", PEX_DSP), 16))?;
+    let d1 = t.add(&outer, gen4(f("0000:02:01.0", PEX_DSP), 16))?;
+    let d2 = t.add(&outer, gen4(f("0000:02:02.0", PEX_DSP), 4))?;
+    let inner = t.add(&d0, gen4(f("0000:03:00.0", PEX_USP), 16))?;
     for (i, bdf) in ["0000:05:00.0", "0000:06:00.0"].iter().enumerate() {
         let dsp = format!("0000:04:0{i}.0");
-        let port = t.add(&inner, short(f(&dsp, PEX_DSP).link(16.0, 16, 16.0, 16)))?;
-        t.add(
-            &port,
-            short(gpu(bdf, H100_PCIE, 64 * GIB).link(16.0, 16, 16.0, 16)),
-        )?;
+        let port = t.add(&inner, gen4(f(&dsp, PEX_DSP), 16))?;
+        t.add(&port, gen4(gpu(bdf, H100_PCIE, 64 * GIB), 16))?;
     }
-    let n = t.add(
-        &d1,
-        short(nic("0000:07:00.0", CX6DX).link(16.0, 16, 16.0, 16)),
-    )?;
+    let n = t.add(&d1, gen4(nic("0000:07:00.0", CX6DX), 16))?;
     t.class_device("infiniband", "mlx5_0", &n)?;
-    let d = t.add(
-        &d2,
-        short(
-            f("0000:08:00.0", NVME)
-                .link(16.0, 4, 16.0, 4)
-                .bar(0, 16 * 1024),
-        ),
-    )?;
+    let d = t.add(&d2, gen4(f("0000:08:00.0", NVME).bar(0, 16 * 1024), 4))?;
     t.class_device("nvme", "nvme0", &d)?;
     t.finish().map(drop)
 }
@@ -549,7 +516,6 @@ fn committed_fixtures_match_their_builders() {
             "{name}: committed tree is stale (missing {missing:?}, extra {extra:?}, differing \
              {differ:?}); regenerate with GDR_REGEN_TOPO_FIXTURES=1"
         );
-        std::fs::remove_dir_all(&fresh).unwrap();
     }
 }
 
@@ -775,23 +741,10 @@ fn two_socket_server() {
     assert_eq!(r.len(), 1, "{r:?}");
     assert!(r[0].contains("x8 of x16"), "{r:?}");
     // GPU3 idles at Gen1: a note, not a downgrade.
-    let p = topo
-        .path(
-            topo.find("gpu3").unwrap().bdf,
-            topo.find("gpu3").unwrap().bdf,
-        )
-        .unwrap();
+    let p = path_between(&topo, "gpu3", "gpu3");
     assert_eq!(p.class, PathClass::Local);
-    let p = topo
-        .path(
-            topo.find("gpu2").unwrap().bdf,
-            topo.find("gpu3").unwrap().bdf,
-        )
-        .unwrap();
-    assert!(p
-        .reasons
-        .iter()
-        .any(|r| r.what.contains("2.5 GT/s (Gen1) of 32 GT/s (Gen5)")));
+    let p = path_between(&topo, "gpu2", "gpu3");
+    assert!(has_reason(&p, "2.5 GT/s (Gen1) of 32 GT/s (Gen5)"));
 
     // PIX hops: GPU, downstream port, upstream port, downstream port, NIC.
     let p = topo
@@ -812,12 +765,7 @@ fn two_socket_server() {
         ]
     );
     // SYS hops climb to both host bridges and cross the socket link.
-    let p = topo
-        .path(
-            topo.find("gpu0").unwrap().bdf,
-            topo.find("gpu2").unwrap().bdf,
-        )
-        .unwrap();
+    let p = path_between(&topo, "gpu0", "gpu2");
     let names: Vec<&str> = p.hops.iter().map(|h| h.name.as_str()).collect();
     assert_eq!(names[0], "gpu0");
     assert!(
@@ -1017,16 +965,8 @@ fn nested_switches_read_without_root() {
         (PortType::SwitchUpstream, true)
     );
     assert_eq!(topo.switches().len(), 2);
-    let p = topo
-        .path(
-            topo.find("gpu0").unwrap().bdf,
-            topo.find("mlx5_0").unwrap().bdf,
-        )
-        .unwrap();
-    assert!(p
-        .reasons
-        .iter()
-        .any(|r| r.what.contains("ACS state unknown on 5 port(s)")));
+    let p = path_between(&topo, "gpu0", "mlx5_0");
+    assert!(has_reason(&p, "ACS state unknown on 5 port(s)"));
 }
 
 #[test]

@@ -4,6 +4,7 @@ use gdr_pci::{Bdf, Topology};
 use serde_json::Value;
 
 mod topo_common;
+use topo_common::path_between;
 
 const CLASSES: &[&str] = &[
     "gpu",
@@ -108,12 +109,7 @@ fn json_has_the_documented_shape_on_every_fixture() {
 fn explained_path_serializes_with_hops() {
     let root = topo_common::fixtures_dir().join("two-socket");
     let topo = Topology::read(root).unwrap();
-    let p = topo
-        .path(
-            topo.find("gpu1").unwrap().bdf,
-            topo.find("gpu3").unwrap().bdf,
-        )
-        .unwrap();
+    let p = path_between(&topo, "gpu1", "gpu3");
     let v: Value = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
     assert_eq!(v["class"], "SYS");
     assert_eq!(v["verdict"], "poor-or-unsupported");

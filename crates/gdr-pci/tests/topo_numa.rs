@@ -8,24 +8,16 @@ use gdr_pci::Topology;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "topo-numa-{name}-{}-{}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
+mod topo_common;
+use topo_common::{scratch, Scratch};
 
 /// One GPU per entry, each on its own root port of one host bridge: (numa_node, local_cpulist).
 fn machine(
     name: &str,
     nodes: Option<&[(u32, String)]>,
     gpus: &[(Option<u32>, Option<String>)],
-) -> PathBuf {
+) -> Scratch {
     let root = scratch(name);
     let mut t = TreeBuilder::create(&root).unwrap();
     for (id, cpus) in nodes.unwrap_or_default() {
@@ -56,7 +48,8 @@ fn machine(
             .unwrap();
         t.add(&rp, f).unwrap();
     }
-    t.finish().unwrap()
+    t.finish().unwrap();
+    root
 }
 
 fn affinities(topo: &Topology) -> Vec<(Vec<u32>, String)> {
@@ -80,7 +73,6 @@ fn without_node_directories_the_machine_is_node_0() {
         [(vec![0], "0".into()), (vec![], "N/A".into())]
     );
     assert_eq!(topo.gpus()[0].numa, None);
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
@@ -119,9 +111,6 @@ fn nodes_follow_the_cpus_when_numa_node_is_unset() {
         affinities(&Topology::read(&dest).unwrap()),
         affinities(&topo)
     );
-    for d in [&root, &dest] {
-        std::fs::remove_dir_all(d).unwrap();
-    }
 }
 
 #[test]
@@ -148,7 +137,6 @@ fn malformed_cpu_lists_warn_and_leave_the_affinity_unknown() {
             .any(|w| w.contains("0000:02:00.0/local_cpulist") && w.contains("zero")),
         "{w:?}"
     );
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// Random CPU-to-node layouts: the derived affinity is exactly the set of nodes that own one of
@@ -194,6 +182,5 @@ fn random_layouts_match_a_naive_count() {
             .map(|d| d.numa_affinity.clone())
             .collect();
         assert_eq!(got, want, "nodes {nodes:?}, gpus {gpus:?}");
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

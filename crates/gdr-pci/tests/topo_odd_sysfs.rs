@@ -6,13 +6,7 @@ use rand::{Rng, RngCore};
 use std::path::Path;
 
 mod topo_common;
-use topo_common::small_machine;
-
-fn has_warning(topo: &Topology, path_part: &str, msg_part: &str) -> bool {
-    topo.warnings()
-        .iter()
-        .any(|w| w.path.contains(path_part) && w.message.contains(msg_part))
-}
+use topo_common::{assert_warned, has_reason, path_between, small_machine};
 
 fn replace_with_dir(p: &Path) {
     std::fs::remove_file(p).unwrap();
@@ -32,7 +26,6 @@ fn the_small_machine_reads_cleanly() {
 #[test]
 fn missing_bus_is_an_error_not_a_panic() {
     let root = topo_common::scratch("odd-empty");
-    std::fs::create_dir_all(&root).unwrap();
     assert!(matches!(
         Topology::read(&root),
         Err(TopoError::NotSysfs { .. })
@@ -54,21 +47,9 @@ fn unreadable_attributes_warn_and_keep_the_device() {
     std::os::unix::fs::symlink("class", &class).unwrap();
     std::fs::remove_file(root.join(&nvme).join("config")).unwrap();
     let topo = Topology::read(&root).unwrap();
-    assert!(
-        has_warning(&topo, "03:00.0/vendor", "unreadable"),
-        "{:?}",
-        topo.warnings()
-    );
-    assert!(
-        has_warning(&topo, "04:00.0/class", "unreadable"),
-        "{:?}",
-        topo.warnings()
-    );
-    assert!(
-        has_warning(&topo, "05:00.0/config", "unreadable"),
-        "{:?}",
-        topo.warnings()
-    );
+    assert_warned(&topo, "03:00.0/vendor", "unreadable");
+    assert_warned(&topo, "04:00.0/class", "unreadable");
+    assert_warned(&topo, "05:00.0/config", "unreadable");
     let g = topo.device("0000:03:00.0".parse().unwrap()).unwrap();
     assert_eq!(
         (g.vendor, g.class),
@@ -88,21 +69,9 @@ fn garbage_contents_warn() {
     std::fs::write(root.join(&nic).join("resource"), "0x1000 oops\n").unwrap();
     std::fs::write(root.join(&nic).join("current_link_speed"), "Unknown\n").unwrap();
     let topo = Topology::read(&root).unwrap();
-    assert!(
-        has_warning(&topo, "03:00.0/class", "zzz"),
-        "{:?}",
-        topo.warnings()
-    );
-    assert!(
-        has_warning(&topo, "03:00.0/numa_node", "many"),
-        "{:?}",
-        topo.warnings()
-    );
-    assert!(
-        has_warning(&topo, "04:00.0/resource", "malformed"),
-        "{:?}",
-        topo.warnings()
-    );
+    assert_warned(&topo, "03:00.0/class", "zzz");
+    assert_warned(&topo, "03:00.0/numa_node", "many");
+    assert_warned(&topo, "04:00.0/resource", "malformed");
     let nicd = topo.find("mlx5_0").unwrap();
     assert!(nicd.bars.is_empty() && nicd.link.current_speed_gts.is_none());
 }
@@ -131,27 +100,11 @@ fn dangling_and_escaping_links_warn() {
     )
     .unwrap();
     let topo = Topology::read(&root).unwrap();
-    let w = topo.warnings();
-    assert!(
-        has_warning(&topo, "class/infiniband/mlx5_9", "dangling"),
-        "{w:?}"
-    );
-    assert!(
-        has_warning(&topo, "bus/pci/devices/0000:00:07.0", "dangling"),
-        "{w:?}"
-    );
-    assert!(
-        has_warning(&topo, "class/nvme/nvme9", "leaves the sysfs root"),
-        "{w:?}"
-    );
-    assert!(
-        has_warning(&topo, "bus/pci/devices/not-a-device", "not a PCI address"),
-        "{w:?}"
-    );
-    assert!(
-        has_warning(&topo, "class/net/eth7", "does not list"),
-        "{w:?}"
-    );
+    assert_warned(&topo, "class/infiniband/mlx5_9", "dangling");
+    assert_warned(&topo, "bus/pci/devices/0000:00:07.0", "dangling");
+    assert_warned(&topo, "class/nvme/nvme9", "leaves the sysfs root");
+    assert_warned(&topo, "bus/pci/devices/not-a-device", "not a PCI address");
+    assert_warned(&topo, "class/net/eth7", "does not list");
     assert_eq!(
         topo.devices().len(),
         8,
@@ -166,11 +119,7 @@ fn a_missing_bridge_leaves_a_partial_tree() {
     // The GPU's downstream port disappears from the bus listing (hidden, or removed).
     std::fs::remove_file(root.join("bus/pci/devices/0000:02:00.0")).unwrap();
     let topo = Topology::read(&root).unwrap();
-    assert!(
-        has_warning(&topo, "0000:03:00.0", "not listed"),
-        "{:?}",
-        topo.warnings()
-    );
+    assert_warned(&topo, "0000:03:00.0", "not listed");
     let gpu = topo.find("gpu0").unwrap();
     assert_eq!(gpu.parent, Some("0000:01:00.0".parse().unwrap()));
     let p = topo
@@ -188,21 +137,9 @@ fn broken_capability_lists_are_reported() {
     cfg[0x102..0x104].copy_from_slice(&((1u16 << 0) | (0x100 << 4)).to_le_bytes());
     std::fs::write(&cfg_path, &cfg).unwrap();
     let topo = Topology::read(&root).unwrap();
-    assert!(
-        has_warning(&topo, "02:00.0/config", "loops"),
-        "{:?}",
-        topo.warnings()
-    );
-    let p = topo
-        .path(
-            topo.find("gpu0").unwrap().bdf,
-            topo.find("mlx5_0").unwrap().bdf,
-        )
-        .unwrap();
-    assert!(p
-        .reasons
-        .iter()
-        .any(|r| r.what.contains("ACS state of 0000:02:00.0 unreadable")));
+    assert_warned(&topo, "02:00.0/config", "loops");
+    let p = path_between(&topo, "gpu0", "mlx5_0");
+    assert!(has_reason(&p, "ACS state of 0000:02:00.0 unreadable"));
 }
 
 #[test]
@@ -219,16 +156,8 @@ fn short_config_means_acs_unknown_and_one_warning() {
     // The tree shape still says what the port is.
     assert!(d.port_type_inferred);
     assert_eq!(d.port_type, PortType::SwitchDownstream);
-    let p = topo
-        .path(
-            topo.find("gpu0").unwrap().bdf,
-            topo.find("mlx5_0").unwrap().bdf,
-        )
-        .unwrap();
-    assert!(p
-        .reasons
-        .iter()
-        .any(|r| r.what.contains("ACS state unknown on 1 port")));
+    let p = path_between(&topo, "gpu0", "mlx5_0");
+    assert!(has_reason(&p, "ACS state unknown on 1 port"));
 }
 
 #[test]
@@ -243,11 +172,7 @@ fn unknown_classes_and_iommu_types_are_tolerated() {
     )
     .unwrap();
     let topo = Topology::read(&root).unwrap();
-    assert!(
-        has_warning(&topo, "iommu_groups/8/type", "unreadable"),
-        "{:?}",
-        topo.warnings()
-    );
+    assert_warned(&topo, "iommu_groups/8/type", "unreadable");
     assert_eq!(topo.warnings().len(), 1, "{:?}", topo.warnings());
     // Still an RDMA NIC: sysfs lists an RDMA device on it.
     assert_eq!(topo.find("mlx5_0").unwrap().class, DeviceClass::RdmaNic);
@@ -257,10 +182,7 @@ fn unknown_classes_and_iommu_types_are_tolerated() {
         Some((7, None))
     );
     let p = topo.path(g.bdf, topo.find("nvme0").unwrap().bdf).unwrap();
-    assert!(p
-        .reasons
-        .iter()
-        .any(|r| r.what.contains("IOMMU group 7 of unknown type")));
+    assert!(has_reason(&p, "IOMMU group 7 of unknown type"));
 }
 
 #[test]
@@ -286,6 +208,5 @@ fn random_bytes_in_every_attribute_never_panic() {
             let _ = gdr_pci::render::matrix(&topo, &topo.endpoints());
         }
         assert_eq!(topo.devices().len(), 8);
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

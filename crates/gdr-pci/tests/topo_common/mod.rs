@@ -1,9 +1,11 @@
-//! Sysfs trees shared by the topology tests that build theirs at run time.
+//! Shared by the topology tests: where the committed fixtures are, scratch directories, the
+//! small machine that many tests start from, and the questions they ask of an answer.
 
 #![allow(dead_code)] // each test file uses part of this
 
 use gdr_pci::fixture::{Function, TreeBuilder};
-use gdr_pci::PortType;
+use gdr_pci::{PeerPath, PortType, Topology};
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 
 /// The committed fixtures: `$GDR_TOPO_FIXTURES` (set by the bundle runner, which carries
@@ -14,20 +16,64 @@ pub fn fixtures_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/topo"))
 }
 
-/// A fresh directory name under cargo's scratch space for tests.
-pub fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "topo-{name}-{}-{}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// A fresh empty directory under the system's temporary directory, removed when dropped; it
+/// stands for its path.
+pub struct Scratch(tempfile::TempDir);
+
+impl Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+/// A [`Scratch`] directory whose name starts with `topo-{name}-`.
+pub fn scratch(name: &str) -> Scratch {
+    Scratch(
+        tempfile::Builder::new()
+            .prefix(&format!("topo-{name}-"))
+            .tempdir()
+            .unwrap(),
+    )
+}
+
+/// Whether some warning's path contains `path_part` and its message `msg_part`.
+pub fn has_warning(topo: &Topology, path_part: &str, msg_part: &str) -> bool {
+    topo.warnings()
+        .iter()
+        .any(|w| w.path.contains(path_part) && w.message.contains(msg_part))
+}
+
+/// Fails the test, listing every warning, unless one is as [`has_warning`] asks.
+#[track_caller]
+pub fn assert_warned(topo: &Topology, path_part: &str, msg_part: &str) {
+    assert!(
+        has_warning(topo, path_part, msg_part),
+        "no warning on `{path_part}` saying `{msg_part}`: {:?}",
+        topo.warnings()
+    );
+}
+
+/// The path between two devices named as `Topology::find` takes them.
+pub fn path_between(topo: &Topology, a: &str, b: &str) -> PeerPath {
+    topo.path(topo.find(a).unwrap().bdf, topo.find(b).unwrap().bdf)
+        .unwrap()
+}
+
+/// Whether one of the reasons of `p` contains `text`.
+pub fn has_reason(p: &PeerPath, text: &str) -> bool {
+    p.reasons.iter().any(|r| r.what.contains(text))
 }
 
 /// A small machine: GPU and RDMA NIC under a switch, an NVMe drive on a root port.
 /// Returns the root and the directories of (gpu, nic, nvme, downstream port of the gpu).
-pub fn small_machine(name: &str) -> (PathBuf, [PathBuf; 4]) {
+pub fn small_machine(name: &str) -> (Scratch, [PathBuf; 4]) {
     let root = scratch(name);
     let mut t = TreeBuilder::create(&root).unwrap();
     let hb = t.host_bridge("pci0000:00").unwrap();
