@@ -47,6 +47,6 @@ cp scripts/run-gpu.sh "$out/run.sh"
 cp scripts/serve-bench.sh "$out/serve-bench.sh"
 cp scripts/two-gpu.sh "$out/two-gpu.sh"
 cp scripts/compare-gdr.sh "$out/compare-gdr.sh"
-mkdir -p "$out/fixtures" && cp -a crates/gdr/tests/fixtures/topo "$out/fixtures/"
+mkdir -p "$out/fixtures" && cp -a crates/gdr-pci/tests/fixtures/topo "$out/fixtures/"
 [ -d .gl ] && { mkdir -p "$out/gl"; cp .gl/*.deb "$out/gl/"; }
 echo "bundle in $out: $(ls "$out/tests" | wc -l) test binaries, $(du -sh "$out" | cut -f1)"

@@ -122,7 +122,7 @@ if want topo; then
   nvidia-smi topo -m >"$t/nvidia-smi-topo-m.txt" 2>&1
   "$g" topo >"$t/gdr-topo.txt" 2>"$t/gdr-topo.err"
   "$g" topo --json >"$t/gdr-topo.json" 2>>"$t/gdr-topo.err"
-  # A capture in the form of the committed fixtures (crates/gdr/tests/fixtures/topo/<name>/).
+  # A capture in the form of the committed fixtures (crates/gdr-pci/tests/fixtures/topo/<name>/).
   "$g" topo --capture "$t/capture" >"$t/capture.txt" 2>&1 &&
     cp "$t/nvidia-smi-topo-m.txt" "$t/capture/nvidia-smi-topo-m.txt"
   python3 - "$t" <<'PY'

@@ -4,21 +4,12 @@
 use gdr::topo::fixture::{Function, TreeBuilder};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use tempfile::TempDir;
 
 mod common;
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "topo-cli-{name}-{}-{}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
 
 struct Run {
     stdout: String,
@@ -52,10 +43,14 @@ fn gdr_topo(args: &[&str], limit: Duration) -> Run {
     }
 }
 
-/// A root port with, optionally, one endpoint that is no GPU peer (a SATA controller).
-fn tree(name: &str, with_endpoint: bool) -> (PathBuf, Option<PathBuf>) {
-    let root = scratch(name);
-    let mut t = TreeBuilder::create(&root).unwrap();
+/// A root port with, optionally, one endpoint that is no GPU peer (a SATA controller), in a
+/// directory removed when dropped.
+fn tree(name: &str, with_endpoint: bool) -> (TempDir, Option<PathBuf>) {
+    let root = tempfile::Builder::new()
+        .prefix(&format!("topo-cli-{name}-"))
+        .tempdir()
+        .unwrap();
+    let mut t = TreeBuilder::create(root.path()).unwrap();
     let hb = t.host_bridge("pci0000:00").unwrap();
     let rp = t
         .add(&hb, Function::new("0000:00:01.0", 0x8086, 0x352a, 0x060400))
@@ -70,7 +65,7 @@ fn tree(name: &str, with_endpoint: bool) -> (PathBuf, Option<PathBuf>) {
 #[test]
 fn the_all_hint_is_for_those_without_all() {
     let (root, _) = tree("bridges-only", false);
-    let dir = root.to_str().unwrap();
+    let dir = root.path().to_str().unwrap();
     let with_all = gdr_topo(&["--all", "--sysfs", dir], Duration::from_secs(10));
     assert!(with_all.success, "{}", with_all.stderr);
     assert!(
@@ -85,7 +80,7 @@ fn the_all_hint_is_for_those_without_all() {
     );
 
     let (root, _) = tree("sata-only", true);
-    let dir = root.to_str().unwrap();
+    let dir = root.path().to_str().unwrap();
     let default = gdr_topo(&["--sysfs", dir], Duration::from_secs(10));
     assert!(
         default.stdout.contains("--all shows every endpoint"),
@@ -99,7 +94,7 @@ fn the_all_hint_is_for_those_without_all() {
 #[test]
 fn a_hostile_capture_gives_warnings_and_the_rest() {
     let (root, dev) = tree("hostile", true);
-    let dev = root.join(dev.unwrap());
+    let dev = root.path().join(dev.unwrap());
     let fifo = dev.join("numa_node");
     std::fs::remove_file(&fifo).unwrap();
     let c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
@@ -108,7 +103,7 @@ fn a_hostile_capture_gives_warnings_and_the_rest() {
     std::fs::remove_file(dev.join("config")).unwrap();
     std::os::unix::fs::symlink("/dev/zero", dev.join("config")).unwrap();
     let run = gdr_topo(
-        &["--all", "--sysfs", root.to_str().unwrap()],
+        &["--all", "--sysfs", root.path().to_str().unwrap()],
         Duration::from_secs(5),
     );
     assert!(run.success, "{}", run.stderr);

@@ -11,8 +11,8 @@
 
 use gdr_dma::pattern::{check_surface, poison, surface, SURFACE_BYTES};
 use gdr_dma::{
-    Copier, Direction, DmaError, Endpoint, IovaRange, MappedMemory, OpenOptions, PciAddress,
-    Segment, Session,
+    Bdf, Copier, Direction, DmaError, Endpoint, IovaRange, MappedMemory, OpenOptions, Segment,
+    Session,
 };
 use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
@@ -158,7 +158,7 @@ fn guest(dev: &str, peer: &str, seed: u64) -> Report {
         passed: 0,
         failed: 0,
     };
-    let (dev, peer) = match (PciAddress::parse(dev), PciAddress::parse(peer)) {
+    let (dev, peer) = match (dev.parse::<Bdf>(), peer.parse::<Bdf>()) {
         (Ok(d), Ok(p)) => (d, p),
         _ => {
             rep.case("args", || Err("bad PCI address".into()));

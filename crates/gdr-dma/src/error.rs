@@ -15,13 +15,19 @@ pub enum DmaError {
         source: std::io::Error,
     },
 
-    /// The PCI address does not parse (`DDDD:BB:DD.F` or `BB:DD.F`).
-    #[error("bad PCI address `{0}` (expected DDDD:BB:DD.F, e.g. 0000:01:00.0)")]
-    BadAddress(String),
+    /// The PCI address does not parse (`DDDD:BB:DD.F` or `BB:DD.F`); the error says which
+    /// part is wrong.
+    #[error("bad PCI address: {0}")]
+    BadAddress(#[from] gdr_pci::BdfParseError),
 
     /// No PCI device with that address exists.
     #[error("no PCI device {0} (see `lspci -D`)")]
     DeviceNotFound(String),
+
+    /// The device is listed but sysfs does not say what it is (an attribute unreadable or
+    /// malformed).
+    #[error("sysfs: {0}")]
+    Pci(gdr_pci::PciError),
 
     /// The VFIO container device node is missing: the modules are not loaded.
     #[error("VFIO is not available: /dev/vfio/vfio is missing; load it with `modprobe vfio-pci`")]
@@ -127,6 +133,17 @@ impl DmaError {
         DmaError::Sys {
             op: op.into(),
             source,
+        }
+    }
+}
+
+impl From<gdr_pci::PciError> for DmaError {
+    /// A missing device keeps its own variant (and its hint); anything else sysfs says is
+    /// passed on as it is.
+    fn from(e: gdr_pci::PciError) -> Self {
+        match e {
+            gdr_pci::PciError::NotFound(bdf) => DmaError::DeviceNotFound(bdf.to_string()),
+            e => DmaError::Pci(e),
         }
     }
 }

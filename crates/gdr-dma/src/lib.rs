@@ -2,8 +2,9 @@
 //! kernel module).
 //!
 //! Layers, from the bottom:
-//! - [`pci`], [`vfio`]: find a device in sysfs, open it through its IOMMU group into a type1
-//!   container, map its BARs, reach config space, route interrupts to eventfds ([`irq`]).
+//! - [`pci`], [`vfio`]: find a device in sysfs (through gdr-pci, the workspace's one PCI
+//!   address type and sysfs reader), open it through its IOMMU group into a type1 container,
+//!   map its BARs, reach config space, route interrupts to eventfds ([`irq`]).
 //! - [`iommu`], [`iova`], [`memory`]: the device's address space: host buffers, other devices'
 //!   BARs (peer memory, e.g. GPU BAR1) mapped at IOVAs, with a table that refuses transfers to
 //!   anything unmapped. [`sim`] is a simulated IOMMU for models and tests.
@@ -37,6 +38,6 @@ pub use error::{DmaError, Result};
 pub use iommu::{DmaBuffer, IommuBackend, IommuSpace, Mapping, OwnedMapping};
 pub use iova::IovaRange;
 pub use memory::{AccessError, Caching, HostBuffer, MappedMemory, RawRegion};
-pub use pci::PciAddress;
+pub use pci::Bdf;
 pub use planner::{Copier, Endpoint, Staging};
 pub use session::{EngineKind, OpenOptions, Session};

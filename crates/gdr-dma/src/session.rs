@@ -6,7 +6,7 @@ use crate::engine::DmaEngine;
 use crate::error::{DmaError, Result};
 use crate::iommu::IommuSpace;
 use crate::irq::Interrupt;
-use crate::pci::{PciAddress, PciInfo, Sysfs};
+use crate::pci::{Bdf, PciInfo, Sysfs};
 use crate::vfio::{Bar, Vfio, VfioDevice};
 use crate::xdma::{self, Leds, XdmaConfig, XdmaEngine};
 
@@ -68,9 +68,9 @@ pub struct Session {
 
 impl Session {
     /// Opens `addr` and builds its engine.
-    pub fn open(addr: &PciAddress, opts: &OpenOptions) -> Result<Session> {
+    pub fn open(addr: &Bdf, opts: &OpenOptions) -> Result<Session> {
         let mut vfio = Vfio::with_sysfs(opts.sysfs.clone());
-        let info = opts.sysfs.device(addr)?;
+        let info = opts.sysfs.device(*addr)?;
         let kind = match opts.engine {
             EngineKind::Auto => EngineKind::for_ids(info.vendor, info.device).ok_or_else(|| {
                 DmaError::UnknownDevice {
@@ -118,7 +118,7 @@ impl Session {
 
     /// Opens another device into the same IOMMU container, e.g. to map one of its BARs as peer
     /// memory the engine can reach.
-    pub fn open_peer(&mut self, addr: &PciAddress) -> Result<VfioDevice> {
+    pub fn open_peer(&mut self, addr: &Bdf) -> Result<VfioDevice> {
         let d = self.vfio.open_device(addr)?;
         // The peer must decode memory for the engine's accesses to land.
         d.enable_bus_master()?;

@@ -81,20 +81,6 @@ pub fn append_skip(path: &std::path::Path, name: &str) -> std::io::Result<()> {
         .write_all(line.as_bytes())
 }
 
-/// The topology fixtures: `$GDR_TOPO_FIXTURES` (set by the bundle runner, which carries them),
-/// else the source tree's `crates/gdr/tests/fixtures/topo`.
-pub fn topo_fixtures() -> std::path::PathBuf {
-    std::env::var_os("GDR_TOPO_FIXTURES")
-        .map(Into::into)
-        .unwrap_or_else(|| {
-            // This crate sits beside crates/gdr.
-            let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .parent()
-                .expect("crates/gdr-testing has a parent");
-            crates.join("gdr/tests/fixtures/topo")
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

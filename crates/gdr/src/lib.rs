@@ -8,7 +8,8 @@
 //! - [`copy`]: copy routines for CPU mappings of GPU memory (gdr-mem's, re-exported).
 //! - [`bar`]: GPU memory that the CPU maps directly through the GPU's BAR1, and the auto
 //!   copier.
-//! - [`topo`]: the PCIe topology and peer-to-peer verdicts.
+//! - [`topo`]: the crate `gdr-pci` (PCI addresses, sysfs, the PCIe topology and peer-to-peer
+//!   verdicts); it sits below all of gdr and needs nothing of it.
 //! - [`peer`]: GPU memory for other devices (dma-buf export, registration cache).
 //! - [`mq`]: message queues in GPU memory and persistent GPU workers.
 //!
@@ -25,4 +26,4 @@ pub mod mq;
 pub mod nvml;
 pub mod peer;
 pub mod timing;
-pub mod topo;
+pub use gdr_pci as topo;

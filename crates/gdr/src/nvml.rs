@@ -122,15 +122,14 @@ impl Api {
     }
 }
 
-/// `dddd:bb:dd.f` in lower case, from NVML's `0000dddd:BB:DD.F`.
+/// The address as sysfs names the device (`dddd:bb:dd.f`, lower case, the domain as wide as
+/// it needs: `10000:e1:00.0` behind Intel VMD), from NVML's `0000dddd:BB:DD.F`.
 fn normalize_bus_id(raw: &[c_char]) -> String {
     // SAFETY: NVML NUL-terminates bus ids within the array.
-    let s = unsafe { CStr::from_ptr(raw.as_ptr()) }
-        .to_string_lossy()
-        .to_lowercase();
-    match s.split_once(':') {
-        Some((dom, rest)) if dom.len() > 4 => format!("{}:{rest}", &dom[dom.len() - 4..]),
-        _ => s,
+    let s = unsafe { CStr::from_ptr(raw.as_ptr()) }.to_string_lossy();
+    match s.parse::<crate::topo::Bdf>() {
+        Ok(bdf) => bdf.to_string(),
+        Err(_) => s.to_lowercase(),
     }
 }
 
@@ -351,6 +350,10 @@ mod tests {
             raw[i] = *b as c_char;
         }
         assert_eq!(normalize_bus_id(&raw), "0000:1a:00.0");
+        for (i, b) in b"00010000:E1:00.0".iter().enumerate() {
+            raw[i] = *b as c_char;
+        }
+        assert_eq!(normalize_bus_id(&raw), "10000:e1:00.0");
         assert_eq!(std::mem::size_of::<PciInfo>(), 68);
     }
 }

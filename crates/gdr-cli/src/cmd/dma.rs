@@ -12,10 +12,9 @@
 
 use super::CmdResult;
 use gdr_dma::pattern::{check_surface, poison, surface, SURFACE_BYTES};
-use gdr_dma::pci::{bind_hint, PciInfo, Sysfs};
-use gdr_dma::{
-    Copier, DmaError, Endpoint, EngineKind, MappedMemory, OpenOptions, PciAddress, Session,
-};
+use gdr_dma::pci::bind_hint;
+use gdr_dma::{Copier, DmaError, Endpoint, EngineKind, MappedMemory, OpenOptions, Session};
+use gdr_pci::{Bdf, PciInfo, Sysfs};
 use serde::Serialize;
 use std::process::ExitCode;
 
@@ -97,15 +96,12 @@ fn known(d: &PciInfo) -> bool {
 }
 
 /// One line saying what this machine lacks for VFIO.
-fn vfio_status(sysfs_root: &str) -> String {
+fn vfio_status(sysfs: &Sysfs) -> String {
     let mut v = Vec::new();
     if !std::path::Path::new("/dev/vfio/vfio").exists() {
         v.push("VFIO is not loaded (/dev/vfio/vfio missing: `modprobe vfio-pci`)".to_string());
     }
-    let groups = std::fs::read_dir(format!("{sysfs_root}/kernel/iommu_groups"))
-        .map(|d| d.count())
-        .unwrap_or(0);
-    if groups == 0 {
+    if sysfs.iommu_groups().unwrap_or_default().is_empty() {
         v.push(
             "the IOMMU is off (no IOMMU groups: enable VT-d/AMD-Vi and boot with intel_iommu=on or amd_iommu=on)"
                 .to_string(),
@@ -118,26 +114,27 @@ fn vfio_status(sysfs_root: &str) -> String {
     }
 }
 
-fn pick_device(args: &Args, sysfs: &Sysfs) -> Result<PciAddress, String> {
+fn pick_device(args: &Args, sysfs: &Sysfs) -> Result<Bdf, String> {
     if let Some(d) = &args.device {
-        return PciAddress::parse(d).map_err(|e| e.to_string());
+        return d.trim().parse::<Bdf>().map_err(|e| e.to_string());
     }
     sysfs
         .devices()
+        .unwrap_or_default()
         .into_iter()
         .find(known)
-        .map(|d| d.addr)
+        .map(|d| d.bdf)
         .ok_or_else(|| {
             format!(
             "no DMA device found: no XDMA (10de:0001) or edu (1234:11e8) device on this machine \
              (pass --device DDDD:BB:DD.F); {}",
-            vfio_status("/sys")
+            vfio_status(sysfs)
         )
         })
 }
 
 /// Turns open errors into one line that says what to do.
-fn explain(e: DmaError, addr: &PciAddress) -> String {
+fn explain(e: DmaError, addr: &Bdf) -> String {
     match e {
         DmaError::NotBound { .. } | DmaError::NoIommu { .. } | DmaError::GroupNotViable { .. } => {
             e.to_string()
@@ -222,7 +219,7 @@ fn info(args: &Args) -> CmdResult {
                 found: false,
                 device: args.device.clone(),
                 error: Some(e.clone()),
-                vfio: vfio_status("/sys"),
+                vfio: vfio_status(&Sysfs::default()),
                 vendor: None,
                 subsystem: None,
                 class: None,
@@ -257,9 +254,9 @@ fn info(args: &Args) -> CmdResult {
     if args.json {
         let j = InfoJson {
             found: true,
-            device: Some(i.addr.to_string()),
+            device: Some(i.bdf.to_string()),
             error: None,
-            vfio: vfio_status("/sys"),
+            vfio: vfio_status(&Sysfs::default()),
             vendor: Some(format!("{:04x}:{:04x}", i.vendor, i.device)),
             subsystem: Some(format!(
                 "{:04x}:{:04x}",
@@ -283,7 +280,7 @@ fn info(args: &Args) -> CmdResult {
     }
     println!(
         "device:        {} ({:04x}:{:04x}, subsystem {:04x}:{:04x}, class {:06x})",
-        i.addr, i.vendor, i.device, i.subsystem_vendor, i.subsystem_device, i.class
+        i.bdf, i.vendor, i.device, i.subsystem_vendor, i.subsystem_device, i.class
     );
     println!("engine:        {}", s.engine.name());
     println!(
@@ -341,7 +338,7 @@ fn copy(
             "host -> device -> host".to_string()
         }
         Some(p) => {
-            let paddr = PciAddress::parse(p)?;
+            let paddr: Bdf = p.trim().parse()?;
             let pd = s.open_peer(&paddr).map_err(|e| explain(e, &paddr))?;
             let index = match peer_bar {
                 Some(b) => b,

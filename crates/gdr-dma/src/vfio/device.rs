@@ -61,7 +61,7 @@ impl VfioDevice {
         if di.flags & uapi::DEVICE_FLAGS_PCI == 0 {
             return Err(DmaError::Unsupported(format!(
                 "{} is not a PCI device",
-                info.addr
+                info.bdf
             )));
         }
         Ok(VfioDevice {
@@ -89,7 +89,7 @@ impl VfioDevice {
 
     fn region_err(&self, index: u32, why: impl Into<String>) -> DmaError {
         DmaError::Region {
-            addr: self.info.addr.to_string(),
+            addr: self.info.bdf.to_string(),
             index,
             why: why.into(),
         }
@@ -156,7 +156,7 @@ impl VfioDevice {
         if p == libc::MAP_FAILED {
             return Err(DmaError::last_os(format!(
                 "mmap BAR{index} of {} ({} bytes)",
-                self.info.addr, r.size
+                self.info.bdf, r.size
             )));
         }
         let ptr =
@@ -302,7 +302,7 @@ impl VfioDevice {
         } else {
             return Err(DmaError::Unsupported(format!(
                 "interrupts on {} (no MSI or INTx)",
-                self.info.addr
+                self.info.bdf
             )));
         };
         let ev = EventFd::new()?;

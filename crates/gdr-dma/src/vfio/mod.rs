@@ -10,7 +10,7 @@ pub use device::{Bar, Region, VfioDevice, VfioIrq};
 
 use crate::error::{DmaError, Result};
 use crate::iommu::{IommuBackend, IommuSpace};
-use crate::pci::{PciAddress, Sysfs};
+use crate::pci::{self, Bdf, Sysfs};
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -157,8 +157,8 @@ impl Vfio {
 
     /// Opens `addr` after checking sysfs (exists, IOMMU group, bound to vfio-pci), attaching
     /// its group to this container and, for the first group, choosing the type1 IOMMU.
-    pub fn open_device(&mut self, addr: &PciAddress) -> Result<VfioDevice> {
-        let (info, group) = self.sysfs.check_vfio_ready(addr)?;
+    pub fn open_device(&mut self, addr: &Bdf) -> Result<VfioDevice> {
+        let (info, group) = pci::check_vfio_ready(&self.sysfs, addr)?;
         let cfd = self.container_fd()?;
         let gfd = match self.groups.get(&group) {
             Some(g) => g.clone(),
@@ -184,7 +184,8 @@ impl Vfio {
                 if st.flags & uapi::GROUP_FLAGS_VIABLE == 0 {
                     let members = self
                         .sysfs
-                        .group_members(group)
+                        .iommu_group_members(group)
+                        .unwrap_or_default()
                         .iter()
                         .map(|(a, d)| format!("{a}: {}", d.as_deref().unwrap_or("no driver")))
                         .collect::<Vec<_>>()
@@ -207,8 +208,7 @@ impl Vfio {
                 g
             }
         };
-        let name =
-            CString::new(addr.to_string()).map_err(|_| DmaError::BadAddress(addr.to_string()))?;
+        let name = CString::new(addr.to_string()).expect("a printed PCI address holds no NUL");
         // SAFETY: the argument is a NUL-terminated device name.
         let dfd = unsafe {
             ioctl(
