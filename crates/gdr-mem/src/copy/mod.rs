@@ -56,19 +56,24 @@ pub(crate) type Kernel = unsafe fn(*mut u8, *const u8, usize);
 
 /// The store kernel of an ISA, without checking that the CPU has it.
 fn store_kernel(isa: Isa) -> Kernel {
+    store_kernel_fenced::<true>(isa)
+}
+
+/// The store kernel of an ISA, ending with a store fence or (`FENCE = false`) not.
+fn store_kernel_fenced<const FENCE: bool>(isa: Isa) -> Kernel {
     #[cfg(target_arch = "x86_64")]
     {
         match isa {
-            Isa::Portable => portable::store,
-            Isa::Sse2 | Isa::Sse41 => stream::store_sse2,
-            Isa::Avx2 => stream::store_avx2,
-            Isa::Avx512 => stream::store_avx512,
+            Isa::Portable => portable::store::<FENCE>,
+            Isa::Sse2 | Isa::Sse41 => stream::store_sse2::<FENCE>,
+            Isa::Avx2 => stream::store_avx2::<FENCE>,
+            Isa::Avx512 => stream::store_avx512::<FENCE>,
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = isa;
-        portable::store
+        portable::store::<FENCE>
     }
 }
 
@@ -97,6 +102,12 @@ fn default_store() -> Kernel {
     *KERNEL.get_or_init(|| store_kernel(Isa::detected_store()))
 }
 
+/// The kernel [`copy_to_mapping_unfenced`] uses for 64 bytes and more, chosen once.
+fn default_store_unfenced() -> Kernel {
+    static KERNEL: OnceLock<Kernel> = OnceLock::new();
+    *KERNEL.get_or_init(|| store_kernel_fenced::<false>(Isa::detected_store()))
+}
+
 /// The kernel the plain [`copy_from_mapping`] uses, chosen once.
 fn default_load() -> Kernel {
     static KERNEL: OnceLock<Kernel> = OnceLock::new();
@@ -118,11 +129,32 @@ pub unsafe fn copy_to_mapping(dst: *mut u8, src: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     if len < 64 {
         // SAFETY: the caller's contract; `len < 64` as `store_small` requires.
-        unsafe { stream::store_small(dst, src.as_ptr(), len) };
+        unsafe { stream::store_small::<true>(dst, src.as_ptr(), len) };
         return;
     }
     // SAFETY: the caller's contract; the default kernel is one the CPU has.
     unsafe { default_store()(dst, src.as_ptr(), len) }
+}
+
+/// [`copy_to_mapping`] without the closing `sfence`: the stores may wait in the CPU's
+/// write-combining buffers, unordered against later stores, until the caller's next
+/// [`store_fence`]. For a writer that stages several pieces (a ring's slots) and publishes them
+/// with one fence before its doorbell; one fence per piece costs a ring several times its
+/// message rate.
+///
+/// # Safety
+/// As [`copy_to_mapping`]; and nothing may rely on the bytes being visible before the caller's
+/// next store fence.
+pub unsafe fn copy_to_mapping_unfenced(dst: *mut u8, src: &[u8]) {
+    let len = src.len();
+    #[cfg(target_arch = "x86_64")]
+    if len < 64 {
+        // SAFETY: the caller's contract; `len < 64` as `store_small` requires.
+        unsafe { stream::store_small::<false>(dst, src.as_ptr(), len) };
+        return;
+    }
+    // SAFETY: the caller's contract; the default kernel is one the CPU has.
+    unsafe { default_store_unfenced()(dst, src.as_ptr(), len) }
 }
 
 /// Copies from a CPU mapping of device memory at `src` into `dst`, with the best streaming loads

@@ -11,11 +11,12 @@ use core::sync::atomic::{fence, Ordering};
 
 use super::edges::{copy_small, store_head, store_tail};
 
-/// Copies `len` bytes into a mapping with aligned volatile stores, then a full fence.
+/// Copies `len` bytes into a mapping with aligned volatile stores, then a full fence when
+/// `FENCE`.
 ///
 /// # Safety
 /// `dst` valid for writes of `len` bytes, `src` for reads of `len` bytes, not overlapping.
-pub(super) unsafe fn store(dst: *mut u8, src: *const u8, len: usize) {
+pub(super) unsafe fn store<const FENCE: bool>(dst: *mut u8, src: *const u8, len: usize) {
     // SAFETY: the head and tail are exact; the bulk loop runs only while a whole 64-byte line
     // remains, and `n >= 64` after the head means `d` is 64-byte (so 8-byte) aligned.
     unsafe {
@@ -31,7 +32,9 @@ pub(super) unsafe fn store(dst: *mut u8, src: *const u8, len: usize) {
         }
         store_tail(d, s, n);
     }
-    fence(Ordering::SeqCst);
+    if FENCE {
+        fence(Ordering::SeqCst);
+    }
 }
 
 /// Copies `len` bytes out of a mapping with aligned volatile 8-byte loads, fenced on both sides.

@@ -26,12 +26,12 @@ use core::ptr;
 use super::edges::{copy_small, store_head, store_tail};
 
 /// Copies fewer than 64 bytes into a mapping with baseline x86-64 stores (no dispatch needed),
-/// then `sfence`.
+/// then `sfence` when `FENCE`.
 ///
 /// # Safety
 /// `dst` valid for writes of `len` bytes, `src` for reads of `len` bytes; `len < 64`.
 #[inline(always)]
-pub(super) unsafe fn store_small(dst: *mut u8, src: *const u8, len: usize) {
+pub(super) unsafe fn store_small<const FENCE: bool>(dst: *mut u8, src: *const u8, len: usize) {
     debug_assert!(len < 64);
     // SAFETY: forwarded from the caller; with `len < 64` the head leaves `len < 64` and the
     // alignment state `store_tail` needs.
@@ -39,7 +39,9 @@ pub(super) unsafe fn store_small(dst: *mut u8, src: *const u8, len: usize) {
         let (d, s, n) = store_head(dst, src, len);
         store_tail(d, s, n);
     }
-    _mm_sfence();
+    if FENCE {
+        _mm_sfence();
+    }
 }
 
 /// Generates a store kernel around a one-line (64-byte) streaming store.
@@ -50,8 +52,9 @@ macro_rules! store_kernel {
         /// # Safety
         /// The CPU has the named feature; `dst` is valid for writes of `len` bytes and `src` for
         /// reads of `len` bytes, not overlapping.
+        /// `FENCE`: end with `sfence` (the unfenced form leaves that to the caller).
         #[target_feature(enable = $feature)]
-        pub(super) unsafe fn $name(dst: *mut u8, src: *const u8, len: usize) {
+        pub(super) unsafe fn $name<const FENCE: bool>(dst: *mut u8, src: *const u8, len: usize) {
             // SAFETY: every store below lies in [dst, dst+len) and every load in
             // [src, src+len): the head and tail are exact, and the bulk loops only run while a
             // whole line remains. `n >= 64` after the head implies the head completed, so `d`
@@ -75,7 +78,9 @@ macro_rules! store_kernel {
                 }
                 store_tail(d, s, n);
             }
-            _mm_sfence();
+            if FENCE {
+                _mm_sfence();
+            }
         }
     };
 }
