@@ -283,6 +283,28 @@ impl Drop for MapCore {
     }
 }
 
+/// The IOVA, length and range of a mapping type that holds a [`MapCore`] in `core`.
+macro_rules! iova_accessors {
+    (impl $($head:tt)*) => {
+        impl $($head)* {
+            /// The device's addresses of the memory.
+            pub fn range(&self) -> IovaRange {
+                IovaRange::new(self.core.iova, self.core.len)
+            }
+            pub fn iova(&self) -> u64 {
+                self.core.iova
+            }
+            /// Bytes mapped (whole pages).
+            pub fn len(&self) -> u64 {
+                self.core.len
+            }
+            pub fn is_empty(&self) -> bool {
+                self.core.len == 0
+            }
+        }
+    };
+}
+
 /// Borrowed memory mapped for DMA; unmapped on drop.
 pub struct Mapping<'m> {
     core: MapCore,
@@ -303,20 +325,7 @@ impl Drop for Mapping<'_> {
     }
 }
 
-impl Mapping<'_> {
-    pub fn range(&self) -> IovaRange {
-        IovaRange::new(self.core.iova, self.core.len)
-    }
-    pub fn iova(&self) -> u64 {
-        self.core.iova
-    }
-    pub fn len(&self) -> u64 {
-        self.core.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.core.len == 0
-    }
-}
+iova_accessors!(impl Mapping<'_>);
 
 /// Shared memory mapped for DMA, kept alive by the mapping; unmapped on drop, then the `Arc` is
 /// released. Should the IOMMU refuse to unmap, the `Arc` is leaked, so the memory can never be
@@ -326,19 +335,9 @@ pub struct OwnedMapping<M: ?Sized> {
     mem: Option<Arc<M>>,
 }
 
+iova_accessors!(impl<M: ?Sized> OwnedMapping<M>);
+
 impl<M: ?Sized> OwnedMapping<M> {
-    pub fn range(&self) -> IovaRange {
-        IovaRange::new(self.core.iova, self.core.len)
-    }
-    pub fn iova(&self) -> u64 {
-        self.core.iova
-    }
-    pub fn len(&self) -> u64 {
-        self.core.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.core.len == 0
-    }
     /// The memory mapped.
     pub fn memory(&self) -> &Arc<M> {
         self.mem.as_ref().expect("taken only in drop")
@@ -360,21 +359,7 @@ pub struct DmaBuffer {
     buf: Option<HostBuffer>,
 }
 
-impl DmaBuffer {
-    pub fn range(&self) -> IovaRange {
-        IovaRange::new(self.core.iova, self.core.len)
-    }
-    pub fn iova(&self) -> u64 {
-        self.core.iova
-    }
-    /// Mapped length (whole pages).
-    pub fn len(&self) -> u64 {
-        self.core.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.core.len == 0
-    }
-}
+iova_accessors!(impl DmaBuffer);
 
 impl Drop for DmaBuffer {
     fn drop(&mut self) {
