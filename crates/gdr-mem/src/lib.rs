@@ -14,4 +14,4 @@ pub mod copy;
 mod mapped;
 
 pub use copy::store_fence;
-pub use mapped::{check_range, AccessError, Caching, MappedMemory};
+pub use mapped::{check_range, AccessError, Caching, MappedMemory, SMALL_STAGE};

@@ -263,11 +263,10 @@ impl Region {
         unsafe { AtomicU64::from_ptr(self.at(off, 8).cast()) }.store(v, Ordering::Release)
     }
 
-    /// Copies `src` to `off` with the mapping's copy routine, unfenced
-    /// ([`MappedMemory::write_at_unfenced`]): the caller publishes with
-    /// [`publish_fence`](Self::publish_fence) before the store that hands the bytes over, one
-    /// fence for every piece staged (a fence per piece cut the header format's message rate to a
-    /// third on the H100). The caller must own those bytes under the ring protocol: the other
+    /// Copies `src` to `off` unfenced ([`MappedMemory::write_at_unfenced`]): the caller
+    /// publishes with [`publish_fence`](Self::publish_fence) before the store that hands the
+    /// bytes over, one fence for every piece staged (a fence per piece cut the header format's
+    /// message rate to a third on the H100). The caller must own those bytes under the ring protocol: the other
     /// side reads them only after a later release store it acquires.
     ///
     /// # Panics
