@@ -37,7 +37,7 @@ use std::sync::OnceLock;
 pub use isa::{Isa, ISA_ENV};
 pub use parallel::{
     copy_from_mapping_parallel, copy_from_mapping_parallel_with, copy_to_mapping_parallel,
-    copy_to_mapping_parallel_with, PARALLEL_MAX_THREADS, PARALLEL_MIN_PART,
+    copy_to_mapping_parallel_with, part_count, PARALLEL_MAX_THREADS, PARALLEL_MIN_PART,
 };
 
 /// Errors of the copy routines.

@@ -154,8 +154,9 @@ impl Direction {
     }
 }
 
-/// How many parts a copy of `len` bytes gets when `threads` are asked for.
-pub(super) fn part_count(len: usize, threads: usize) -> usize {
+/// How many parts (threads) a copy of `len` bytes gets when `threads` are asked for: at most
+/// `len / PARALLEL_MIN_PART`, so e.g. a 32 KiB copy runs on 2 threads whether 2 or 8 are asked.
+pub fn part_count(len: usize, threads: usize) -> usize {
     threads
         .clamp(1, PARALLEL_MAX_THREADS)
         .min(len / PARALLEL_MIN_PART)
