@@ -140,36 +140,26 @@ pub unsafe trait MappedMemory {
     /// Volatile load of the aligned 32-bit word at `offset` (a flag, a register).
     #[inline]
     fn load_u32(&self, offset: usize) -> Result<u32, AccessError> {
-        let p = word_ptr::<u32>(self, offset)?;
-        // SAFETY: in bounds and aligned (word_ptr), inside the live mapping.
-        Ok(unsafe { ptr::read_volatile(p) })
+        load_word(self, offset)
     }
 
     /// Volatile store of the aligned 32-bit word at `offset`. On write-combined memory follow
     /// it with [`publish`](Self::publish) to push it out now.
     #[inline]
     fn store_u32(&self, offset: usize, value: u32) -> Result<(), AccessError> {
-        let p = word_ptr::<u32>(self, offset)?;
-        // SAFETY: as in load_u32.
-        unsafe { ptr::write_volatile(p, value) };
-        Ok(())
+        store_word(self, offset, value)
     }
 
     /// Volatile load of the aligned 64-bit word at `offset`.
     #[inline]
     fn load_u64(&self, offset: usize) -> Result<u64, AccessError> {
-        let p = word_ptr::<u64>(self, offset)?;
-        // SAFETY: as in load_u32.
-        Ok(unsafe { ptr::read_volatile(p) })
+        load_word(self, offset)
     }
 
     /// Volatile store of the aligned 64-bit word at `offset`.
     #[inline]
     fn store_u64(&self, offset: usize, value: u64) -> Result<(), AccessError> {
-        let p = word_ptr::<u64>(self, offset)?;
-        // SAFETY: as in load_u32.
-        unsafe { ptr::write_volatile(p, value) };
-        Ok(())
+        store_word(self, offset, value)
     }
 
     /// Reads native-endian 32-bit words from byte `offset` (which need not be aligned).
@@ -212,6 +202,27 @@ pub unsafe trait MappedMemory {
             }
         }
     }
+}
+
+/// Volatile load of the aligned word `T` (u32 or u64) at `offset` of `mem`.
+#[inline]
+fn load_word<T: Copy>(mem: &(impl MappedMemory + ?Sized), offset: usize) -> Result<T, AccessError> {
+    let p = word_ptr::<T>(mem, offset)?;
+    // SAFETY: in bounds and aligned (word_ptr), inside the live mapping (trait contract).
+    Ok(unsafe { ptr::read_volatile(p) })
+}
+
+/// Volatile store of the aligned word `T` (u32 or u64) at `offset` of `mem`.
+#[inline]
+fn store_word<T: Copy>(
+    mem: &(impl MappedMemory + ?Sized),
+    offset: usize,
+    value: T,
+) -> Result<(), AccessError> {
+    let p = word_ptr::<T>(mem, offset)?;
+    // SAFETY: as in load_word.
+    unsafe { ptr::write_volatile(p, value) };
+    Ok(())
 }
 
 /// The pointer to the aligned `T` word at `offset` of `mem`, checked.

@@ -125,15 +125,30 @@ fn default_load() -> Kernel {
 /// [dst, dst+len) is written) and must not overlap `src`. Other CPU threads writing the same bytes
 /// concurrently get no ordering between their writes and ours.
 pub unsafe fn copy_to_mapping(dst: *mut u8, src: &[u8]) {
+    // SAFETY: the caller's contract.
+    unsafe { store_to_mapping::<true>(dst, src) }
+}
+
+/// [`copy_to_mapping`] with (`FENCE`) or without the closing store fence.
+///
+/// # Safety
+/// As [`copy_to_mapping`].
+#[inline(always)]
+unsafe fn store_to_mapping<const FENCE: bool>(dst: *mut u8, src: &[u8]) {
     let len = src.len();
     #[cfg(target_arch = "x86_64")]
     if len < 64 {
         // SAFETY: the caller's contract; `len < 64` as `store_small` requires.
-        unsafe { stream::store_small::<true>(dst, src.as_ptr(), len) };
+        unsafe { stream::store_small::<FENCE>(dst, src.as_ptr(), len) };
         return;
     }
+    let kernel = if FENCE {
+        default_store()
+    } else {
+        default_store_unfenced()
+    };
     // SAFETY: the caller's contract; the default kernel is one the CPU has.
-    unsafe { default_store()(dst, src.as_ptr(), len) }
+    unsafe { kernel(dst, src.as_ptr(), len) }
 }
 
 /// [`copy_to_mapping`] without the closing `sfence`: the stores may wait in the CPU's
@@ -146,15 +161,8 @@ pub unsafe fn copy_to_mapping(dst: *mut u8, src: &[u8]) {
 /// As [`copy_to_mapping`]; and nothing may rely on the bytes being visible before the caller's
 /// next store fence.
 pub unsafe fn copy_to_mapping_unfenced(dst: *mut u8, src: &[u8]) {
-    let len = src.len();
-    #[cfg(target_arch = "x86_64")]
-    if len < 64 {
-        // SAFETY: the caller's contract; `len < 64` as `store_small` requires.
-        unsafe { stream::store_small::<false>(dst, src.as_ptr(), len) };
-        return;
-    }
-    // SAFETY: the caller's contract; the default kernel is one the CPU has.
-    unsafe { default_store_unfenced()(dst, src.as_ptr(), len) }
+    // SAFETY: the caller's contract.
+    unsafe { store_to_mapping::<false>(dst, src) }
 }
 
 /// Copies from a CPU mapping of device memory at `src` into `dst`, with the best streaming loads
