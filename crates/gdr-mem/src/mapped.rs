@@ -64,7 +64,8 @@ pub fn check_range(offset: usize, len: usize, size: usize) -> Result<(), AccessE
 /// - when [`caching`](Self::caching) is [`Caching::WriteCombined`], the whole aligned 64-byte
 ///   lines that overlap that range are mapped and readable without side effects (a
 ///   page-granular mapping always satisfies this): the streaming loads read whole lines;
-/// - nothing else holds a Rust reference (`&`/`&mut [u8]`) to those bytes.
+/// - the bytes are not reached through a Rust reference (`&[u8]` / `&mut [u8]`) while they may
+///   be accessed through this trait.
 pub unsafe trait MappedMemory {
     /// CPU address of the first byte.
     fn cpu_ptr(&self) -> *mut u8;

@@ -39,7 +39,8 @@ unsafe impl RingMemory for MappedBuffer {
 }
 
 // SAFETY: cuMemHostAlloc memory is page aligned, len bytes, valid at that address while the
-// buffer lives, and reached by the CPU only through copies and atomics once handed to a ring.
+// buffer lives. Its slice accessors are for buffers not shared this way: once handed to a ring
+// (or a device) the CPU reaches it only through copies and atomics.
 unsafe impl MappedMemory for HostBuffer {
     fn cpu_ptr(&self) -> *mut u8 {
         self.host_ptr()
