@@ -105,8 +105,7 @@ pub fn measure(
                 Timed::Auto,
                 Timed::Path(Path::CopyEngine),
             ];
-            let reference = dir == Direction::FromGpu && size == 8;
-            if reference {
+            if dir == Direction::FromGpu && size == 8 {
                 what.push(Timed::BareLoad);
             }
             // The other thread counts, where they run as asked (8 threads asked for 32 KiB
@@ -146,7 +145,10 @@ pub fn measure(
                 best_path: best_path.to_string(),
                 best_median_us: best,
                 auto_vs_best: best / a.median,
-                bare_load_median_us: reference.then(|| s[4].median),
+                bare_load_median_us: what
+                    .iter()
+                    .position(|w| matches!(w, Timed::BareLoad))
+                    .map(|i| s[i].median),
             });
         }
     }

@@ -121,7 +121,6 @@ pub struct Region {
     base: *mut u8,
     len: usize,
     gpu: u64,
-    wc: bool,
     caching: Caching,
 }
 
@@ -133,7 +132,11 @@ unsafe impl Sync for Region {}
 
 impl std::fmt::Debug for Region {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Region({:#x}+{}, wc={})", self.gpu, self.len, self.wc)
+        write!(
+            f,
+            "Region({:#x}+{}, {:?})",
+            self.gpu, self.len, self.caching
+        )
     }
 }
 
@@ -148,7 +151,6 @@ impl Region {
         let base = unsafe { mem.cpu_ptr().add(offset) };
         Some(Region {
             gpu: mem.gpu_addr() + offset as u64,
-            wc: mem.caching() == Caching::WriteCombined,
             caching: mem.caching(),
             base,
             len,
@@ -176,7 +178,7 @@ impl Region {
     }
 
     pub fn write_combined(&self) -> bool {
-        self.wc
+        self.caching == Caching::WriteCombined
     }
 
     /// The sub-window `[offset, offset + len)` of this one.
@@ -190,7 +192,6 @@ impl Region {
             base: unsafe { self.base.add(offset) },
             len,
             gpu: self.gpu + offset as u64,
-            wc: self.wc,
             caching: self.caching,
         })
     }
@@ -290,7 +291,7 @@ impl Region {
             "write_words needs whole aligned words"
         );
         let dst = self.at(off, src.len());
-        if self.wc {
+        if self.write_combined() {
             // SAFETY: in bounds; `src` is our own buffer, not the mapping.
             unsafe { crate::copy::copy_to_mapping(dst, src) };
         } else {
@@ -328,7 +329,7 @@ impl Region {
             "read_words needs whole aligned words"
         );
         let src = self.at(off, dst.len());
-        if self.wc {
+        if self.write_combined() {
             // SAFETY: in bounds; the region is a page-granular mapping, so the aligned lines
             // around it are readable as copy_from_mapping requires.
             unsafe { crate::copy::copy_from_mapping(dst, src) };
@@ -345,7 +346,7 @@ impl Region {
     /// stores are weakly ordered, so this is `sfence` there; on ordinary memory a release
     /// fence (x86 keeps stores in order anyway).
     pub fn publish_fence(&self) {
-        if self.wc {
+        if self.write_combined() {
             store_fence();
         } else {
             std::sync::atomic::fence(Ordering::Release);
@@ -354,7 +355,7 @@ impl Region {
 
     /// Pushes write-combined stores out of the CPU now rather than whenever the line fills.
     pub fn flush(&self) {
-        if self.wc {
+        if self.write_combined() {
             store_fence();
         }
     }
