@@ -183,6 +183,34 @@ pub fn compile(name: &str, source: &str, arch: &str) -> Result<Vec<u8>, NvrtcErr
 type CacheKey = (String, u64, String);
 static CACHE: OnceLock<Mutex<HashMap<CacheKey, Arc<Vec<u8>>>>> = OnceLock::new();
 
+/// Under `GDR_NVRTC_DUMP=DIR`, writes each program compiled as `DIR/<name>.sm_<arch>.cu` and
+/// its cubin beside it (`cuobjdump -sass` reads it): to see the code a kernel became. A
+/// failed write is reported on stderr and changes nothing else.
+fn dump(name: &str, source: &str, arch: &str, cubin: &[u8]) {
+    let Some(dir) = std::env::var_os("GDR_NVRTC_DUMP") else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let stem: String = name
+        .trim_end_matches(".cu")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let path = |ext: &str| dir.join(format!("{stem}.sm_{arch}.{ext}"));
+    let written = std::fs::create_dir_all(&dir)
+        .and_then(|_| std::fs::write(path("cu"), source))
+        .and_then(|_| std::fs::write(path("cubin"), cubin));
+    if let Err(e) = written {
+        eprintln!("GDR_NVRTC_DUMP: cannot write {}: {e}", path("cu").display());
+    }
+}
+
 /// Compiles for `device`'s architecture, caching the cubin per process by (name, source, arch).
 pub fn compile_for(
     device: Device,
@@ -200,6 +228,7 @@ pub fn compile_for(
         return Ok(c.clone());
     }
     let cubin = Arc::new(compile(name, source, &arch)?);
+    dump(name, source, &arch, &cubin);
     cache
         .lock()
         .expect("nvrtc cache poisoned")
