@@ -14,6 +14,14 @@ fn every_kernel_source_compiles_for_sm_90() {
     let sources = [
         ("mq device header", gdr::mq::DEVICE_HEADER.to_string()),
         ("mq echo worker", gdr::mq::Handler::echo().program()),
+        (
+            "mq echo worker, header RX only",
+            gdr::mq::Handler::echo().program_for(false),
+        ),
+        (
+            "mq echo worker, word RX only",
+            gdr::mq::Handler::echo().program_for(true),
+        ),
     ];
     for (name, src) in sources {
         match nvrtc::compile(name, &src, "90") {

@@ -764,10 +764,18 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_header(gdr_mq_worker &w, gdr_mq_b
 // longer than idle_ns, or a protocol error with *err and *arg set). Both formats are inlined
 // here; a kernel that knows its queues' format calls gdr_mq_recv_header or
 // gdr_mq_recv_words directly and carries the code (and registers) of one.
+// A program built for one format defines GDR_MQ_RX_FORMAT_ONLY (1: words, 0: header;
+// Handler::program_for) and carries only that receive.
 __device__ __forceinline__ gdr_u32 gdr_mq_recv(gdr_mq_worker &w, gdr_mq_batch &b, gdr_u64 idle_ns,
                                                gdr_u32 *err, gdr_u32 *arg) {
+#if defined(GDR_MQ_RX_FORMAT_ONLY) && GDR_MQ_RX_FORMAT_ONLY
+    return gdr_mq_recv_words(w, b, idle_ns, err, arg);
+#elif defined(GDR_MQ_RX_FORMAT_ONLY)
+    return gdr_mq_recv_header(w, b, idle_ns, err, arg);
+#else
     if (w.q.flags & GDR_MQ_FLAG_RX_WORDS) return gdr_mq_recv_words(w, b, idle_ns, err, arg);
     return gdr_mq_recv_header(w, b, idle_ns, err, arg);
+#endif
 }
 
 // One 16-byte TX store of message `idx`: store j of its slot (0 and 1 the header words, j >= 2

@@ -10,8 +10,13 @@
 /// Bytes of a slot header; the payload starts right after it (16-byte aligned for vector
 /// copies on the GPU).
 pub const SLOT_HEADER_SIZE: usize = 16;
-/// Slots are padded to whole 64-byte lines so write-combined CPU stores fill whole lines.
-pub const SLOT_ALIGN: usize = 64;
+/// Slots are 16-byte aligned (the GPU's vector loads and stores) and packed, not padded to
+/// 64-byte lines: consecutive requests then fill whole write-combining lines as a batch is
+/// written, and a CPU thread sends and receives fewer lines per message. Padded to 64 bytes,
+/// a 64-byte message's 80-byte slot left a partial line behind every request; packing cut
+/// a CPU thread's share of time spent sending from 26-30% to 17% of a one-queue stream on
+/// the H100 (docs/mq.md, "What we tried").
+pub const SLOT_ALIGN: usize = 16;
 /// Bytes before the first RX slot: the doorbell line, padded so that slot writes and doorbell
 /// writes never share a 128-byte (adjacent-line prefetch) pair.
 pub const RX_CONTROL_SIZE: usize = 128;
@@ -173,7 +178,7 @@ pub struct Geometry {
 }
 
 /// Bytes of a slot in the word format: [`TX_HEADER_WORDS`] words, then 8 payload bytes per
-/// 16, in whole 64-byte lines.
+/// 16 (whole 16-byte units).
 fn word_stride(max_msg: u32) -> usize {
     (TX_HEADER_WORDS * TX_WORD_SIZE + 2 * (max_msg as usize).next_multiple_of(8))
         .next_multiple_of(SLOT_ALIGN)
@@ -374,23 +379,24 @@ mod tests {
     #[test]
     fn geometry_rounds_and_rejects() {
         let g = Geometry::new(1024, 64).unwrap();
-        assert_eq!(g.stride, 128);
-        assert_eq!(g.rx_bytes(), 128 + 1024 * 128);
+        // RX: the 16-byte header, then the payload, in 16-byte units, packed.
+        assert_eq!(g.stride, 80);
+        assert_eq!(g.rx_bytes(), 128 + 1024 * 80);
         assert_eq!(Geometry::new(8, 48).unwrap().stride, 64);
-        assert_eq!(Geometry::new(8, 49).unwrap().stride, 128);
-        assert_eq!(Geometry::new(8, 0).unwrap().stride, 64);
-        assert_eq!(Geometry::new(8, 1024).unwrap().stride, 1088);
-        // TX: 32 header bytes, then 16 bytes per 8 payload bytes, in whole lines.
-        assert_eq!(g.tx_stride, 192);
-        assert_eq!(Geometry::new(8, 0).unwrap().tx_stride, 64);
-        assert_eq!(Geometry::new(8, 1).unwrap().tx_stride, 64);
-        assert_eq!(Geometry::new(8, 17).unwrap().tx_stride, 128);
-        assert_eq!(Geometry::new(8, 1024).unwrap().tx_stride, 2112);
+        assert_eq!(Geometry::new(8, 49).unwrap().stride, 80);
+        assert_eq!(Geometry::new(8, 0).unwrap().stride, 16);
+        assert_eq!(Geometry::new(8, 1024).unwrap().stride, 1040);
+        // TX: 32 header bytes, then 16 bytes per 8 payload bytes.
+        assert_eq!(g.tx_stride, 160);
+        assert_eq!(Geometry::new(8, 0).unwrap().tx_stride, 32);
+        assert_eq!(Geometry::new(8, 1).unwrap().tx_stride, 48);
+        assert_eq!(Geometry::new(8, 17).unwrap().tx_stride, 80);
+        assert_eq!(Geometry::new(8, 1024).unwrap().tx_stride, 2080);
         assert_eq!(g.tx_words(0), 4);
         assert_eq!(g.tx_words(1), 6);
         assert_eq!(g.tx_words(64), 20);
         assert_eq!(g.tx_words(1000), 20);
-        assert_eq!(g.tx_bytes(), 1024 * 192);
+        assert_eq!(g.tx_bytes(), 1024 * 160);
         assert!(Geometry::new(1000, 64).is_err());
         assert!(Geometry::new(1, 64).is_err());
         assert!(Geometry::new(0, 64).is_err());
@@ -400,9 +406,9 @@ mod tests {
         // The word format: RX slots as large as TX slots.
         let w = g.with_rx_words();
         assert!(w.rx_words && !g.rx_words);
-        assert_eq!(w.stride, 192);
-        assert_eq!(w.rx_bytes(), 128 + 1024 * 192);
-        assert_eq!(w.slot_offset(3), 3 * 192);
+        assert_eq!(w.stride, 160);
+        assert_eq!(w.rx_bytes(), 128 + 1024 * 160);
+        assert_eq!(w.slot_offset(3), 3 * 160);
         assert_eq!(w.rx_words_of(0), 4);
         assert_eq!(w.rx_words_of(9), 8);
         assert_eq!(w.rx_words_of(64), 20);
@@ -412,11 +418,11 @@ mod tests {
     fn slot_offsets_wrap_with_the_index() {
         let g = Geometry::new(8, 64).unwrap();
         assert_eq!(g.slot_offset(0), 0);
-        assert_eq!(g.slot_offset(7), 7 * 128);
+        assert_eq!(g.slot_offset(7), 7 * 80);
         assert_eq!(g.slot_offset(8), 0);
-        assert_eq!(g.slot_offset(u32::MAX), 7 * 128);
+        assert_eq!(g.slot_offset(u32::MAX), 7 * 80);
         assert_eq!(g.slot_offset(u32::MAX.wrapping_add(1)), 0);
-        assert_eq!(g.tx_slot_offset(7), 7 * 192);
+        assert_eq!(g.tx_slot_offset(7), 7 * 160);
         assert_eq!(g.tx_slot_offset(8), 0);
         assert_eq!(tx_word(7, 9), (9 << 32) | 7);
         assert_eq!(seq_of(u32::MAX), 0);
