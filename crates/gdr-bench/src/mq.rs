@@ -28,10 +28,14 @@ pub struct BenchConfig {
     pub batch: u32,
     /// Slots per ring in throughput runs.
     pub slots: u32,
-    /// Worker warps per queue in throughput runs.
+    /// Worker warps per queue in throughput runs (header format; the word format has one).
     pub warps_per_queue: u32,
+    /// Throughput runs' RX format: the word format (one worker warp per queue), else header.
+    pub throughput_rx_words: bool,
     /// Time per throughput point.
     pub duration: Duration,
+    /// Runs of each throughput point; the median is reported (with the lowest and highest).
+    pub throughput_rounds: u32,
 }
 
 impl BenchConfig {
@@ -45,10 +49,12 @@ impl BenchConfig {
             sizes: vec![64, 1024],
             queues: vec![1, 2, 4, 8],
             throughput_placements: vec![Placement::LYNX, Placement::HOST],
-            batch: 32,
+            batch: 64,
             slots: 1024,
-            warps_per_queue: 4,
+            warps_per_queue: 8,
+            throughput_rx_words: false,
             duration: Duration::from_millis(500),
+            throughput_rounds: 3,
         }
     }
 
@@ -59,6 +65,7 @@ impl BenchConfig {
             queues: vec![1, 4],
             throughput_placements: vec![Placement::LYNX],
             duration: Duration::from_millis(200),
+            throughput_rounds: 1,
             ..Self::full()
         }
     }
@@ -102,17 +109,33 @@ pub struct GpuStages {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Throughput {
     pub placement: String,
+    /// `header` or `words`.
+    pub rx_format: &'static str,
     pub size: u32,
     pub queues: u32,
     pub batch: u32,
     pub warps_per_queue: u32,
     pub messages: u64,
     pub seconds: f64,
+    /// The median of `rounds` runs of the point (the figures beside it are that run's).
     pub msgs_per_s: f64,
+    pub rounds: u32,
+    pub msgs_per_s_min: f64,
+    pub msgs_per_s_max: f64,
     /// Payload bytes per second, one direction.
     pub gbytes_per_s: f64,
     /// Messages per doorbell actually achieved.
     pub per_doorbell: f64,
+    /// Share of the CPU threads' time (mean over the threads) in the measured interval
+    /// spent sending (`try_send_batch` in passes that sent) and receiving (the receive
+    /// loop in passes that took a response). Near 1 together: the CPU threads are the
+    /// limit; the rest is passes that found nothing to do, waiting for the GPU.
+    pub host_send_share: f64,
+    pub host_recv_share: f64,
+    /// Share of the CPU threads' passes (send what there is room for, take every response
+    /// there is) that found less than half a batch of room in the ring: the workers are
+    /// behind.
+    pub ring_full_share: f64,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -281,6 +304,27 @@ pub fn host_centric_latency(
     ))
 }
 
+/// One CPU thread's share of a throughput point.
+struct QueueRun {
+    messages: u64,
+    doorbells: u64,
+    seconds: f64,
+    /// Throughput's shares.
+    send_share: f64,
+    recv_share: f64,
+    full_share: f64,
+}
+
+/// Where a CPU thread's passes went: time sending (passes that sent), time receiving
+/// (passes that took a response), passes in all and passes short of room.
+#[derive(Default)]
+struct Tally {
+    send: Duration,
+    recv: Duration,
+    passes: u64,
+    short: u64,
+}
+
 /// Streams `size`-byte messages through `queues` queues (one CPU thread each, `batch`
 /// messages per doorbell) for `duration`.
 pub fn throughput(
@@ -290,12 +334,14 @@ pub fn throughput(
     queues: u32,
     bc: &BenchConfig,
 ) -> Result<Throughput, MqError> {
-    let warps = bc.warps_per_queue.max(1);
+    let words = bc.throughput_rx_words;
+    let warps = if words { 1 } else { bc.warps_per_queue.max(1) };
     let cfg = GpuConfig {
         queue: QueueConfig {
             slots: bc.slots,
             max_msg: size.max(16),
             placement,
+            rx_words: words,
             ..Default::default()
         },
         queues,
@@ -307,34 +353,52 @@ pub fn throughput(
     let msg = payload(size);
     let batch: Vec<&[u8]> = vec![&msg[..]; bc.batch.max(1) as usize];
     let duration = bc.duration;
-    let results: Vec<Result<(u64, u64, f64), MqError>> = std::thread::scope(|s| {
+    let results: Vec<Result<QueueRun, MqError>> = std::thread::scope(|s| {
         let handles: Vec<_> = w
             .queues_mut()
             .iter_mut()
             .map(|q| {
                 let (batch, msg) = (&batch, &msg);
-                s.spawn(move || -> Result<(u64, u64, f64), MqError> {
+                s.spawn(move || -> Result<QueueRun, MqError> {
                     ctx.bind()?;
                     let mut bad = 0u64;
-                    let mut pump = |q: &mut gdr::mq::QueuePair| -> Result<(), MqError> {
-                        let room = (q.credits() as usize).min(batch.len());
-                        if room >= batch.len() / 2 || q.in_flight() == 0 {
-                            q.try_send_batch(&batch[..room])?;
-                        }
-                        while let Some(ok) = q.try_recv_with(|b| b.len() == msg.len())? {
-                            bad += u64::from(!ok);
-                        }
-                        Ok(())
-                    };
+                    let mut tally = Tally::default();
+                    let mut pump =
+                        |q: &mut gdr::mq::QueuePair, tally: &mut Tally| -> Result<(), MqError> {
+                            let t0 = Instant::now();
+                            let room = (q.credits() as usize).min(batch.len());
+                            let mut sent = 0;
+                            if room >= batch.len() / 2 || q.in_flight() == 0 {
+                                sent = q.try_send_batch(&batch[..room])?;
+                            } else {
+                                tally.short += 1;
+                            }
+                            let t1 = Instant::now();
+                            let mut got = 0;
+                            while let Some(ok) = q.try_recv_with(|b| b.len() == msg.len())? {
+                                bad += u64::from(!ok);
+                                got += 1;
+                            }
+                            let t2 = Instant::now();
+                            tally.passes += 1;
+                            if sent > 0 {
+                                tally.send += t1 - t0;
+                            }
+                            if got > 0 {
+                                tally.recv += t2 - t1;
+                            }
+                            Ok(())
+                        };
                     // Warm-up, then the measured interval.
                     let t = Instant::now();
                     while t.elapsed() < duration / 5 {
-                        pump(q)?;
+                        pump(q, &mut tally)?;
                     }
                     let before = q.stats();
+                    tally = Tally::default();
                     let t = Instant::now();
                     while t.elapsed() < duration {
-                        pump(q)?;
+                        pump(q, &mut tally)?;
                     }
                     let secs = t.elapsed().as_secs_f64();
                     let after = q.stats();
@@ -347,11 +411,14 @@ pub fn throughput(
                             what: format!("{bad} responses had the wrong length"),
                         });
                     }
-                    Ok((
-                        after.received - before.received,
-                        after.doorbells - before.doorbells,
-                        secs,
-                    ))
+                    Ok(QueueRun {
+                        messages: after.received - before.received,
+                        doorbells: after.doorbells - before.doorbells,
+                        seconds: secs,
+                        send_share: tally.send.as_secs_f64() / secs,
+                        recv_share: tally.recv.as_secs_f64() / secs,
+                        full_share: tally.short as f64 / tally.passes.max(1) as f64,
+                    })
                 })
             })
             .collect();
@@ -362,15 +429,20 @@ pub fn throughput(
     });
     w.stop(Duration::from_secs(5))?;
     let (mut msgs, mut bells, mut secs) = (0u64, 0u64, 0f64);
+    let (mut send, mut recv, mut full) = (0f64, 0f64, 0f64);
     for r in results {
-        let (m, b, s) = r?;
-        msgs += m;
-        bells += b;
-        secs = secs.max(s);
+        let r = r?;
+        msgs += r.messages;
+        bells += r.doorbells;
+        secs = secs.max(r.seconds);
+        send += r.send_share / queues as f64;
+        recv += r.recv_share / queues as f64;
+        full += r.full_share / queues as f64;
     }
     let rate = msgs as f64 / secs;
     Ok(Throughput {
         placement: placement.name(),
+        rx_format: if words { "words" } else { "header" },
         size,
         queues,
         batch: bc.batch,
@@ -378,9 +450,37 @@ pub fn throughput(
         messages: msgs,
         seconds: secs,
         msgs_per_s: rate,
+        rounds: 1,
+        msgs_per_s_min: rate,
+        msgs_per_s_max: rate,
         gbytes_per_s: rate * size as f64 / 1e9,
         per_doorbell: msgs as f64 / bells.max(1) as f64,
+        host_send_share: send,
+        host_recv_share: recv,
+        ring_full_share: full,
     })
+}
+
+/// [`throughput`] run `bc.throughput_rounds` times: the median run, with the lowest and
+/// highest rates of the rounds (the machine's spread shows beside the figure).
+pub fn throughput_median(
+    ctx: &Context,
+    placement: Placement,
+    size: u32,
+    queues: u32,
+    bc: &BenchConfig,
+) -> Result<Throughput, MqError> {
+    let rounds = bc.throughput_rounds.max(1);
+    let mut runs = (0..rounds)
+        .map(|_| throughput(ctx, placement, size, queues, bc))
+        .collect::<Result<Vec<_>, _>>()?;
+    runs.sort_by(|a, b| a.msgs_per_s.total_cmp(&b.msgs_per_s));
+    let (min, max) = (runs[0].msgs_per_s, runs[runs.len() - 1].msgs_per_s);
+    let mut t = runs.swap_remove(runs.len() / 2);
+    t.rounds = rounds;
+    t.msgs_per_s_min = min;
+    t.msgs_per_s_max = max;
+    Ok(t)
 }
 
 /// The whole benchmark.
@@ -415,7 +515,7 @@ pub fn run(ctx: &Context, bc: &BenchConfig) -> Result<BenchReport, MqError> {
                 if nq > sms {
                     continue;
                 }
-                tput.push(throughput(ctx, p, size, nq, bc)?);
+                tput.push(throughput_median(ctx, p, size, nq, bc)?);
             }
         }
     }

@@ -50,9 +50,13 @@ struct BenchArgs {
     /// Messages per doorbell
     #[arg(long)]
     batch: Option<u32>,
-    /// Worker warps per queue in the throughput test
+    /// Worker warps per queue in the throughput test (header format; words has one)
     #[arg(long)]
     warps: Option<u32>,
+    /// RX format of the throughput test: header (claimed by doorbell, --warps workers per
+    /// queue) or words (one worker warp per queue polls the slots)
+    #[arg(long, value_enum, default_value_t = RxFormat::Header)]
+    throughput_rx_format: RxFormat,
     /// Round trips per latency point
     #[arg(long)]
     iters: Option<usize>,
@@ -62,6 +66,16 @@ struct BenchArgs {
     /// Milliseconds per throughput point
     #[arg(long)]
     ms: Option<u64>,
+    /// Runs of each throughput point; the median is shown, with the lowest and highest
+    /// (default 3, 1 with --quick)
+    #[arg(long)]
+    rounds: Option<u32>,
+}
+
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+enum RxFormat {
+    Header,
+    Words,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -121,6 +135,13 @@ fn run_bench(a: BenchArgs) -> CmdResult {
     }
     if let Some(w) = a.warps {
         bc.warps_per_queue = w;
+    }
+    bc.throughput_rx_words = a.throughput_rx_format == RxFormat::Words;
+    if let Some(r) = a.rounds {
+        if r == 0 {
+            return Err("--rounds must be at least 1".into());
+        }
+        bc.throughput_rounds = r;
     }
     if let Some(i) = a.iters {
         if i == 0 {
@@ -187,20 +208,41 @@ fn print_tables(r: &BenchReport) {
     println!();
     println!("throughput, batched doorbells, one CPU thread per queue");
     println!(
-        "{:<16} {:>6} {:>6} {:>6} {:>6} {:>12} {:>8} {:>10}",
-        "placement", "bytes", "queues", "batch", "warps", "Mmsg/s", "GB/s", "msg/bell"
+        "{:<16} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>15} {:>8} {:>9} {:>9} {:>9} {:>9}",
+        "placement",
+        "rx",
+        "bytes",
+        "queues",
+        "batch",
+        "warps",
+        "Mmsg/s",
+        "(low..high)",
+        "GB/s",
+        "msg/bell",
+        "cpu send",
+        "cpu recv",
+        "ring full"
     );
     for t in &r.throughput {
         println!(
-            "{:<16} {:>6} {:>6} {:>6} {:>6} {:>12.2} {:>8.2} {:>10.1}",
+            "{:<16} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8.2} {:>15} {:>8.2} {:>9.1} {:>8.0}% {:>8.0}% {:>8.0}%",
             t.placement,
+            t.rx_format,
             t.size,
             t.queues,
             t.batch,
             t.warps_per_queue,
             t.msgs_per_s / 1e6,
+            format!(
+                "({:.2}..{:.2})",
+                t.msgs_per_s_min / 1e6,
+                t.msgs_per_s_max / 1e6
+            ),
             t.gbytes_per_s,
-            t.per_doorbell
+            t.per_doorbell,
+            100.0 * t.host_send_share,
+            100.0 * t.host_recv_share,
+            100.0 * t.ring_full_share
         );
     }
 }
