@@ -176,6 +176,30 @@ impl App {
         }
     }
 
+    /// A light app: a request's work is a few memory operations (echo, vecadd), less than
+    /// what handing it to more warps would cost. Its workers are one warp a block, which
+    /// receives, runs the app inlined and sends, with no block barrier; heavy apps (lenet,
+    /// user apps) get a block whose other warps run the app.
+    pub fn light(&self) -> bool {
+        matches!(self.kind, AppKind::Echo | AppKind::Vecadd)
+    }
+
+    /// Warps per worker block when the user does not say: 1 for a light app, else 16.
+    pub fn default_warps(&self) -> u32 {
+        if self.light() {
+            1
+        } else {
+            16
+        }
+    }
+
+    /// The RX format when the user does not say: words (one memory round trip to find and
+    /// read a request) for a light app, whose round trip that is most of; header for the
+    /// others, where it measured the same and batches are claimed by doorbell.
+    pub fn default_rx_words(&self) -> bool {
+        self.light()
+    }
+
     /// Payload bytes a queue slot must hold (requests and responses share a slot size).
     pub fn slot_payload(&self) -> usize {
         self.max_request
@@ -279,6 +303,11 @@ impl App {
             u8::from(rx_words),
             u8::from(profile)
         );
+        if self.light() {
+            // kernels.cu: inlined in a one-warp block, and a lone response of up to 1 KiB
+            // (echo's default --max-payload) kept in shared memory.
+            s += "#define GDR_SERVE_SOLO_INLINE 1\n#define GDR_SERVE_LONE_RESP_BYTES 1024\n";
+        }
         s += "#line 1 \"gdr-serve/kernels.cu\"\n";
         s += KERNELS_CU;
         s
@@ -392,6 +421,30 @@ mod tests {
             assert!(h.program().contains(&s));
         }
         assert_eq!(l.device_source(), l.device_source_for(false, false));
+    }
+
+    /// Light apps get one-warp word-format workers that run them inlined, with room for a
+    /// 1 KiB lone response; heavy apps a 16-warp block that calls them, with the defaults.
+    #[test]
+    fn light_apps_run_inlined_in_one_warp_blocks() {
+        let inline = "#define GDR_SERVE_SOLO_INLINE 1\n";
+        for (name, light) in [("echo", true), ("vecadd", true), ("lenet", false)] {
+            let a = App::builtin(name, 1, 1024).unwrap();
+            assert_eq!(a.light(), light, "{name}");
+            assert_eq!(a.default_warps(), if light { 1 } else { 16 }, "{name}");
+            assert_eq!(a.default_rx_words(), light, "{name}");
+            let s = a.device_source_for(light, false);
+            let kernels = s.find("#line 1 \"gdr-serve/kernels.cu\"").unwrap();
+            match s.find(inline) {
+                Some(at) => assert!(light && at < kernels, "{name}"),
+                None => assert!(!light, "{name}"),
+            }
+        }
+        let src = "__device__ unsigned int gdr_serve_app(const gdr_serve_group &g, \
+                   const unsigned char *req, unsigned int len, unsigned char *resp, \
+                   unsigned int cap) { return 0; }";
+        let user = App::user("u.cu", src.into(), ID_USER, 1, 64).unwrap();
+        assert!(!user.light() && !user.device_source().contains(inline));
     }
 
     /// The device's resident layout (lenet.cuh's defines) is the one the host sizes the

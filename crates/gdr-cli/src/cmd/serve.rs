@@ -52,9 +52,10 @@ pub struct Args {
     /// Most requests in flight per queue; beyond it requests are shed (counted)
     #[arg(long, default_value_t = 256)]
     max_in_flight: usize,
-    /// Warps per worker block (power of two up to 16)
-    #[arg(long, default_value_t = 16)]
-    warps: u32,
+    /// Warps per worker block (power of two up to 16) [default: 1 for echo and vecadd, whose
+    /// one warp receives, runs the app and sends; 16 for lenet and user apps]
+    #[arg(long)]
+    warps: Option<u32>,
     /// Worker blocks (SMs) per queue
     #[arg(long, default_value_t = 1)]
     blocks_per_queue: u32,
@@ -68,8 +69,9 @@ pub struct Args {
     profile: bool,
     /// RX slot format: header (a doorbell, then the slot) or words (every 8-byte word carries
     /// its seq and the worker polls the slot: one round trip; one block per queue)
-    #[arg(long, default_value = "header")]
-    rx_format: String,
+    /// [default: words for echo and vecadd with one block per queue, else header]
+    #[arg(long)]
+    rx_format: Option<String>,
     /// Queue placement: lynx, host, gpu, crossed
     #[arg(long, default_value = "lynx")]
     placement: String,
@@ -151,14 +153,15 @@ pub fn run(a: Args) -> CmdResult {
         shape: GpuShape {
             slots: a.slots,
             placement,
-            warps: a.warps,
+            warps: a.warps.unwrap_or(app.default_warps()),
             blocks_per_queue: a.blocks_per_queue,
             resident: !a.no_resident,
             profile: a.profile,
-            rx_words: match a.rx_format.as_str() {
-                "header" => false,
-                "words" => true,
-                f => return Err(format!("unknown RX format {f:?} (header, words)").into()),
+            rx_words: match a.rx_format.as_deref() {
+                None => app.default_rx_words() && a.blocks_per_queue == 1,
+                Some("header") => false,
+                Some("words") => true,
+                Some(f) => return Err(format!("unknown RX format {f:?} (header, words)").into()),
             },
         },
         max_in_flight: a.max_in_flight,

@@ -135,7 +135,11 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
     if (threadIdx.x == 0) *resp_len = r;
 }
 
+// A lone request's response up to this size stays in the block's shared memory on its way
+// to gdr_mq_send (the host raises it for light apps, whose blocks have the room).
+#ifndef GDR_SERVE_LONE_RESP_BYTES
 #define GDR_SERVE_LONE_RESP_BYTES 256
+#endif
 // A lone request up to this size is read by the whole mq warp into shared memory
 // (gdr_mq_worker::lone_req), where the app reads it instead of from the RX slot in L2.
 #define GDR_SERVE_LONE_REQ_BYTES 1024
@@ -151,6 +155,13 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
 #endif
 #ifndef GDR_SERVE_PROFILE
 #define GDR_SERVE_PROFILE 0
+#endif
+// Set by the host for light apps (echo, vecadd; App::light): a one-warp block's mq loop runs
+// the app inlined, not through the gdr_serve_run call, around which the warp saved and
+// reloaded its live mq state on every request. Heavy apps keep the call: inlined next to the
+// mq state, LeNet's convolutions spilled.
+#ifndef GDR_SERVE_SOLO_INLINE
+#define GDR_SERVE_SOLO_INLINE 0
 #endif
 
 // What warp 0 tells the block about each batch.
@@ -226,9 +237,9 @@ __device__ __forceinline__ void gdr_serve_block_batch(unsigned int n) {
 }
 
 // Warp 0's loop: mq's receive, the app warps' share of the batch, mq's send. SOLO: a one-warp
-// block, whose warp 0 runs the app itself (through the gdr_serve_run call, which only this
-// instance carries: around a call every live register is saved, so the multi-warp loop has
-// none). A call of its own, as is the other warps' loop below, so each keeps only its own
+// block, whose warp 0 runs the app itself (a light app inlined, GDR_SERVE_SOLO_INLINE; any
+// other through the gdr_serve_run call, which only this instance carries: around a call
+// every live register is saved, so the multi-warp loop has none). A call of its own, as is the other warps' loop below, so each keeps only its own
 // state in registers.
 //
 // GDR_SERVE_PROFILE stages (gpu.rs, worker_stages): 0 recv (gdr_mq_recv: requests found ->
@@ -258,25 +269,44 @@ __device__ __noinline__ void gdr_serve_mq_loop(const gdr_mq_queue_desc *desc, gd
         }
         const bool lone = b.n == 1u && sh->cap <= GDR_SERVE_LONE_RESP_BYTES;
         unsigned char *resp = lone ? (unsigned char *)sh->lone_resp : w.resp_scratch;
-        if (!reason && w.lane < b.n) {
+        // A light app's lone request in a one-warp block (the latency case) goes from the
+        // receive straight into the inlined app, the warp as its group: nothing passes
+        // through gdr_serve_shared and no barrier is crossed (uniform: b.n, reason).
+        const bool direct = SOLO && GDR_SERVE_SOLO_INLINE && b.n == 1u && !reason;
+        if (!reason && !direct && w.lane < b.n) {
             sh->reqs[w.lane] = b.req;
             sh->lens[w.lane] = b.req_len;
             sh->resps[w.lane] = resp;
         }
-        if (SOLO) {
-            __syncwarp();
-            if (reason) break;
+        gdr_u32 out = 0;
+        if (direct) {
+            // The request's pointer and length are lane 0's (gdr_mq_recv hands a lone
+            // message to lane 0); the app wants them in every thread of its group.
+            const unsigned char *req =
+                (const unsigned char *)__shfl_sync(0xffffffffu, (gdr_u64)b.req, 0);
+            const gdr_u32 len = __shfl_sync(0xffffffffu, b.req_len, 0);
             if (GDR_SERVE_PROFILE && w.lane == 0) sh->app_clock[0] = clock64();
-            gdr_serve_block_batch<false>(b.n);
-            if (GDR_SERVE_PROFILE && w.lane == 0)
-                sh->app_clock[1] = gdr_serve_clock_after(sh->outs[0]);
-            __syncwarp();
+            const gdr_u32 r = gdr_serve_app_on(w.lane, 32u, 1u, gdr_serve_wsmem, gdr_serve_wconsts,
+                                               gdr_serve_resident_at(), req, len, resp, sh->cap);
+            if (GDR_SERVE_PROFILE && w.lane == 0) sh->app_clock[1] = clock64();
+            out = w.lane == 0 ? r : 0u;
+            __syncwarp();  // the response is in place before gdr_mq_send's lanes read it
         } else {
-            gdr_serve_sync_bar(0u, blockDim.x);
-            if (reason) break;
-            gdr_serve_sync_bar(0u, blockDim.x);
+            if (SOLO) {
+                __syncwarp();
+                if (reason) break;
+                if (GDR_SERVE_PROFILE && w.lane == 0) sh->app_clock[0] = clock64();
+                gdr_serve_block_batch<GDR_SERVE_SOLO_INLINE != 0>(b.n);
+                if (GDR_SERVE_PROFILE && w.lane == 0)
+                    sh->app_clock[1] = gdr_serve_clock_after(sh->outs[0]);
+                __syncwarp();
+            } else {
+                gdr_serve_sync_bar(0u, blockDim.x);
+                if (reason) break;
+                gdr_serve_sync_bar(0u, blockDim.x);
+            }
+            out = w.lane < b.n ? sh->outs[w.lane] : 0u;
         }
-        const gdr_u32 out = w.lane < b.n ? sh->outs[w.lane] : 0u;
         if (GDR_SERVE_PROFILE && (w.q.flags & GDR_MQ_FLAG_PROFILE)) {
             const gdr_u64 a0 = sh->app_clock[0], a1 = sh->app_clock[1];
             w.prof[1] += a0 - w.prof_mark;
