@@ -58,10 +58,14 @@ def mq(rep):
     for r in rep.get("latency", []):
         print(f"| {r['path']} | {r['size']} | {r['p50_us']:.2f} | {r['p99_us']:.2f} | {r['p999_us']:.2f} |")
     print()
-    print("| placement | size | queues | batch | messages/s | GB/s |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| placement | size | queues | batch | warps | messages/s (median) | lowest..highest run | GB/s | CPU time sending / receiving |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rep.get("throughput", []):
-        print(f"| {r['placement']} | {r['size']} | {r['queues']} | {r['batch']} | {r['msgs_per_s'] / 1e6:.2f} M | {r['gbytes_per_s']:.2f} |")
+        spread = (f"{r['msgs_per_s_min'] / 1e6:.2f}..{r['msgs_per_s_max'] / 1e6:.2f} M"
+                  if 'msgs_per_s_min' in r else "-")
+        shares = (f"{100 * r['host_send_share']:.0f}% / {100 * r['host_recv_share']:.0f}%"
+                  if 'host_send_share' in r else "-")
+        print(f"| {r['placement']} | {r['size']} | {r['queues']} | {r['batch']} | {r.get('warps_per_queue', '-')} | {r['msgs_per_s'] / 1e6:.2f} M | {spread} | {r['gbytes_per_s']:.2f} | {shares} |")
 
 
 def main():
