@@ -138,9 +138,9 @@ __device__ unsigned int handle(const unsigned char *req, unsigned int len,
     }
 
     /// The program for workers of queues in one RX format: `gdr_mq_recv` then carries the
-    /// code of that format only (`GDR_MQ_RX_FORMAT_ONLY`). A smaller kernel that compiles
-    /// sooner: the echo worker for sm_90 is 43 KB of code for word-format queues, 57 KB with
-    /// both receives (its round trip measured the same on the H100).
+    /// code of that format only (`GDR_MQ_RX_FORMAT_ONLY`). A smaller kernel: the echo worker
+    /// for sm_90 is 43 KB of code for word-format queues, 57 KB with both receives (its round
+    /// trip measured the same on the H100).
     pub fn program_for(&self, rx_words: bool) -> String {
         format!(
             "#define GDR_MQ_RX_FORMAT_ONLY {}\n{}",
