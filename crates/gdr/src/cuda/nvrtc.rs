@@ -190,7 +190,23 @@ fn dump(name: &str, source: &str, arch: &str, cubin: &[u8]) {
     let Some(dir) = std::env::var_os("GDR_NVRTC_DUMP") else {
         return;
     };
-    let dir = std::path::PathBuf::from(dir);
+    if let Err(e) = dump_to(std::path::Path::new(&dir), name, source, arch, cubin) {
+        eprintln!(
+            "GDR_NVRTC_DUMP: cannot write into {}: {e}",
+            dir.to_string_lossy()
+        );
+    }
+}
+
+/// Writes `<name>.sm_<arch>.cu` and `.cubin` into `dir` (created if missing); characters of
+/// `name` other than ASCII letters, digits, `_` and `-` become `_`.
+fn dump_to(
+    dir: &std::path::Path,
+    name: &str,
+    source: &str,
+    arch: &str,
+    cubin: &[u8],
+) -> std::io::Result<()> {
     let stem: String = name
         .trim_end_matches(".cu")
         .chars()
@@ -203,12 +219,9 @@ fn dump(name: &str, source: &str, arch: &str, cubin: &[u8]) {
         })
         .collect();
     let path = |ext: &str| dir.join(format!("{stem}.sm_{arch}.{ext}"));
-    let written = std::fs::create_dir_all(&dir)
-        .and_then(|_| std::fs::write(path("cu"), source))
-        .and_then(|_| std::fs::write(path("cubin"), cubin));
-    if let Err(e) = written {
-        eprintln!("GDR_NVRTC_DUMP: cannot write {}: {e}", path("cu").display());
-    }
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(path("cu"), source)?;
+    std::fs::write(path("cubin"), cubin)
 }
 
 /// Compiles for `device`'s architecture, caching the cubin per process by (name, source, arch).
@@ -234,4 +247,28 @@ pub fn compile_for(
         .expect("nvrtc cache poisoned")
         .insert(key, cubin.clone());
     Ok(cubin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dump_to;
+
+    #[test]
+    fn a_dump_writes_the_source_and_cubin_under_a_safe_name() {
+        let dir = std::env::temp_dir().join(format!("gdr-nvrtc-dump-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cubin: Vec<u8> = (0..=255u8).collect();
+        dump_to(&dir, "gdr mq/echo.cu", "kernel text", "90", &cubin).unwrap();
+        let src = std::fs::read_to_string(dir.join("gdr_mq_echo.sm_90.cu")).unwrap();
+        assert_eq!(src, "kernel text");
+        assert_eq!(
+            std::fs::read(dir.join("gdr_mq_echo.sm_90.cubin")).unwrap(),
+            cubin
+        );
+        // A directory that cannot be made (a file is in the way) is an error, not a panic.
+        let file = dir.join("not-a-dir");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(dump_to(&file, "k", "s", "90", &cubin).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
