@@ -130,6 +130,39 @@ impl Function<'_> {
         Ok(u32::try_from(v).unwrap_or(0))
     }
 
+    /// The cluster width the kernel was compiled for (`__cluster_dims__`), or 1 without one.
+    pub fn required_cluster_width(&self) -> Result<u32> {
+        let d = driver()?;
+        let mut v: c_int = 0;
+        // SAFETY: the function handle is alive (it borrows its module); `v` is a valid out
+        // pointer for the call.
+        d.check("cuFuncGetAttribute", unsafe {
+            (d.api.func_get_attribute)(&mut v, sys::FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, self.raw)
+        })?;
+        Ok(u32::try_from(v).unwrap_or(0).max(1))
+    }
+
+    /// How many of this kernel's clusters the GPU can hold at once in a launch of `cfg`
+    /// (`cuOccupancyMaxActiveClusters`; the kernel's compile-time cluster size).
+    pub fn max_active_clusters(&self, stream: &Stream, cfg: LaunchConfig) -> Result<u32> {
+        let d = driver()?;
+        let lc = sys::CUlaunchConfig {
+            grid_dim: [cfg.grid.0, cfg.grid.1, cfg.grid.2],
+            block_dim: [cfg.block.0, cfg.block.1, cfg.block.2],
+            shared_mem_bytes: cfg.shared_mem,
+            stream: stream.raw(),
+            attrs: std::ptr::null_mut(),
+            num_attrs: 0,
+        };
+        let mut n: c_int = 0;
+        // SAFETY: the function handle and the stream are alive; `lc` is a complete
+        // CUlaunchConfig with no attributes, `n` a valid out pointer.
+        d.check("cuOccupancyMaxActiveClusters", unsafe {
+            (d.api.occupancy_max_active_clusters)(&mut n, self.raw, &lc)
+        })?;
+        Ok(u32::try_from(n).unwrap_or(0))
+    }
+
     /// Launches the kernel on `stream`.
     ///
     /// # Safety

@@ -55,6 +55,8 @@ pub const ATTR_CLOCK_RATE: c_int = 13;
 // CUfunction_attribute values.
 pub const FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: c_int = 0;
 pub const FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
+/// The cluster width the kernel was compiled for (`__cluster_dims__`); 0 when it has none.
+pub const FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: c_int = 11;
 
 // CUpointer_attribute values.
 pub const POINTER_ATTRIBUTE_CONTEXT: c_int = 1;
@@ -143,6 +145,18 @@ pub struct CUDA_EXTERNAL_MEMORY_BUFFER_DESC {
     pub reserved: [c_uint; 16],
 }
 
+/// `CUlaunchConfig`: 56 bytes. Only for occupancy queries here (no attributes: a kernel's
+/// compile-time cluster size applies by itself).
+#[repr(C)]
+pub struct CUlaunchConfig {
+    pub grid_dim: [c_uint; 3],
+    pub block_dim: [c_uint; 3],
+    pub shared_mem_bytes: c_uint,
+    pub stream: CUstream,
+    pub attrs: *mut c_void,
+    pub num_attrs: c_uint,
+}
+
 api_table! {
     /// The driver entry points, resolved once from the loaded library.
     pub struct DriverApi {
@@ -198,6 +212,7 @@ api_table! {
         module_get_function = "cuModuleGetFunction"(*mut CUfunction, CUmodule, *const c_char) -> CUresult;
         func_set_attribute = "cuFuncSetAttribute"(CUfunction, c_int, c_int) -> CUresult;
         func_get_attribute = "cuFuncGetAttribute"(*mut c_int, c_int, CUfunction) -> CUresult;
+        occupancy_max_active_clusters = "cuOccupancyMaxActiveClusters"(*mut c_int, CUfunction, *const CUlaunchConfig) -> CUresult;
         launch_kernel = "cuLaunchKernel"(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void) -> CUresult;
         import_external_memory = "cuImportExternalMemory"(*mut CUexternalMemory, *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC) -> CUresult;
         external_memory_get_mapped_buffer = "cuExternalMemoryGetMappedBuffer"(*mut CUdeviceptr, CUexternalMemory, *const CUDA_EXTERNAL_MEMORY_BUFFER_DESC) -> CUresult;
@@ -247,6 +262,9 @@ mod tests {
             25
         );
         assert_eq!(std::mem::size_of::<CUmemAccessDesc>(), 12);
+        assert_eq!(std::mem::size_of::<CUlaunchConfig>(), 56);
+        assert_eq!(std::mem::offset_of!(CUlaunchConfig, stream), 32);
+        assert_eq!(std::mem::offset_of!(CUlaunchConfig, num_attrs), 48);
         assert_eq!(
             std::mem::offset_of!(CUDA_EXTERNAL_MEMORY_BUFFER_DESC, flags),
             16

@@ -196,6 +196,10 @@ pub struct GpuConfig {
     /// ([`Handler::with_kernel`]) sets 1: a queue with one receiving warp claims without
     /// atomics and may use word-format RX. Every warp still calls `gdr_mq_worker_exit`.
     pub receiving_warps: u32,
+    /// Blocks of each queue whose warps receive; 0: every block. A kernel of one's own whose
+    /// queue is served by a thread-block cluster, with the receiving warp in its first block
+    /// only, sets 1 (the others still call `gdr_mq_worker_exit`).
+    pub receiving_blocks: u32,
 }
 
 impl Default for GpuConfig {
@@ -209,6 +213,7 @@ impl Default for GpuConfig {
             profile: false,
             shared_mem: 0,
             receiving_warps: 0,
+            receiving_blocks: 0,
         }
     }
 }
@@ -300,7 +305,17 @@ impl GpuWorkers {
             0 => cfg.warps_per_block,
             r => r,
         };
-        let workers = cfg.blocks_per_queue * receiving;
+        if cfg.receiving_blocks > cfg.blocks_per_queue {
+            return Err(MqError::Config(format!(
+                "{} receiving blocks of {} blocks per queue",
+                cfg.receiving_blocks, cfg.blocks_per_queue
+            )));
+        }
+        let receiving_blocks = match cfg.receiving_blocks {
+            0 => cfg.blocks_per_queue,
+            b => b,
+        };
+        let workers = receiving_blocks * receiving;
         let all_warps = cfg.blocks_per_queue * cfg.warps_per_block;
         if q.rx_words && workers > 1 {
             return Err(MqError::Config(format!(
@@ -445,6 +460,25 @@ impl GpuWorkers {
             shared_mem: cfg.shared_mem,
             ..LaunchConfig::linear(blocks as u32, cfg.warps_per_block * 32)
         };
+        // A kernel compiled for thread-block clusters: every cluster must be resident at once
+        // (as every block must), and clusters are placed whole within one GPC of the GPU, so
+        // fewer of them fit than SMs / width.
+        let width = f.required_cluster_width()?;
+        if width > 1 {
+            if !(blocks as u32).is_multiple_of(width) {
+                return Err(MqError::Config(format!(
+                    "{blocks} worker blocks are not whole clusters of {width}"
+                )));
+            }
+            let fit = f.max_active_clusters(&stream, launch)?;
+            if blocks as u32 / width > fit {
+                return Err(MqError::Config(format!(
+                    "{} clusters of {width} worker blocks do not fit at once on this GPU (it \
+                     holds {fit}); use fewer queues or a smaller cluster",
+                    blocks as u32 / width
+                )));
+            }
+        }
         // SAFETY: the parameters match gdr_mq_worker(const desc*, u32, u32, u64); every
         // buffer it reaches is held in Resources until the kernel is known to have ended.
         unsafe { f.launch(&stream, launch, &mut params) }?;
