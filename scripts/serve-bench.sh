@@ -84,15 +84,23 @@ want low && for mode in gpu-queue host-centric; do
   run "lenet-low-$mode" "--app lenet --mode $mode" --app lenet --outstanding 1 --duration 5 --verify
 done
 want low && run "lenet-low-gpu-queue-words" "--app lenet --mode gpu-queue --rx-format words" --app lenet --outstanding 1 --duration 5 --verify
+# lenet's default worker on Hopper and later runs each request over a thread-block cluster
+# of 8 SMs; the same over other cluster sizes (SERVE_CLUSTERS; 1 = the one-block worker).
+for c in ${SERVE_CLUSTERS:-1 4}; do
+  want low && run "lenet-low-gpu-queue-cluster$c" "--app lenet --mode gpu-queue --cluster $c" --app lenet --outstanding 1 --duration 5 --verify
+done
 # Where the GPU-queue worker's time goes (separate runs: the clock reads cost a little).
 want profile && for f in header words; do
   run "lenet-profile-$f" "--app lenet --mode gpu-queue --profile --rx-format $f" --app lenet --outstanding 1 --duration 2
   run "echo-profile-$f" "--app echo --mode gpu-queue --profile --rx-format $f" --app echo --size 64 --outstanding 1 --duration 2
 done
+want profile && run "lenet-profile-cluster1" "--app lenet --mode gpu-queue --profile --cluster 1" --app lenet --outstanding 1 --duration 2
 want peak && for mode in gpu-queue host-centric; do
   run "lenet-peak-$mode" "--app lenet --mode $mode --max-in-flight 512 --streams 8" \
     --app lenet --outstanding 64 --threads 4 --duration 6 --verify
 done
+want peak && run "lenet-peak-gpu-queue-cluster1" "--app lenet --mode gpu-queue --cluster 1 --max-in-flight 512" \
+  --app lenet --outstanding 64 --threads 4 --duration 6 --verify
 want million && run "million-gpu-queue" "--app lenet --mode gpu-queue" \
   --app lenet --rate 400000 --requests 1000000 --threads 4 --duration 60 --timeout-ms 2000
 if [ "$ngpu" -ge 2 ] && want heavy; then
@@ -160,6 +168,15 @@ if gw and hl:
 if gW and hL:
     s["low_e2e_p50_us_words"] = gW["latency"]["p50_us"]
     s["low_e2e_p50_ratio_words"] = ratio(hL["latency"]["p50_us"], gW["latency"]["p50_us"])
+for f in sorted(os.listdir(out)):
+    if f.startswith("lenet-low-gpu-queue-cluster") and f.endswith(".server.json") and hl:
+        c = f[len("lenet-low-gpu-queue-"):-len(".server.json")]
+        us = j(f)["report"]["server_time"]["p50_us"]
+        s["low_server_p50_us_" + c] = us
+        s["low_server_p50_ratio_" + c] = ratio(hl["report"]["server_time"]["p50_us"], us)
+        cl = j(f[:-len(".server.json")] + ".load.json")
+        if cl and hL:
+            s["low_e2e_p50_ratio_" + c] = ratio(hL["latency"]["p50_us"], cl["latency"]["p50_us"])
 if gL and hL:
     s["low_e2e_p50_us"] = {"gpu_queue": gL["latency"]["p50_us"], "host_centric": hL["latency"]["p50_us"]}
     s["low_e2e_p50_ratio"] = ratio(hL["latency"]["p50_us"], gL["latency"]["p50_us"])
@@ -167,6 +184,10 @@ gp, hp = j("lenet-peak-gpu-queue.load.json"), j("lenet-peak-host-centric.load.js
 if gp and hp:
     s["peak_rps"] = {"gpu_queue": gp["throughput_rps"], "host_centric": hp["throughput_rps"]}
     s["peak_ratio"] = ratio(gp["throughput_rps"], hp["throughput_rps"])
+gc = j("lenet-peak-gpu-queue-cluster1.load.json")
+if gc and hp:
+    s["peak_rps_cluster1"] = gc["throughput_rps"]
+    s["peak_ratio_cluster1"] = ratio(gc["throughput_rps"], hp["throughput_rps"])
 m = j("million-gpu-queue.load.json")
 if m:
     answered = m["ok"] + sum(m["errors"].values())
@@ -180,7 +201,8 @@ h1, h2 = j("heavy-gpus-0.load.json"), j("heavy-gpus-0-1.load.json")
 if h1 and h2:
     s["two_gpu_rps"] = {"one": h1["throughput_rps"], "two": h2["throughput_rps"]}
     s["two_gpu_ratio"] = ratio(h2["throughput_rps"], h1["throughput_rps"])
-for name in ("lenet-profile-header", "echo-profile-header", "lenet-profile-words", "echo-profile-words"):
+for name in ("lenet-profile-header", "echo-profile-header", "lenet-profile-words", "echo-profile-words",
+             "lenet-profile-cluster1"):
     r = j(name + ".server.json")
     if r:
         s[name] = {"server_stages_p50_us": {k: v["p50_us"] for k, v in r["report"]["server_stages"].items()},

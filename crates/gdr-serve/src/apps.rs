@@ -193,6 +193,12 @@ impl App {
         }
     }
 
+    /// Whether the app has a form that runs one request over a thread-block cluster of
+    /// several SMs (lenet.cuh's `gdr_app_lenet_cluster`; Hopper and later).
+    pub fn has_cluster_form(&self) -> bool {
+        matches!(self.kind, AppKind::Lenet { .. })
+    }
+
     /// The RX format when the user does not say: words (one memory round trip to find and
     /// read a request) for a light app, whose round trip that is most of; header for the
     /// others, where it measured the same and batches are claimed by doorbell.
@@ -263,14 +269,23 @@ impl App {
     /// The device program body (after gdr::mq's device header): the app and our kernels, for
     /// workers on header-format queues without stage timing.
     pub fn device_source(&self) -> String {
-        self.device_source_for(false, false)
+        self.device_source_for(false, false, 1)
     }
 
     /// As [`device_source`](Self::device_source), for workers whose queues are in mq's word
     /// format (`rx_words`) and that time their stages (`profile`): the worker kernel carries
-    /// the code of one RX format, and the stage clocks only when asked (kernels.cu).
-    pub fn device_source_for(&self, rx_words: bool, profile: bool) -> String {
-        let mut s = format!("#define GDR_SERVE_WORK {}u\n{SERVE_CUH}\n", self.work);
+    /// the code of one RX format, and the stage clocks only when asked (kernels.cu). With
+    /// `cluster` above 1 (an app with [`has_cluster_form`](Self::has_cluster_form); 2, 4 or
+    /// 8), each queue's worker is a thread-block cluster of that many blocks.
+    pub fn device_source_for(&self, rx_words: bool, profile: bool, cluster: u32) -> String {
+        let mut s = format!("#define GDR_SERVE_WORK {}u\n", self.work);
+        // Before serve.cuh, which defaults it to 1, and lenet.cuh, which has the cluster form.
+        let clustered = cluster > 1 && self.has_cluster_form();
+        if clustered {
+            s += &format!("#define GDR_SERVE_CLUSTER {cluster}\n");
+        }
+        s += SERVE_CUH;
+        s += "\n";
         match &self.kind {
             AppKind::Echo => s += "#define GDR_SERVE_APP gdr_app_echo\n",
             AppKind::Vecadd => s += "#define GDR_SERVE_APP gdr_app_vecadd\n",
@@ -303,6 +318,10 @@ impl App {
             u8::from(rx_words),
             u8::from(profile)
         );
+        if clustered {
+            s += "#define GDR_SERVE_APP_CLUSTER gdr_app_lenet_cluster\n\
+                  #define GDR_SERVE_CL_RESIDENT gdr_lenet_cl_resident\n";
+        }
         if self.light() {
             // kernels.cu: inlined in a one-warp block, and a lone response of up to 1 KiB
             // (echo's default --max-payload) kept in shared memory.
@@ -316,20 +335,25 @@ impl App {
     /// The mq handler whose program carries our kernels; mq launches our block-wide worker.
     /// For header-format queues without stage timing ([`worker_handler`](Self::worker_handler)).
     pub fn handler(&self) -> gdr::mq::Handler {
-        self.worker_handler(false, false)
+        self.worker_handler(false, false, 1)
     }
 
     /// The handler for workers on queues in the given RX format, timing their stages or not
     /// ([`device_source_for`](Self::device_source_for)).
-    pub fn worker_handler(&self, rx_words: bool, profile: bool) -> gdr::mq::Handler {
+    pub fn worker_handler(&self, rx_words: bool, profile: bool, cluster: u32) -> gdr::mq::Handler {
+        let cluster_tag = if cluster > 1 && self.has_cluster_form() {
+            format!("_cluster{cluster}")
+        } else {
+            String::new()
+        };
         gdr::mq::Handler::new(
             &format!(
-                "serve_{}{}{}",
+                "serve_{}{}{}{cluster_tag}",
                 self.name,
                 if rx_words { "_words" } else { "" },
                 if profile { "_profile" } else { "" }
             ),
-            &self.device_source_for(rx_words, profile),
+            &self.device_source_for(rx_words, profile, cluster),
         )
         .with_kernel(WORKER_KERNEL)
     }
@@ -398,7 +422,7 @@ mod tests {
         assert!(s.contains(&format!("0x{:08x}u", lenet::layer_scale2(150).to_bits())));
         assert!(s.contains("#define GDR_SERVE_APP_LOAD gdr_lenet_load"));
         assert!(s.contains(&format!(
-            "void __launch_bounds__(GDR_SERVE_MAX_THREADS)\n    {WORKER_KERNEL}("
+            "void __launch_bounds__(GDR_SERVE_MAX_THREADS) GDR_SERVE_CLUSTER_DIMS\n    {WORKER_KERNEL}("
         )));
         assert!(!s.contains("#define gdr_mq_worker"));
         assert_eq!(l.handler().kernel(), WORKER_KERNEL);
@@ -411,16 +435,16 @@ mod tests {
         let l = App::builtin("lenet", 1, 1024).unwrap();
         let kernels = "#line 1 \"gdr-serve/kernels.cu\"";
         for (rx_words, profile) in [(false, false), (true, false), (false, true), (true, true)] {
-            let s = l.device_source_for(rx_words, profile);
+            let s = l.device_source_for(rx_words, profile, 1);
             let words = format!("#define GDR_SERVE_RX_WORDS {}\n", u8::from(rx_words));
             let prof = format!("#define GDR_SERVE_PROFILE {}\n", u8::from(profile));
             let at = |what: &str| s.find(what).unwrap_or_else(|| panic!("no {what:?}"));
             assert!(at(&words) < at(kernels) && at(&prof) < at(kernels));
-            let h = l.worker_handler(rx_words, profile);
+            let h = l.worker_handler(rx_words, profile, 1);
             assert_eq!(h.kernel(), WORKER_KERNEL);
             assert!(h.program().contains(&s));
         }
-        assert_eq!(l.device_source(), l.device_source_for(false, false));
+        assert_eq!(l.device_source(), l.device_source_for(false, false, 1));
     }
 
     /// Light apps get one-warp word-format workers that run them inlined, with room for a
@@ -433,7 +457,7 @@ mod tests {
             assert_eq!(a.light(), light, "{name}");
             assert_eq!(a.default_warps(), if light { 1 } else { 16 }, "{name}");
             assert_eq!(a.default_rx_words(), light, "{name}");
-            let s = a.device_source_for(light, false);
+            let s = a.device_source_for(light, false, 1);
             let kernels = s.find("#line 1 \"gdr-serve/kernels.cu\"").unwrap();
             match s.find(inline) {
                 Some(at) => assert!(light && at < kernels, "{name}"),

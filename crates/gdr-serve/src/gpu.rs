@@ -28,6 +28,12 @@ pub struct GpuShape {
     /// RX slots in mq's word format (every word carries its seq; the worker's warp polls
     /// the slot itself, no doorbell): one block per queue only.
     pub rx_words: bool,
+    /// Blocks of the thread-block cluster that serves each queue (1: one block; 2, 4 or 8:
+    /// an app with a cluster form runs each request over that many SMs, Hopper and later,
+    /// with its resident data split between them; replaces `blocks_per_queue`). 0: the
+    /// default, [`auto_cluster`]: 8 where the app, the shape and the GPU allow it (4, then 1,
+    /// when 8 do not fit at once), else 1.
+    pub cluster: u32,
 }
 
 impl Default for GpuShape {
@@ -40,6 +46,7 @@ impl Default for GpuShape {
             resident: true,
             profile: false,
             rx_words: false,
+            cluster: 0,
         }
     }
 }
@@ -66,8 +73,93 @@ pub fn resident_shared_mem(ctx: &Context, app: &App, shape: &GpuShape) -> Result
     })
 }
 
-/// Launches the persistent workers of `app` on `ctx`: `queues` queue pairs.
+/// Refuses a cluster shape the app, the GPU or the rest of the shape cannot have.
+fn check_cluster(ctx: &Context, app: &App, shape: &GpuShape) -> Result<(), ServeError> {
+    let c = shape.cluster;
+    if c <= 1 {
+        return Ok(());
+    }
+    let why = if ![2, 4, 8].contains(&c) {
+        format!("a cluster of {c} blocks: use 2, 4 or 8")
+    } else if !app.has_cluster_form() {
+        format!("app {} has no cluster form (only lenet has)", app.name())
+    } else if app.work() != 1 {
+        "a cluster runs each request once: not with --work".into()
+    } else if shape.blocks_per_queue != 1 {
+        "a cluster replaces blocks per queue: give one or the other".into()
+    } else if shape.warps < 2 {
+        "a cluster's blocks need app warps besides warp 0 (at least 2 warps)".into()
+    } else if app.slot_payload() > 1024 {
+        format!(
+            "a cluster hands requests of up to 1024 bytes to its blocks; this app's are {}",
+            app.slot_payload()
+        )
+    } else if resident_shared_mem(ctx, app, shape)? == 0 {
+        "a cluster keeps the app's resident data in shared memory: not with --no-resident,          nor on a GPU without room for it"
+            .into()
+    } else {
+        let (major, _) = ctx.device().compute_capability()?;
+        if major < 9 {
+            format!("thread-block clusters need compute capability 9.0 or later, this GPU has {major}.x")
+        } else {
+            return Ok(());
+        }
+    };
+    Err(ServeError::Config(why))
+}
+
+/// The cluster sizes [`GpuShape::cluster`] 0 tries, in order: 8 blocks a request where the
+/// app has a cluster form and the rest of the shape and the GPU allow one, then 4 (when the
+/// GPU cannot hold that many clusters of 8 at once), then 1. Measured on the H100
+/// (docs/serve.md): LeNet's server-side p50 5.7-5.9 us over 8 SMs, 5.9-6.0 over 4, 7.4-7.6
+/// on one.
+pub fn auto_cluster(ctx: &Context, app: &App, shape: &GpuShape) -> Result<Vec<u32>, ServeError> {
+    let mut sizes = Vec::new();
+    for c in [8, 4] {
+        let s = GpuShape {
+            cluster: c,
+            ..shape.clone()
+        };
+        if check_cluster(ctx, app, &s).is_ok() {
+            sizes.push(c);
+        }
+    }
+    sizes.push(1);
+    Ok(sizes)
+}
+
+/// Launches the persistent workers of `app` on `ctx`: `queues` queue pairs (with
+/// [`GpuShape::cluster`] 0, in the first of [`auto_cluster`]'s sizes that fits).
 pub fn launch_workers(
+    ctx: &Context,
+    app: &App,
+    queues: u32,
+    shape: &GpuShape,
+) -> Result<GpuWorkers, ServeError> {
+    if shape.cluster != 0 {
+        return launch_shape(ctx, app, queues, shape);
+    }
+    let sizes = auto_cluster(ctx, app, shape)?;
+    let last = sizes.len() - 1;
+    for (i, c) in sizes.into_iter().enumerate() {
+        let s = GpuShape {
+            cluster: c,
+            ..shape.clone()
+        };
+        match launch_shape(ctx, app, queues, &s) {
+            Err(ServeError::Mq(gdr::mq::MqError::Config(m)))
+                if i < last && m.contains("do not fit at once") =>
+            {
+                eprintln!("gdr serve: {m}; trying a smaller cluster");
+            }
+            r => return r,
+        }
+    }
+    unreachable!("the last size is returned")
+}
+
+/// [`launch_workers`] for one cluster size.
+fn launch_shape(
     ctx: &Context,
     app: &App,
     queues: u32,
@@ -80,6 +172,8 @@ pub fn launch_workers(
             shape.warps
         )));
     }
+    check_cluster(ctx, app, shape)?;
+    let clustered = shape.cluster > 1;
     let cfg = GpuConfig {
         queue: QueueConfig {
             slots: shape.slots,
@@ -90,7 +184,11 @@ pub fn launch_workers(
             rx_words: shape.rx_words,
         },
         queues,
-        blocks_per_queue: shape.blocks_per_queue,
+        blocks_per_queue: if clustered {
+            shape.cluster
+        } else {
+            shape.blocks_per_queue
+        },
         warps_per_block: shape.warps,
         // A server stays up through idle hours; it stops the workers itself.
         idle_timeout: Duration::from_secs(7 * 24 * 3600),
@@ -98,9 +196,19 @@ pub fn launch_workers(
         shared_mem: resident_shared_mem(ctx, app, shape)?,
         // kernels.cu: warp 0 of each block receives and sends for the block.
         receiving_warps: 1,
+        // A cluster's first block receives for all of them.
+        receiving_blocks: if clustered { 1 } else { 0 },
     };
-    let handler = app.worker_handler(shape.rx_words, shape.profile);
-    Ok(GpuWorkers::launch(ctx, &handler, &cfg)?)
+    let handler = app.worker_handler(shape.rx_words, shape.profile, shape.cluster);
+    let workers = GpuWorkers::launch(ctx, &handler, &cfg)?;
+    if clustered {
+        eprintln!(
+            "gdr serve: {} runs each request over a cluster of {} SMs",
+            app.name(),
+            shape.cluster
+        );
+    }
+    Ok(workers)
 }
 
 /// Where a GPU-queue worker's time goes, mean per batch (warp 0 of the queue's block, from

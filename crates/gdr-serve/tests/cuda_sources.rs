@@ -35,20 +35,34 @@ fn every_app_and_worker_build_compiles_quickly_for_sm_90() {
         App::builtin("vecadd", 1, 1024).unwrap(),
         App::user("negate.cu", USER_APP.into(), 100, 1, 512).unwrap(),
     ];
-    // Every worker build: each RX format, with and without the stage clocks.
+    // Every worker build: each RX format, with and without the stage clocks, and lenet's
+    // clusters of 2, 4 and 8 blocks.
     let builds = [(false, false), (true, false), (false, true), (true, true)];
     for app in apps {
+        let clusters: &[u32] = if app.has_cluster_form() {
+            &[1, 2, 4, 8]
+        } else {
+            &[1]
+        };
         for (rx_words, profile) in builds {
-            let t = Instant::now();
-            let prog = app.worker_handler(rx_words, profile).program();
-            let what = format!("{} (rx_words {rx_words}, profile {profile})", app.name());
-            match nvrtc::compile(app.name(), &prog, "90") {
-                Ok(cubin) => assert!(cubin.starts_with(b"\x7fELF"), "{what}: not a cubin"),
-                Err(e) => panic!("{what}: {e}"),
+            for &cluster in clusters {
+                if cluster > 1 && profile && rx_words {
+                    continue; // the cluster code is the same with either format
+                }
+                let t = Instant::now();
+                let prog = app.worker_handler(rx_words, profile, cluster).program();
+                let what = format!(
+                    "{} (rx_words {rx_words}, profile {profile}, cluster {cluster})",
+                    app.name()
+                );
+                match nvrtc::compile(app.name(), &prog, "90") {
+                    Ok(cubin) => assert!(cubin.starts_with(b"\x7fELF"), "{what}: not a cubin"),
+                    Err(e) => panic!("{what}: {e}"),
+                }
+                let took = t.elapsed();
+                println!("{what} (work {}): {took:?}", app.work());
+                assert!(took < Duration::from_secs(8), "{what}: {took:?}");
             }
-            let took = t.elapsed();
-            println!("{what} (work {}): {took:?}", app.work());
-            assert!(took < Duration::from_secs(8), "{what}: {took:?}");
         }
     }
 }

@@ -270,3 +270,91 @@ fn both_modes_measured_in_one_run_with_correct_answers() {
         rows[1].1.p50_us / rows[0].1.p50_us
     );
 }
+
+/// LeNet over a thread-block cluster (`--cluster 2/4/8`): every answer matches the CPU
+/// reference with lone requests and batches (1 and 16 outstanding), in both RX formats; the
+/// server-side p50 of each shape is printed beside the one-block worker's. Shapes a cluster
+/// cannot have are refused with the reason.
+#[test]
+fn lenet_over_a_cluster_matches_the_cpu_reference() {
+    let name = "lenet_over_a_cluster_matches_the_cpu_reference";
+    let Some(ctx) = gpu_context(name) else { return };
+    let (major, _) = ctx.device().compute_capability().unwrap();
+    if major < 9 {
+        println!("skipped: no GPU with thread-block clusters: {name}");
+        return;
+    }
+    let app = App::builtin("lenet", 1, 1024).unwrap();
+    let payload = Payload::Lenet {
+        seed: 1,
+        images: 4096,
+    };
+    let mut p50 = Vec::new();
+    for (cluster, rx_words) in [(1, false), (2, false), (4, false), (4, true), (8, false)] {
+        let mut opts = ServeOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            mode: Mode::GpuQueue,
+            threads: 1,
+            ..Default::default()
+        };
+        opts.shape.cluster = cluster;
+        opts.shape.rx_words = rx_words;
+        let (reps, srv) = with_gpu_server_opts(&app, opts, |addr, down| {
+            [16usize, 1].map(|outstanding| load(addr, down, payload.clone(), outstanding, 3000))
+        });
+        for r in &reps {
+            assert_eq!(
+                (r.ok, r.verified, r.verify_failed),
+                (3000, 3000, 0),
+                "cluster {cluster}, rx_words {rx_words}: {r:?}"
+            );
+        }
+        assert_eq!(srv.counters.responses, 6000);
+        p50.push((cluster, rx_words, srv.server_time.p50_us));
+    }
+    for (cluster, rx_words, us) in p50 {
+        println!("cluster {cluster} rx_words {rx_words}: server-side p50 {us:.2} us (both loads)");
+    }
+    let refuse = |app: &App, f: &dyn Fn(&mut gdr_serve::gpu::GpuShape)| {
+        let mut shape = gdr_serve::gpu::GpuShape::default();
+        f(&mut shape);
+        match gdr_serve::gpu::launch_workers(&ctx, app, 1, &shape) {
+            Ok(_) => panic!("{:?} was launched", shape),
+            Err(e) => e.to_string(),
+        }
+    };
+    // 16 queues of 8-block clusters: 128 blocks, which the SM count allows; whether the
+    // clusters fit at once depends on how the GPU's SMs are grouped (GPCs). Either they run
+    // or the launch says why, never a queue that waits for an SM.
+    let shape = gdr_serve::gpu::GpuShape {
+        cluster: 8,
+        ..Default::default()
+    };
+    match gdr_serve::gpu::launch_workers(&ctx, &app, 16, &shape) {
+        Ok(w) => {
+            println!("16 clusters of 8 fit at once");
+            drop(w);
+        }
+        Err(e) => {
+            let e = e.to_string();
+            println!("16 clusters of 8: {e}");
+            assert!(e.contains("do not fit at once"), "{e}");
+        }
+    }
+    let e = refuse(&app, &|s| s.cluster = 3);
+    assert!(e.contains("2, 4 or 8"), "{e}");
+    let e = refuse(&App::builtin("echo", 1, 64).unwrap(), &|s| s.cluster = 4);
+    assert!(e.contains("no cluster form"), "{e}");
+    let e = refuse(&App::builtin("lenet", 2, 1024).unwrap(), &|s| s.cluster = 4);
+    assert!(e.contains("--work"), "{e}");
+    let e = refuse(&app, &|s| {
+        s.cluster = 4;
+        s.resident = false
+    });
+    assert!(e.contains("resident"), "{e}");
+    let e = refuse(&app, &|s| {
+        s.cluster = 4;
+        s.blocks_per_queue = 2
+    });
+    assert!(e.contains("blocks per queue"), "{e}");
+}

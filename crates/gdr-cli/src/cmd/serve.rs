@@ -59,6 +59,12 @@ pub struct Args {
     /// Worker blocks (SMs) per queue
     #[arg(long, default_value_t = 1)]
     blocks_per_queue: u32,
+    /// Blocks (SMs) of the thread-block cluster that serves each queue, each request run over
+    /// all of them: 1, or 2, 4 or 8 for lenet on Hopper and later GPUs (replaces
+    /// --blocks-per-queue) [default: 8 for lenet where the GPU and the other options allow,
+    /// 4 when 8 do not fit, else 1]
+    #[arg(long)]
+    cluster: Option<u32>,
     /// Workers read the app's resident data (lenet's FC weights) from global memory instead
     /// of keeping it in shared memory
     #[arg(long)]
@@ -157,6 +163,7 @@ pub fn run(a: Args) -> CmdResult {
             blocks_per_queue: a.blocks_per_queue,
             resident: !a.no_resident,
             profile: a.profile,
+            cluster: a.cluster.unwrap_or(0),
             rx_words: match a.rx_format.as_deref() {
                 None => app.default_rx_words() && a.blocks_per_queue == 1,
                 Some("header") => false,

@@ -83,6 +83,14 @@ __device__ __forceinline__ const float *gdr_serve_resident_at() {
 // Copies the resident data into dynamic shared memory once, if it goes there.
 __device__ void gdr_serve_block_resident() {
 #ifdef GDR_SERVE_RESIDENT_FLOATS
+#if GDR_SERVE_CLUSTER > 1
+    // A cluster block keeps its own share (the app's GDR_SERVE_CL_RESIDENT).
+    if (gdr_serve_resident_at() == gdr_serve_dyn) {
+        GDR_SERVE_CL_RESIDENT(gdr_serve_dyn, gdr_cl_rank(), threadIdx.x, blockDim.x);
+        __syncthreads();
+        return;
+    }
+#endif
     if (gdr_serve_resident_at() == gdr_serve_dyn) {
         const float4 *src = (const float4 *)GDR_SERVE_RESIDENT_GLOBAL;
         for (unsigned int i = threadIdx.x; i < GDR_SERVE_RESIDENT_FLOATS / 4u; i += blockDim.x)
@@ -185,7 +193,12 @@ struct gdr_serve_shared {
 // The persistent worker block's shared memory. At file scope, so the loops below address it
 // by constant instead of keeping pointers to it in registers, which the app warps' loop
 // spilled around the app (a small saving: no change showed in the profile).
+#if GDR_SERVE_CLUSTER > 1
+// A cluster block runs one request at a time, one group (serve.cuh).
+__shared__ __align__(16) float gdr_serve_wsmem[GDR_SERVE_CL_SMEM_FLOATS];
+#else
 __shared__ __align__(16) float gdr_serve_wsmem[GDR_SERVE_MAX_GROUPS * GDR_SERVE_GROUP_FLOATS];
+#endif
 __shared__ __align__(16) float gdr_serve_wconsts[GDR_SERVE_CONST_FLOATS];
 __shared__ gdr_serve_shared gdr_serve_wsh;
 
@@ -195,6 +208,17 @@ __shared__ gdr_serve_shared gdr_serve_wsh;
 // the barrier cannot, and the branch on v makes the clock read wait for that load.
 __device__ __forceinline__ gdr_u64 gdr_serve_clock_after(unsigned int v) {
     return v == 0xfffffffeu ? 0ull : (gdr_u64)clock64();
+}
+
+// GDR_SERVE_PROFILE: the hand-over (stage 1) and app (stage 3) times of the batch just done,
+// from the first app warp's clocks (gdr_serve_shared::app_clock).
+__device__ __forceinline__ void gdr_serve_prof_app(gdr_mq_worker &w) {
+    if (GDR_SERVE_PROFILE && (w.q.flags & GDR_MQ_FLAG_PROFILE)) {
+        const gdr_u64 a0 = gdr_serve_wsh.app_clock[0], a1 = gdr_serve_wsh.app_clock[1];
+        w.prof[1] += a0 - w.prof_mark;
+        w.prof[3] += a1 - a0;
+        w.prof_mark = a1;
+    }
 }
 
 // Warps of the block that run the app: all but warp 0 (the mq loop), unless the block is one
@@ -308,12 +332,7 @@ __device__ __noinline__ void gdr_serve_mq_loop(const gdr_mq_queue_desc *desc, gd
             }
             out = w.lane < b.n ? sh->outs[w.lane] : 0u;
         }
-        if (GDR_SERVE_PROFILE && (w.q.flags & GDR_MQ_FLAG_PROFILE)) {
-            const gdr_u64 a0 = sh->app_clock[0], a1 = sh->app_clock[1];
-            w.prof[1] += a0 - w.prof_mark;
-            w.prof[3] += a1 - a0;
-            w.prof_mark = a1;
-        }
+        gdr_serve_prof_app(w);
         gdr_mq_send(w, b, resp, out);
     }
     gdr_mq_worker_exit(w, sh->reason, err, arg);
@@ -339,13 +358,157 @@ __device__ __noinline__ void gdr_serve_app_loop(const gdr_mq_queue_desc *desc, g
     gdr_mq_worker_exit(w, sh->reason, 0u, 0u);
 }
 
+#if GDR_SERVE_CLUSTER > 1
+// ---- A cluster of GDR_SERVE_CLUSTER blocks a queue (serve.cuh, "thread-block clusters") --------
+// Block 0's warp 0 receives and sends as in gdr_serve_mq_loop; the app warps (1..) of every
+// block run the cluster form of the app (GDR_SERVE_APP_CLUSTER) on each request, one request
+// at a time. The hand-over is a push: block 0's warp 0 stores a 16-byte job header (length,
+// exit reason, response pointer) and the request itself into every block's gdr_serve_cl_req
+// with st.async, counted on that block's "go" mbarrier, whose byte count is fixed (the header
+// and the queue's max_msg, rounded up to 16): each block arms it for the next request as soon
+// as all its app threads have read the current header. Block 0's app warps then meet warp 0
+// at block barrier 0 with the answer, as in the one-block worker.
+#ifndef GDR_SERVE_APP_CLUSTER
+#error "GDR_SERVE_CLUSTER > 1 needs the app's cluster form, GDR_SERVE_APP_CLUSTER"
+#endif
+#define GDR_SERVE_CL_GO 0
+#define GDR_SERVE_CL_ACK 1
+__shared__ __align__(16) unsigned char gdr_serve_cl_req[16 + GDR_SERVE_LONE_REQ_BYTES];
+__shared__ __align__(16) uint4 gdr_serve_cl_acks[GDR_SERVE_CLUSTER];
+__shared__ __align__(8) unsigned long long gdr_serve_cl_mbar[2 + GDR_SERVE_CL_APP_MBARS];
+
+// Bytes of one hand-over: the header, then the request padded to the queue's max_msg.
+__device__ __forceinline__ unsigned int gdr_serve_cl_go_bytes() {
+    return 16u + (gdr_serve_wsh.cap + 15u) / 16u * 16u;
+}
+
+// Warp-collective (block 0's warp 0): the job into every block of the cluster.
+__device__ __forceinline__ void gdr_serve_cl_push(const unsigned char *req, unsigned int len,
+                                                  unsigned int reason, gdr_u64 resp) {
+    const unsigned int lane = threadIdx.x & 31u, chunks = gdr_serve_cl_go_bytes() / 16u;
+    const unsigned int base = gdr_cl_local(gdr_serve_cl_req),
+                       go = gdr_cl_local(&gdr_serve_cl_mbar[GDR_SERVE_CL_GO]);
+    for (unsigned int i = lane; i < chunks; i += 32u) {
+        uint4 v = make_uint4(len, reason, (unsigned int)resp, (unsigned int)(resp >> 32));
+        if (i != 0u)
+            v = reason == 0u && 16u * (i - 1u) < len ? gdr_ld_volatile_generic_v4(req + 16u * (i - 1u))
+                                                      : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+        for (unsigned int k = 0; k < GDR_SERVE_CLUSTER; k++)
+            gdr_cl_put_v4(gdr_cl_map(base + 16u * i, k), v, gdr_cl_map(go, k));
+    }
+}
+
+// Block 0's warp 0: receive, hand each request of the batch to the cluster and wait for
+// block 0's app warps to answer it, send.
+__device__ __noinline__ gdr_u32 gdr_serve_cl_mq_loop(const gdr_mq_queue_desc *desc, gdr_u32 warp,
+                                                     gdr_u64 idle_ns) {
+    gdr_serve_shared *sh = &gdr_serve_wsh;
+    struct gdr_mq_worker w;
+    gdr_mq_worker_init(w, *desc, warp);
+    if (!GDR_SERVE_PROFILE) w.q.flags &= ~(gdr_u32)GDR_MQ_FLAG_PROFILE;
+    w.lone_req = (unsigned char *)sh->lone_req;
+    w.lone_cap = GDR_SERVE_LONE_REQ_BYTES;
+    gdr_u32 err = 0, arg = 0, reason;
+    gdr_mq_batch b;
+    for (;;) {
+#if GDR_SERVE_RX_WORDS
+        reason = gdr_mq_recv_words(w, b, idle_ns, &err, &arg);
+#else
+        reason = gdr_mq_recv_header(w, b, idle_ns, &err, &arg);
+#endif
+        if (reason) {
+            gdr_serve_cl_push(0, 0u, reason, 0ull);
+            break;
+        }
+        const bool lone = b.n == 1u && sh->cap <= GDR_SERVE_LONE_RESP_BYTES;
+        unsigned char *resp = lone ? (unsigned char *)sh->lone_resp : w.resp_scratch;
+        gdr_u32 out = 0;
+        for (gdr_u32 k = 0; k < b.n; k++) {
+            const unsigned char *req =
+                (const unsigned char *)__shfl_sync(0xffffffffu, (gdr_u64)b.req, k);
+            const gdr_u32 len = __shfl_sync(0xffffffffu, b.req_len, k);
+            const gdr_u64 rp = __shfl_sync(0xffffffffu, (gdr_u64)resp, k);
+            gdr_serve_cl_push(req, len, 0u, rp);
+            gdr_serve_sync_bar(0u, blockDim.x);  // block 0's app warps have answered it
+            const gdr_u32 r = sh->outs[0];
+            if (w.lane == k) out = r;
+        }
+        gdr_serve_prof_app(w);
+        gdr_mq_send(w, b, resp, out);
+    }
+    gdr_mq_worker_exit(w, reason, err, arg);
+    return reason;
+}
+
+// The app warps of every block: wait for a job, run the app's share of it, answer (block 0)
+// or go back to waiting. Returns the exit reason.
+__device__ __noinline__ gdr_u32 gdr_serve_cl_app_loop(unsigned int rank) {
+    gdr_serve_shared *sh = &gdr_serve_wsh;
+    unsigned long long *mb = gdr_serve_cl_mbar;
+    const unsigned int t = threadIdx.x - 32u, n = blockDim.x - 32u;
+    const bool stamps = GDR_SERVE_PROFILE && rank == 0u && t == 0u;
+    unsigned int parity = 0, ack_parity = 0;
+    for (;;) {
+        gdr_cl_mbar_wait(mb + GDR_SERVE_CL_GO, parity);
+        const uint4 h = *(const uint4 *)gdr_serve_cl_req;
+        if (h.y != 0u) return h.y;
+        if (stamps) sh->app_clock[0] = gdr_serve_clock_after(h.x);
+        // Every app thread has the header: the next job may land.
+        gdr_serve_sync_bar(1u, n);
+        if (t == 0u) gdr_cl_mbar_expect(mb + GDR_SERVE_CL_GO, gdr_serve_cl_go_bytes());
+        const gdr_serve_cluster c = {rank, t, n, 1u, parity, mb + 2, gdr_serve_wsmem,
+                                     gdr_serve_wconsts, gdr_serve_resident_at()};
+        unsigned char *resp = (unsigned char *)(((gdr_u64)h.w << 32) | h.z);
+        const unsigned int r =
+            GDR_SERVE_APP_CLUSTER(c, gdr_serve_cl_req + 16, h.x, resp, sh->cap);
+        // A failed request exchanged nothing, so nothing held block 0 back until every block
+        // was past its header: the others say so (16 bytes each on block 0's ack mbarrier).
+        if (r == GDR_SERVE_FAILED) {
+            if (rank != 0u) {
+                if (t == 0u)
+                    gdr_cl_put_v4(gdr_cl_map(gdr_cl_local(gdr_serve_cl_acks + rank), 0u),
+                                  make_uint4(rank, 0u, 0u, 0u),
+                                  gdr_cl_map(gdr_cl_local(mb + GDR_SERVE_CL_ACK), 0u));
+            } else {
+                if (t == 0u) gdr_cl_mbar_expect(mb + GDR_SERVE_CL_ACK, 16u * (GDR_SERVE_CLUSTER - 1u));
+                gdr_cl_mbar_wait(mb + GDR_SERVE_CL_ACK, ack_parity);
+            }
+            ack_parity ^= 1u;
+        }
+        if (rank == 0u) {
+            if (t == 0u) sh->outs[0] = r;
+            if (stamps) sh->app_clock[1] = clock64();
+            gdr_serve_sync_bar(0u, blockDim.x);
+        }
+        parity ^= 1u;
+    }
+}
+
+// The cluster worker's start: mbarriers initialised and the first job armed in every block
+// before any block may push (the cluster barrier's release/acquire).
+__device__ void gdr_serve_cl_start() {
+    if (threadIdx.x == 0) {
+        for (unsigned int i = 0; i < 2u + GDR_SERVE_CL_APP_MBARS; i++)
+            gdr_cl_mbar_init(&gdr_serve_cl_mbar[i]);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x == 32) gdr_cl_mbar_expect(&gdr_serve_cl_mbar[GDR_SERVE_CL_GO], gdr_serve_cl_go_bytes());
+    gdr_cl_sync_all();
+}
+#define GDR_SERVE_CLUSTER_DIMS __cluster_dims__(GDR_SERVE_CLUSTER, 1, 1)
+#else
+#define GDR_SERVE_CLUSTER_DIMS
+#endif
+
 // The persistent worker, launched by gdr::mq::GpuWorkers (Handler::with_kernel) with mq's
 // worker parameters. At most GDR_SERVE_MAX_THREADS threads a block (gpu.rs refuses more):
 // without the bound the compiler used 168 registers a thread, more than a 512-thread block
 // can have. Warp 0 runs the mq loop and the others the app loop; the two meet at block-wide
 // barrier 0 (bar.sync with the block's thread count: PTX's named-barrier rule, under which
 // different instructions in different warps complete one barrier).
-extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
+extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS) GDR_SERVE_CLUSTER_DIMS
     gdr_serve_worker(const gdr_mq_queue_desc *descs, gdr_u32 nqueues, gdr_u32 blocks_per_queue,
                      gdr_u64 idle_ns) {
     const gdr_u32 q = blockIdx.x / blocks_per_queue;
@@ -356,10 +519,27 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
     gdr_serve_block_init();
     gdr_serve_block_consts(gdr_serve_wconsts);
     gdr_serve_block_resident();
+#if GDR_SERVE_CLUSTER > 1
+    // Every block of the cluster serves queue q (blocks_per_queue is the cluster size).
+    const unsigned int rank = gdr_cl_rank();
+    gdr_serve_cl_start();
+    gdr_u32 reason = 0;
+    if (wib != 0u) reason = gdr_serve_cl_app_loop(rank);
+    else if (rank == 0u) reason = gdr_serve_cl_mq_loop(descs + q, warp, idle_ns);
+    // No block leaves while another may still store into its shared memory.
+    gdr_cl_sync_all();
+    if (wib == 0u && rank != 0u) reason = ((const uint4 *)gdr_serve_cl_req)->y;
+    if (wib != 0u || rank != 0u) {
+        struct gdr_mq_worker w;
+        gdr_mq_worker_init(w, descs[q], warp);
+        gdr_mq_worker_exit(w, reason, 0u, 0u);
+    }
+#else
     if (wpb == 1u)
         gdr_serve_mq_loop<true>(descs + q, warp, idle_ns);
     else if (wib == 0)
         gdr_serve_mq_loop<false>(descs + q, warp, idle_ns);
     else
         gdr_serve_app_loop(descs + q, warp);
+#endif
 }

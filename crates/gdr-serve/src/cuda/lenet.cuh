@@ -187,19 +187,31 @@ __device__ __forceinline__ float gdr_max4(const float s[4]) {
     return fmaxf(fmaxf(s[0], s[1]), fmaxf(s[2], s[3]));
 }
 
+// A block's share of layer L: the virtual warps v = rank + C * j (slot j, of VMAX), D floats
+// each, then the layer's NOUT biases (padded to 4).
+template <class L, unsigned int C> struct gdr_lenet_share {
+    static constexpr unsigned int VMAX = (L::NV + C - 1u) / C;
+    static constexpr unsigned int D = L::M * L::J * 128u;
+    static constexpr unsigned int BIAS = VMAX * D;
+    static constexpr unsigned int SIZE = BIAS + (L::NOUT + 3u) / 4u * 4u;
+};
+
 // A fully connected layer (layout and decomposition: gdr_lenet_fcl) from `in` (shared memory,
-// NIN4 float4s) to `out`. R is the resident data: shared memory or global memory, the same
-// layout. Each warp takes virtual warps v = warp, warp + warps, ...: its lanes load their M*J
+// NIN4 float4s), on a block's share of the layer (virtual warps rank + C * j, stored as
+// gdr_lenet_share says; in shared or global memory), each output handed to `out(o, value)`.
+// Each warp takes the share's virtual warps j = warp, warp + warps, ...: its lanes load their M*J
 // weight float4s (all before any sum, so the loads overlap) and sum them against the J input
 // float4s of their slice, loaded once per layer (a wavefront: S consecutive float4s shared by
 // the warp's groups). The group's lanes then add up: with M = 2 a first exchange (lane xor 1)
 // in which each lane keeps one output and sends the other (one shuffle for two outputs), then
 // plain halving steps; lane s < M of the group ends with output m = s.
-template <class L, bool RELU>
-__device__ __forceinline__ void gdr_lenet_fc(const gdr_serve_group &g, const float *R,
-                                             const float *in, float *out) {
+template <class L, unsigned int C, bool RELU, class Out>
+__device__ __forceinline__ void gdr_lenet_fc_share(unsigned int rank, unsigned int t,
+                                                   unsigned int n, const float *share,
+                                                   const float *in, Out out) {
+    typedef gdr_lenet_share<L, C> Sh;
     constexpr unsigned int S = L::S, M = L::M, J = L::J;
-    const unsigned int lane = g.rank & 31u, s = lane % S, warps = g.size / 32u;
+    const unsigned int lane = t & 31u, s = lane % S, warps = n / 32u;
     const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
     float4 xin[J];
 #pragma unroll
@@ -207,20 +219,21 @@ __device__ __forceinline__ void gdr_lenet_fc(const gdr_serve_group &g, const flo
         const unsigned int i4 = s + S * jj;
         xin[jj] = S * (jj + 1u) <= L::NIN4 || i4 < L::NIN4 ? ((const float4 *)in)[i4] : zero;
     }
-    for (unsigned int v = g.rank / 32u; v < L::NV; v += warps) {
-        const float4 *W4 = (const float4 *)(R + L::W) + v * (M * J * 32u) + lane;
+    for (unsigned int j = t / 32u; j < Sh::VMAX; j += warps) {
+        const unsigned int v = rank + C * j;
+        if (v >= L::NV) break;  // uniform in the warp
+        const float4 *W4 = (const float4 *)share + j * (M * J * 32u) + lane;
         float4 w[M][J];
 #pragma unroll
         for (unsigned int m = 0; m < M; m++)
 #pragma unroll
-            for (unsigned int jj = 0; jj < J; jj++)
-                w[m][jj] = W4[(m * J + jj) * 32u];
-        const unsigned int o = (v * (32u / S) + lane / S) * M + s; // this lane's, if s < M
-        const float b = s < M && o < L::NOUT ? R[L::B + o] : 0.f;
+            for (unsigned int jj = 0; jj < J; jj++) w[m][jj] = W4[(m * J + jj) * 32u];
+        const unsigned int o = (v * (32u / S) + lane / S) * M + s;
+        const float b = s < M && o < L::NOUT ? share[Sh::BIAS + o] : 0.f;
         float a[M];
 #pragma unroll
         for (unsigned int m = 0; m < M; m++) {
-            float4 acc = zero; // four chains of J, not one of 4J
+            float4 acc = zero;
 #pragma unroll
             for (unsigned int jj = 0; jj < J; jj++) {
                 acc.x = fmaf(w[m][jj].x, xin[jj].x, acc.x);
@@ -240,8 +253,17 @@ __device__ __forceinline__ void gdr_lenet_fc(const gdr_serve_group &g, const flo
         }
 #pragma unroll
         for (; step < S; step <<= 1) r += __shfl_xor_sync(0xffffffffu, r, step);
-        if (s < M && o < L::NOUT) out[o] = RELU ? fmaxf(r + b, 0.f) : r + b;
+        if (s < M && o < L::NOUT) out(o, RELU ? fmaxf(r + b, 0.f) : r + b);
     }
+}
+
+// The whole layer from `in` to `out`; R is the resident data (shared or global memory).
+template <class L, bool RELU>
+__device__ __forceinline__ void gdr_lenet_fc(const gdr_serve_group &g, const float *R,
+                                             const float *in, float *out) {
+    // The whole layer is the share of a cluster of one: the same layout from L::W on.
+    gdr_lenet_fc_share<L, 1u, RELU>(0u, g.rank, g.size, R + L::W, in,
+                                    [&](unsigned int o, float v) { out[o] = v; });
 }
 
 // The worker's dynamic shared memory (kernels.cu's gdr_serve_dyn, the same memory): only to
@@ -365,3 +387,151 @@ __device__ unsigned int gdr_app_lenet(const gdr_serve_group &g, const unsigned c
     }
     return 40u;
 }
+
+#if GDR_SERVE_CLUSTER > 1
+// ---- LeNet over a cluster of C blocks (GDR_SERVE_CLUSTER; serve.cuh) -----------------------
+// On one SM the app is bound by that SM: conv1 and conv2 by its FMA issue (~0.4 and ~0.7 us
+// at the least), fc1 by its shared-memory bandwidth (123 KB of weights, ~0.5 us). Over C
+// blocks each does 1/C of every layer and sends its outputs to the blocks that read them:
+//   image    every block, from its own copy of the request (kernels.cu pushes it)
+//   conv1    block r: outputs [r*864/C, (r+1)*864/C) (channel, position) -> p1 of every block
+//   conv2    block r: output channels [r*16/C, (r+1)*16/C), the six input channels summed in
+//            shared memory -> p2 of every block
+//   fc1      block r: virtual warps r, r + C, ... (gdr_lenet_fcl) -> f1 of every block
+//   fc2      likewise -> f2 of block 0
+//   fc3      block 0 alone -> the response
+// Each arrow is an st.async counted on an mbarrier of the receiving block (X1..X4 below),
+// which that block arms with the bytes it expects at the start of the request.
+//
+// Reuse of a buffer across requests is safe by the data flow: block 0 answers request k only
+// after fc2 of every block, which came after every block's fc1, conv2 and conv1 inputs were
+// complete there; the next request's stores into those buffers are made after that.
+
+#define GDR_LENET_CL GDR_SERVE_CLUSTER
+static_assert(GDR_LENET_CL == 2 || GDR_LENET_CL == 4 || GDR_LENET_CL == 8, "cluster of 2, 4 or 8");
+
+typedef gdr_lenet_share<gdr_lenet_fc1, GDR_LENET_CL> gdr_lenet_sh1;
+typedef gdr_lenet_share<gdr_lenet_fc2, GDR_LENET_CL> gdr_lenet_sh2;
+typedef gdr_lenet_share<gdr_lenet_fc3, 1u> gdr_lenet_sh3; // block 0 has all of fc3
+#define GDR_LENET_CL_FC2 (gdr_lenet_sh1::SIZE)
+#define GDR_LENET_CL_FC3 (GDR_LENET_CL_FC2 + gdr_lenet_sh2::SIZE)
+static_assert(GDR_LENET_CL_FC3 + gdr_lenet_sh3::SIZE <= GDR_LENET_RESIDENT_FLOATS, "share fits");
+
+// Copies layer L's share for block `rank` from gdr_lenet_fcw; thread t of n.
+template <class L, unsigned int C>
+__device__ void gdr_lenet_share_copy(float *dst, unsigned int rank, unsigned int t,
+                                     unsigned int n) {
+    typedef gdr_lenet_share<L, C> S;
+    const float4 *src = (const float4 *)gdr_lenet_fcw;
+    for (unsigned int i = t; i < S::BIAS / 4u; i += n) {
+        const unsigned int j = i / (S::D / 4u), v = rank + C * j;
+        ((float4 *)dst)[i] = v < L::NV ? __ldcg(src + (L::W + v * S::D) / 4u + i % (S::D / 4u))
+                                       : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    for (unsigned int i = t; i < L::NOUT; i += n) dst[S::BIAS + i] = __ldcg(gdr_lenet_fcw + L::B + i);
+}
+
+// The block's share of the resident data (kernels.cu calls it once per block, after
+// gdr_lenet_init): fc1's and fc2's virtual warps of this rank, and fc3 whole in block 0.
+__device__ void gdr_lenet_cl_resident(float *dst, unsigned int rank, unsigned int t,
+                                      unsigned int n) {
+    gdr_lenet_share_copy<gdr_lenet_fc1, GDR_LENET_CL>(dst, rank, t, n);
+    gdr_lenet_share_copy<gdr_lenet_fc2, GDR_LENET_CL>(dst + GDR_LENET_CL_FC2, rank, t, n);
+    if (rank == 0u) gdr_lenet_share_copy<gdr_lenet_fc3, 1u>(dst + GDR_LENET_CL_FC3, 0u, t, n);
+}
+
+// The app's mbarriers (gdr_serve_cluster::mbar): what each block receives.
+#define GDR_LENET_X1 0 // p1, 864 floats, in every block
+#define GDR_LENET_X2 1 // p2, 256 floats, in every block
+#define GDR_LENET_X3 2 // f1, 120 floats, in every block
+#define GDR_LENET_X4 3 // f2, 84 floats, in block 0
+
+__device__ unsigned int gdr_app_lenet_cluster(const gdr_serve_cluster &c, const unsigned char *req,
+                                              unsigned int len, unsigned char *resp,
+                                              unsigned int cap) {
+    constexpr unsigned int C = GDR_LENET_CL, OCB = 16u / C, COMBOS = OCB * 16u;
+    constexpr unsigned int P1_PER = (864u + C - 1u) / C;
+    // Uniform over the cluster (every block has the same header): nothing is exchanged.
+    if (len != 784u || cap < 40u) return GDR_SERVE_FAILED;
+    const float *K = c.consts;
+    float *x = c.smem, *p1 = x + 784, *p2 = p1 + 864, *f1 = p2 + 256, *f2 = f1 + 128,
+          *part = f2 + 96;  // part: [6][COMBOS] float4, conv2's per-input-channel sums
+    static_assert(2128u + 6u * COMBOS * 4u <= GDR_SERVE_CL_SMEM_FLOATS, "cluster smem");
+    const unsigned int t = c.t, n = c.n, rank = c.rank;
+    unsigned long long *mb = c.mbar;
+    const float *R = gdr_lenet_shared(c.resident);
+    if (t == 0u) {
+        gdr_cl_mbar_expect(mb + GDR_LENET_X1, 864u * 4u);
+        gdr_cl_mbar_expect(mb + GDR_LENET_X2, 256u * 4u);
+        gdr_cl_mbar_expect(mb + GDR_LENET_X3, 120u * 4u);
+        if (rank == 0u) gdr_cl_mbar_expect(mb + GDR_LENET_X4, 84u * 4u);
+    }
+    // The image, from this block's copy of the request (shared memory).
+    if (t < 196u) {
+        const unsigned int word = ((const unsigned int *)req)[t];
+        ((float4 *)x)[t] = make_float4(K[word & 255u], K[(word >> 8) & 255u],
+                                       K[(word >> 16) & 255u], K[word >> 24]);
+    }
+    gdr_serve_sync_bar(c.bar, n);
+    // conv1: one (channel, pooled position) a thread.
+    for (unsigned int u = t; u < P1_PER; u += n) {
+        const unsigned int it = rank * P1_PER + u;
+        if (it >= 864u) break;
+        const unsigned int oc = it / 144u, pos = it % 144u, py = pos / 12u, px = pos % 12u;
+        float w[28], r[6][6];
+        gdr_lenet_kernel5(K + GDR_LENET_K_C1W + oc * 28u, w);
+        const float b = K[GDR_LENET_K_C1B + oc];
+        gdr_lenet_patch6(x + (2u * py) * 28u + 2u * px, 28u, r);
+        float s[4] = {b, b, b, b};
+        gdr_lenet_window(w, r, s);
+        gdr_cl_put_all<C>(p1 + it, fmaxf(gdr_max4(s), 0.f), mb + GDR_LENET_X1);
+    }
+    gdr_cl_mbar_wait(mb + GDR_LENET_X1, c.parity);
+    // conv2: (input channel, output channel of this block's OCB, position) a thread, window
+    // sums to `part`; then one thread an output adds the six input channels.
+    for (unsigned int u = t; u < 6u * COMBOS; u += n) {
+        const unsigned int ic = u / COMBOS, combo = u % COMBOS;
+        const unsigned int oc = rank * OCB + combo / 16u, pos = combo % 16u;
+        const unsigned int py = pos / 4u, px = pos % 4u;
+        float w[28], r[6][6];
+        gdr_lenet_patch6(p1 + ic * 144u + (2u * py) * 12u + 2u * px, 12u, r);
+        gdr_lenet_kernel5(K + GDR_LENET_K_C2W + (oc * 6u + ic) * 28u, w);
+        float s[4] = {0.f, 0.f, 0.f, 0.f};
+        gdr_lenet_window(w, r, s);
+        ((float4 *)part)[u] = make_float4(s[0], s[1], s[2], s[3]);
+    }
+    gdr_serve_sync_bar(c.bar, n);
+    for (unsigned int u = t; u < COMBOS; u += n) {
+        float4 a = ((const float4 *)part)[u];
+#pragma unroll
+        for (unsigned int ic = 1; ic < 6u; ic++) {
+            const float4 b = ((const float4 *)part)[ic * COMBOS + u];
+            a.x += b.x;
+            a.y += b.y;
+            a.z += b.z;
+            a.w += b.w;
+        }
+        const unsigned int oc = rank * OCB + u / 16u;
+        const float s[4] = {a.x, a.y, a.z, a.w};
+        gdr_cl_put_all<C>(p2 + oc * 16u + u % 16u,
+                          fmaxf(gdr_max4(s) + K[GDR_LENET_K_C2B + oc], 0.f), mb + GDR_LENET_X2);
+    }
+    gdr_cl_mbar_wait(mb + GDR_LENET_X2, c.parity);
+    gdr_lenet_fc_share<gdr_lenet_fc1, C, true>(rank, t, n, R, p2, [&](unsigned int o, float v) {
+        gdr_cl_put_all<C>(f1 + o, v, mb + GDR_LENET_X3);
+    });
+    gdr_cl_mbar_wait(mb + GDR_LENET_X3, c.parity);
+    const unsigned int f2_at = gdr_cl_map(gdr_cl_local(f2), 0u),
+                       x4_at = gdr_cl_map(gdr_cl_local(mb + GDR_LENET_X4), 0u);
+    gdr_lenet_fc_share<gdr_lenet_fc2, C, true>(rank, t, n, R + GDR_LENET_CL_FC2, f1,
+                                               [&](unsigned int o, float v) {
+                                                   gdr_cl_put_f32(f2_at + 4u * o, v, x4_at);
+                                               });
+    if (rank != 0u) return 40u;
+    gdr_cl_mbar_wait(mb + GDR_LENET_X4, c.parity);
+    float *logits = (float *)resp;
+    gdr_lenet_fc_share<gdr_lenet_fc3, 1u, false>(0u, t, n, R + GDR_LENET_CL_FC3, f2,
+                                                 [&](unsigned int o, float v) { logits[o] = v; });
+    return 40u;
+}
+#endif

@@ -60,6 +60,118 @@ __device__ __forceinline__ uint4 gdr_serve_load16(const unsigned char *p) {
     return gdr_ld_volatile_generic_v4(p);
 }
 
+// ---- thread-block clusters (Hopper and later): one request over several SMs ----------------
+// With GDR_SERVE_CLUSTER = C > 1 (the host sets it for an app that has a cluster form,
+// GDR_SERVE_APP_CLUSTER), a queue's worker is a cluster of C blocks, each on its own SM. Data
+// moves between the blocks with st.async: a store into another block's shared memory that
+// also counts its bytes on an mbarrier in that block (complete_tx); the receiving block waits
+// for the mbarrier's phase, which completes once it has armed it (arrive.expect_tx, the byte
+// count it expects) and that many bytes have landed. Measured on the H100 with a
+// microbenchmark (2026-11-24, docs/serve.md "Clusters"): a one-way hand-off this way is about
+// 300 cycles, while a cluster barrier with release semantics (which any plain remote store
+// would need before the reader may look) costs about 1,270 cycles: its fence alone is ~900.
+
+#ifndef GDR_SERVE_CLUSTER
+#define GDR_SERVE_CLUSTER 1
+#endif
+
+// This block's rank in its cluster.
+__device__ __forceinline__ unsigned int gdr_cl_rank() {
+    unsigned int r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+// The shared-window address of a pointer into this block's shared memory.
+__device__ __forceinline__ unsigned int gdr_cl_local(const void *p) {
+    return (unsigned int)__cvta_generic_to_shared(p);
+}
+
+// The same shared-memory location in block `rank` of the cluster (a shared::cluster address).
+__device__ __forceinline__ unsigned int gdr_cl_map(unsigned int local, unsigned int rank) {
+    unsigned int out;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(local), "r"(rank));
+    return out;
+}
+
+// An mbarrier of this block, for one arrival a phase (the arming thread's).
+__device__ __forceinline__ void gdr_cl_mbar_init(unsigned long long *mb) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(gdr_cl_local(mb)) : "memory");
+}
+
+// Arms this block's mbarrier for its current phase: `bytes` are expected (st.async from any
+// block, before or after this call). One thread, once a phase.
+__device__ __forceinline__ void gdr_cl_mbar_expect(unsigned long long *mb, unsigned int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(gdr_cl_local(mb)),
+                 "r"(bytes)
+                 : "memory");
+}
+
+// Waits until the phase of this block's mbarrier with `parity` has completed: its bytes are
+// here and visible (the acquire pairs with the complete_tx's release at cluster scope).
+__device__ __forceinline__ void gdr_cl_mbar_wait(unsigned long long *mb, unsigned int parity) {
+    const unsigned int a = gdr_cl_local(mb);
+    unsigned int done;
+    do {
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], "
+            "%2;\n selp.u32 %0, 1, 0, p;\n}"
+            : "=r"(done)
+            : "r"(a), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+// 4 bytes into block memory at `dst` (shared::cluster), counted on the mbarrier at `mb`
+// (shared::cluster, in the same block as dst).
+__device__ __forceinline__ void gdr_cl_put_f32(unsigned int dst, float v, unsigned int mb) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(dst),
+                 "r"(__float_as_uint(v)), "r"(mb)
+                 : "memory");
+}
+
+// 16 bytes, likewise (dst 16-byte aligned).
+__device__ __forceinline__ void gdr_cl_put_v4(unsigned int dst, uint4 v, unsigned int mb) {
+    asm volatile(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(dst),
+        "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(mb)
+        : "memory");
+}
+
+// `v` into the same location of every block of the cluster, each counted on that block's
+// mbarrier `mb` (a local pointer, mapped per block).
+template <unsigned int C>
+__device__ __forceinline__ void gdr_cl_put_all(const float *dst, float v,
+                                               const unsigned long long *mb) {
+    const unsigned int d = gdr_cl_local(dst), m = gdr_cl_local(mb);
+#pragma unroll
+    for (unsigned int k = 0; k < C; k++) gdr_cl_put_f32(gdr_cl_map(d, k), v, gdr_cl_map(m, k));
+}
+
+// A barrier of every thread of the cluster, with release/acquire: every block's mbarriers are
+// initialised before anyone stores to them, and no block exits while another may still write
+// to its shared memory. Slow (~1,300 cycles); only at start and exit.
+__device__ __forceinline__ void gdr_cl_sync_all() {
+    asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
+}
+
+// What a cluster app is handed besides the request: where its block stands.
+struct gdr_serve_cluster {
+    unsigned int rank;    // this block's rank in the cluster (0: the block that answers)
+    unsigned int t;       // this thread's index among the block's app threads
+    unsigned int n;       // the block's app threads, a multiple of 32
+    unsigned int bar;     // named barrier of the block's app threads
+    unsigned int parity;  // this request's phase parity of the app's mbarriers
+    unsigned long long *mbar; // the app's GDR_SERVE_CL_APP_MBARS mbarriers in this block
+    float *smem;          // GDR_SERVE_CL_SMEM_FLOATS floats, the block's
+    const float *consts;  // the block's shared constants (GDR_SERVE_APP_LOAD)
+    const float *resident; // this block's share of the resident data (GDR_SERVE_CL_RESIDENT)
+};
+#define GDR_SERVE_CL_APP_MBARS 4
+// A cluster block's shared memory for its app (kernels.cu keeps the rest of the 48 KB of
+// static shared memory for the hand-over buffers).
+#define GDR_SERVE_CL_SMEM_FLOATS (3 * GDR_SERVE_GROUP_FLOATS)
+
 // ---- echo: the request back -------------------------------------------------------------
 __device__ unsigned int gdr_app_echo(const gdr_serve_group &g, const unsigned char *req,
                                      unsigned int len, unsigned char *resp, unsigned int cap) {
