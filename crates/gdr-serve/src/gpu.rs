@@ -73,39 +73,47 @@ pub fn resident_shared_mem(ctx: &Context, app: &App, shape: &GpuShape) -> Result
     })
 }
 
-/// Refuses a cluster shape the app, the GPU or the rest of the shape cannot have.
-fn check_cluster(ctx: &Context, app: &App, shape: &GpuShape) -> Result<(), ServeError> {
+/// Why `shape.cluster` cannot be had with this app, the rest of the shape and the GPU; None
+/// when it can (or is 1, no cluster).
+fn cluster_refusal(
+    ctx: &Context,
+    app: &App,
+    shape: &GpuShape,
+) -> Result<Option<String>, ServeError> {
     let c = shape.cluster;
     if c <= 1 {
-        return Ok(());
+        return Ok(None);
     }
-    let why = if ![2, 4, 8].contains(&c) {
-        format!("a cluster of {c} blocks: use 2, 4 or 8")
+    Ok(if ![2, 4, 8].contains(&c) {
+        Some(format!("a cluster of {c} blocks: use 2, 4 or 8"))
     } else if !app.has_cluster_form() {
-        format!("app {} has no cluster form (only lenet has)", app.name())
+        Some(format!(
+            "app {} has no cluster form (only lenet has)",
+            app.name()
+        ))
     } else if app.work() != 1 {
-        "a cluster runs each request once: not with --work".into()
+        Some("a cluster runs each request once: not with --work".into())
     } else if shape.blocks_per_queue != 1 {
-        "a cluster replaces blocks per queue: give one or the other".into()
+        Some("a cluster replaces blocks per queue: give one or the other".into())
     } else if shape.warps < 2 {
-        "a cluster's blocks need app warps besides warp 0 (at least 2 warps)".into()
+        Some("a cluster's blocks need app warps besides warp 0 (at least 2 warps)".into())
     } else if app.slot_payload() > 1024 {
-        format!(
+        Some(format!(
             "a cluster hands requests of up to 1024 bytes to its blocks; this app's are {}",
             app.slot_payload()
-        )
+        ))
     } else if resident_shared_mem(ctx, app, shape)? == 0 {
-        "a cluster keeps the app's resident data in shared memory: not with --no-resident,          nor on a GPU without room for it"
-            .into()
+        Some(
+            "a cluster keeps the app's resident data in shared memory: not with --no-resident, \
+             nor on a GPU without room for it"
+                .into(),
+        )
     } else {
         let (major, _) = ctx.device().compute_capability()?;
-        if major < 9 {
+        (major < 9).then(|| {
             format!("thread-block clusters need compute capability 9.0 or later, this GPU has {major}.x")
-        } else {
-            return Ok(());
-        }
-    };
-    Err(ServeError::Config(why))
+        })
+    })
 }
 
 /// The cluster sizes [`GpuShape::cluster`] 0 tries, in order: 8 blocks a request where the
@@ -120,7 +128,7 @@ pub fn auto_cluster(ctx: &Context, app: &App, shape: &GpuShape) -> Result<Vec<u3
             cluster: c,
             ..shape.clone()
         };
-        if check_cluster(ctx, app, &s).is_ok() {
+        if cluster_refusal(ctx, app, &s)?.is_none() {
             sizes.push(c);
         }
     }
@@ -129,7 +137,8 @@ pub fn auto_cluster(ctx: &Context, app: &App, shape: &GpuShape) -> Result<Vec<u3
 }
 
 /// Launches the persistent workers of `app` on `ctx`: `queues` queue pairs (with
-/// [`GpuShape::cluster`] 0, in the first of [`auto_cluster`]'s sizes that fits).
+/// [`GpuShape::cluster`] 0, in the first of [`auto_cluster`]'s sizes whose clusters all fit
+/// on the GPU at once).
 pub fn launch_workers(
     ctx: &Context,
     app: &App,
@@ -139,23 +148,22 @@ pub fn launch_workers(
     if shape.cluster != 0 {
         return launch_shape(ctx, app, queues, shape);
     }
-    let sizes = auto_cluster(ctx, app, shape)?;
-    let last = sizes.len() - 1;
-    for (i, c) in sizes.into_iter().enumerate() {
+    let mut sizes = auto_cluster(ctx, app, shape)?.into_iter().peekable();
+    loop {
+        let c = sizes.next().expect("auto_cluster ends with 1");
         let s = GpuShape {
             cluster: c,
             ..shape.clone()
         };
         match launch_shape(ctx, app, queues, &s) {
-            Err(ServeError::Mq(gdr::mq::MqError::Config(m)))
-                if i < last && m.contains("do not fit at once") =>
+            Err(ServeError::Mq(e @ gdr::mq::MqError::ClustersDoNotFit { .. }))
+                if sizes.peek().is_some() =>
             {
-                eprintln!("gdr serve: {m}; trying a smaller cluster");
+                eprintln!("gdr serve: {e}; trying a smaller cluster");
             }
             r => return r,
         }
     }
-    unreachable!("the last size is returned")
 }
 
 /// [`launch_workers`] for one cluster size.
@@ -172,7 +180,9 @@ fn launch_shape(
             shape.warps
         )));
     }
-    check_cluster(ctx, app, shape)?;
+    if let Some(why) = cluster_refusal(ctx, app, shape)? {
+        return Err(ServeError::Config(why));
+    }
     let clustered = shape.cluster > 1;
     let cfg = GpuConfig {
         queue: QueueConfig {

@@ -210,6 +210,16 @@ __device__ __forceinline__ gdr_u64 gdr_serve_clock_after(unsigned int v) {
     return v == 0xfffffffeu ? 0ull : (gdr_u64)clock64();
 }
 
+// mq's receive for the one RX format this program was built for (GDR_SERVE_RX_WORDS).
+__device__ __forceinline__ gdr_u32 gdr_serve_recv(gdr_mq_worker &w, gdr_mq_batch &b, gdr_u64 idle_ns,
+                                                  gdr_u32 *err, gdr_u32 *arg) {
+#if GDR_SERVE_RX_WORDS
+    return gdr_mq_recv_words(w, b, idle_ns, err, arg);
+#else
+    return gdr_mq_recv_header(w, b, idle_ns, err, arg);
+#endif
+}
+
 // GDR_SERVE_PROFILE: the hand-over (stage 1) and app (stage 3) times of the batch just done,
 // from the first app warp's clocks (gdr_serve_shared::app_clock).
 __device__ __forceinline__ void gdr_serve_prof_app(gdr_mq_worker &w) {
@@ -283,11 +293,7 @@ __device__ __noinline__ void gdr_serve_mq_loop(const gdr_mq_queue_desc *desc, gd
     gdr_u32 err = 0, arg = 0;
     gdr_mq_batch b;
     for (;;) {
-#if GDR_SERVE_RX_WORDS
-        const gdr_u32 reason = gdr_mq_recv_words(w, b, idle_ns, &err, &arg);
-#else
-        const gdr_u32 reason = gdr_mq_recv_header(w, b, idle_ns, &err, &arg);
-#endif
+        const gdr_u32 reason = gdr_serve_recv(w, b, idle_ns, &err, &arg);
         if (w.lane == 0) {
             sh->reason = reason;
             sh->n = reason ? 0u : b.n;
@@ -412,11 +418,7 @@ __device__ __noinline__ gdr_u32 gdr_serve_cl_mq_loop(const gdr_mq_queue_desc *de
     gdr_u32 err = 0, arg = 0, reason;
     gdr_mq_batch b;
     for (;;) {
-#if GDR_SERVE_RX_WORDS
-        reason = gdr_mq_recv_words(w, b, idle_ns, &err, &arg);
-#else
-        reason = gdr_mq_recv_header(w, b, idle_ns, &err, &arg);
-#endif
+        reason = gdr_serve_recv(w, b, idle_ns, &err, &arg);
         if (reason) {
             gdr_serve_cl_push(0, 0u, reason, 0ull);
             break;

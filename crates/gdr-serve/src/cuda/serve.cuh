@@ -66,8 +66,8 @@ __device__ __forceinline__ uint4 gdr_serve_load16(const unsigned char *p) {
 // moves between the blocks with st.async: a store into another block's shared memory that
 // also counts its bytes on an mbarrier in that block (complete_tx); the receiving block waits
 // for the mbarrier's phase, which completes once it has armed it (arrive.expect_tx, the byte
-// count it expects) and that many bytes have landed. Measured on the H100 with a
-// microbenchmark (2026-11-24, docs/serve.md "Clusters"): a one-way hand-off this way is about
+// count it expects) and that many bytes have landed. Measured on the H100 with a throwaway
+// microbenchmark, not kept in the repository (2026-11-24, docs/serve.md "Clusters"): a one-way hand-off this way is about
 // 300 cycles, while a cluster barrier with release semantics (which any plain remote store
 // would need before the reader may look) costs about 1,270 cycles: its fence alone is ~900.
 

@@ -116,6 +116,11 @@ pub enum MqError {
     Protocol { queue: usize, what: String },
     #[error("bad queue configuration: {0}")]
     Config(String),
+    #[error(
+        "bad queue configuration: {clusters} clusters of {width} worker blocks do not fit at \
+         once on this GPU (it holds {fit}); use fewer queues or a smaller cluster"
+    )]
+    ClustersDoNotFit { clusters: u32, width: u32, fit: u32 },
     #[error(transparent)]
     Cuda(#[from] CudaError),
     #[error(transparent)]

@@ -471,12 +471,13 @@ impl GpuWorkers {
                 )));
             }
             let fit = f.max_active_clusters(&stream, launch)?;
-            if blocks as u32 / width > fit {
-                return Err(MqError::Config(format!(
-                    "{} clusters of {width} worker blocks do not fit at once on this GPU (it \
-                     holds {fit}); use fewer queues or a smaller cluster",
-                    blocks as u32 / width
-                )));
+            let clusters = blocks as u32 / width;
+            if clusters > fit {
+                return Err(MqError::ClustersDoNotFit {
+                    clusters,
+                    width,
+                    fit,
+                });
             }
         }
         // SAFETY: the parameters match gdr_mq_worker(const desc*, u32, u32, u64); every
