@@ -164,3 +164,174 @@ fn lenet_in_one_block_matches_the_reference_and_shows_its_phases() {
         }
     }
 }
+
+/// Marks of the cluster harness, per request and block: GDR_SERVE_CL_MARK 0..=11 in the app,
+/// 12 when the block's app warps start the request (after the cluster barrier).
+const CL_PHASES: [(&str, usize); 11] = [
+    ("image in", 1),
+    ("conv1 stored", 2),
+    ("p1 complete", 3),
+    ("conv2 sums", 4),
+    ("p2 stored", 5),
+    ("p2 complete", 6),
+    ("fc1 stored", 7),
+    ("f1 complete", 8),
+    ("fc2 stored", 9),
+    ("f2 complete (block 0)", 10),
+    ("fc3 done (block 0)", 11),
+];
+
+/// The cluster form's harness: every block of one cluster copies the request into its
+/// hand-over buffer (where the worker's push leaves it), the cluster meets at a barrier, and
+/// the app warps run GDR_SERVE_APP_CLUSTER as the worker's app loop does; `reps` + 1 times.
+const CL_HARNESS: &str = r#"
+extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS) GDR_SERVE_CLUSTER_DIMS
+    gdr_lenet_cl_phases(const unsigned char *req, unsigned char *resp, gdr_u64 *marks,
+                        gdr_u32 reps) {
+    if (threadIdx.x == 0) {
+        gdr_serve_wsh.cap = 784u;
+        gdr_cl_mark_out = marks;
+    }
+    gdr_serve_block_consts(gdr_serve_wconsts);
+    gdr_serve_block_resident();
+    const unsigned int rank = gdr_cl_rank();
+    gdr_serve_cl_start();
+    unsigned int parity = 0;
+    gdr_u64 t0 = 0, c0 = 0;
+    for (gdr_u32 r = 0; r <= reps; r++) {
+        for (unsigned int i = threadIdx.x; i < 49u; i += blockDim.x)
+            ((uint4 *)(gdr_serve_cl_req + 16))[i] = ((const uint4 *)req)[i];
+        if (threadIdx.x == 0) gdr_cl_mark_row = r;
+        if (r == 1 && rank == 0u && threadIdx.x == 32) {
+            t0 = gdr_globaltimer_ns();
+            c0 = clock64();
+        }
+        // Every block starts together, and none is still reading what the next stores.
+        gdr_cl_sync_all();
+        if (threadIdx.x >= 32u) {
+            const gdr_serve_cluster c = {rank, threadIdx.x - 32u, blockDim.x - 32u, 1u, parity,
+                                         gdr_serve_cl_mbar + 2, gdr_serve_wsmem,
+                                         gdr_serve_wconsts, gdr_serve_resident_at()};
+            if (c.t == 0u) gdr_cl_mark_out[(r * GDR_SERVE_CLUSTER + rank) * 16u + 12u] = clock64();
+            GDR_SERVE_APP_CLUSTER(c, gdr_serve_cl_req + 16, 784u, resp, 48u);
+        }
+        __syncthreads();
+        parity ^= 1u;
+    }
+    if (rank == 0u && threadIdx.x == 32) {
+        gdr_u64 *tail = marks + 16u * GDR_SERVE_CLUSTER * (reps + 1u);
+        tail[0] = gdr_globaltimer_ns() - t0;
+        tail[1] = clock64() - c0;
+    }
+    gdr_cl_sync_all();
+}
+"#;
+
+const CL_PREFIX: &str = "__shared__ gdr_u64 *gdr_cl_mark_out;\n\
+__shared__ unsigned int gdr_cl_mark_row;\n\
+#define GDR_SERVE_CL_MARK(k) do { if (c.t == 0u) gdr_cl_mark_out[(gdr_cl_mark_row * GDR_SERVE_CLUSTER + c.rank) * 16u + (k)] = clock64(); } while (0)\n";
+
+#[test]
+fn lenet_over_a_cluster_in_one_launch_matches_the_reference_and_shows_its_phases() {
+    let name = "lenet_over_a_cluster_in_one_launch_matches_the_reference_and_shows_its_phases";
+    let Some(ctx) = gpu_context(name) else { return };
+    let (major, _) = ctx.device().compute_capability().unwrap();
+    if major < 9 {
+        println!("skipped: no GPU with thread-block clusters: {name}");
+        return;
+    }
+    let app = App::lenet(7, 1).unwrap();
+    const C: usize = 8;
+    let src = format!(
+        "{CL_PREFIX}{}{CL_HARNESS}",
+        app.device_source_for(false, false, C as u32)
+    );
+    let module = gdr::mq::Handler::new("lenet_cl_phases", &src)
+        .load(&ctx)
+        .expect("cluster harness compiles");
+    let stream = Stream::new(&ctx).unwrap();
+    let init = module.function("gdr_serve_init").unwrap();
+    // SAFETY: gdr_serve_init takes no parameters.
+    unsafe {
+        init.launch(&stream, LaunchConfig::linear(1, 512), &mut [])
+            .unwrap()
+    };
+    stream.synchronize().unwrap();
+    let f = module.function("gdr_lenet_cl_phases").unwrap();
+    let resident_bytes = (lenet::RESIDENT_FLOATS * 4) as u32;
+    f.set_max_dynamic_shared(resident_bytes).unwrap();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let img = lenet::image(seed, 3);
+    let want = lenet::forward(app.lenet_weights().unwrap(), &img);
+    let req = DeviceBuffer::new(&ctx, 784).unwrap();
+    memcpy_htod(&req, 0, &img).unwrap();
+    let resp = DeviceBuffer::new(&ctx, 48).unwrap();
+    memcpy_htod(&resp, 0, &[0xa5u8; 48]).unwrap(); // poisoned: NaN logits
+    let row = MARKS * C;
+    let nmarks = row * (REPS as usize + 1) + 2;
+    let marks = DeviceBuffer::new(&ctx, nmarks * 8).unwrap();
+    let (mut rq, mut rs, mut mk, mut reps) = (
+        req.device_ptr(),
+        resp.device_ptr(),
+        marks.device_ptr(),
+        REPS,
+    );
+    let mut params = [
+        &mut rq as *mut u64 as *mut c_void,
+        &mut rs as *mut u64 as *mut c_void,
+        &mut mk as *mut u64 as *mut c_void,
+        &mut reps as *mut u32 as *mut c_void,
+    ];
+    let cfg = LaunchConfig {
+        shared_mem: resident_bytes,
+        ..LaunchConfig::linear(C as u32, 512)
+    };
+    // SAFETY: parameters match gdr_lenet_cl_phases(const u8*, u8*, u64*, u32); the buffers
+    // outlive the synchronize below. The kernel's cluster shape is compiled in.
+    unsafe { f.launch(&stream, cfg, &mut params).unwrap() };
+    stream.synchronize().unwrap();
+    let mut out = [0u8; 48];
+    memcpy_dtoh(&mut out, &resp, 0).unwrap();
+    let got = lenet::parse_logits(&out[..40]).unwrap();
+    assert!(
+        lenet::logits_match(&got, &want, 1e-5),
+        "{got:?} vs {want:?}"
+    );
+    let mut raw = vec![0u8; nmarks * 8];
+    memcpy_dtoh(&mut raw, &marks, 0).unwrap();
+    let m: Vec<u64> = raw
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let tail = row * (REPS as usize + 1);
+    let ghz = m[tail + 1] as f64 / m[tail] as f64;
+    println!(
+        "lenet_cl_phases: cluster of {C}, {REPS} requests, SM clock {ghz:.3} GHz, {:.2} us each \
+         (with a cluster barrier)",
+        m[tail] as f64 / REPS as f64 / 1e3
+    );
+    // Each block's marks from its own start (clock64 is per SM): block 0's, and the latest
+    // block's, p50 over the requests.
+    let p50 = |mut d: Vec<u64>| {
+        d.sort_unstable();
+        d[d.len() / 2] as f64 / ghz
+    };
+    for (phase, k) in CL_PHASES {
+        let since = |r: usize, b: usize| {
+            let at = &m[row * r + MARKS * b..row * r + MARKS * (b + 1)];
+            at[k].saturating_sub(at[12])
+        };
+        let block0 = p50((1..=REPS as usize).map(|r| since(r, 0)).collect());
+        let latest = if k >= 10 {
+            block0
+        } else {
+            p50((1..=REPS as usize)
+                .map(|r| (0..C).map(|b| since(r, b)).max().unwrap())
+                .collect())
+        };
+        println!("lenet_cl_phases:   {phase:<24} block 0 {block0:>7.0} ns   latest block {latest:>7.0} ns");
+    }
+}

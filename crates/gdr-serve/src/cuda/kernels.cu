@@ -372,8 +372,11 @@ __device__ __noinline__ void gdr_serve_app_loop(const gdr_mq_queue_desc *desc, g
 // exit reason, response pointer) and the request itself into every block's gdr_serve_cl_req
 // with st.async, counted on that block's "go" mbarrier, whose byte count is fixed (the header
 // and the queue's max_msg, rounded up to 16): each block arms it for the next request as soon
-// as all its app threads have read the current header. Block 0's app warps then meet warp 0
-// at block barrier 0 with the answer, as in the one-block worker.
+// as all its app threads have read the current header. A lone request in the header format
+// comes instead as one bulk copy from its RX slot, multicast to every block and counted on the
+// same mbarriers (gdr_serve_cl_multicast), followed by the pushed job header alone. Block
+// 0's app warps then meet warp 0 at block barrier 0 with the answer, as in the one-block
+// worker.
 #ifndef GDR_SERVE_APP_CLUSTER
 #error "GDR_SERVE_CLUSTER > 1 needs the app's cluster form, GDR_SERVE_APP_CLUSTER"
 #endif
@@ -388,12 +391,20 @@ __device__ __forceinline__ unsigned int gdr_serve_cl_go_bytes() {
     return 16u + (gdr_serve_wsh.cap + 15u) / 16u * 16u;
 }
 
-// Warp-collective (block 0's warp 0): the job into every block of the cluster.
+// Warp-collective (block 0's warp 0): the job into every block of the cluster; only its
+// header where the request is already on its way (`sent`, gdr_serve_cl_multicast).
 __device__ __forceinline__ void gdr_serve_cl_push(const unsigned char *req, unsigned int len,
-                                                  unsigned int reason, gdr_u64 resp) {
+                                                  unsigned int reason, gdr_u64 resp, bool sent) {
     const unsigned int lane = threadIdx.x & 31u, chunks = gdr_serve_cl_go_bytes() / 16u;
     const unsigned int base = gdr_cl_local(gdr_serve_cl_req),
                        go = gdr_cl_local(&gdr_serve_cl_mbar[GDR_SERVE_CL_GO]);
+    if (sent) {
+        if (lane < GDR_SERVE_CLUSTER)
+            gdr_cl_put_v4(gdr_cl_map(base, lane),
+                          make_uint4(len, reason, (unsigned int)resp, (unsigned int)(resp >> 32)),
+                          gdr_cl_map(go, lane));
+        return;
+    }
     for (unsigned int i = lane; i < chunks; i += 32u) {
         uint4 v = make_uint4(len, reason, (unsigned int)resp, (unsigned int)(resp >> 32));
         if (i != 0u)
@@ -403,6 +414,35 @@ __device__ __forceinline__ void gdr_serve_cl_push(const unsigned char *req, unsi
         for (unsigned int k = 0; k < GDR_SERVE_CLUSTER; k++)
             gdr_cl_put_v4(gdr_cl_map(base + 16u * i, k), v, gdr_cl_map(go, k));
     }
+}
+
+// Warp-collective (block 0's warp 0), from the header receive's hook: a lone request's slot,
+// which the doorbell's acquire has just made current, into every block at once (one bulk copy
+// from L2, multicast to the cluster, counted on each block's "go" mbarrier) while the receive
+// reads its header; gdr_serve_cl_push then sends only the job header. Returns whether it was
+// sent: not from an RX ring in host memory, nor from a slot too short for the whole copy.
+// The payload copy's bytes and the header's make up gdr_serve_cl_go_bytes, as a push's do.
+// A microbenchmark on the H100 (docs/serve.md, "Clusters") put this hand-over ~100 cycles
+// below st.async stores of the same bytes, and it starts one memory round trip sooner.
+// Measured in the worker (--profile): hand-over 600 -> 387 ns, server-side p50 -0.19 us.
+__device__ __forceinline__ bool gdr_serve_cl_multicast(const gdr_mq_worker &w,
+                                                       const unsigned char *slot) {
+    const unsigned int pay = gdr_serve_cl_go_bytes() - 16u;
+    if ((w.q.flags & GDR_MQ_FLAG_RX_IN_HOST) || GDR_MQ_SLOT_HEADER_SIZE + pay > w.q.stride)
+        return false;
+    if (w.lane == 0) {
+        // The slot was read through the generic proxy's acquire; the copy reads it through the
+        // async proxy.
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+            "[%0], [%1], %2, [%3], %4;" ::"r"(gdr_cl_local(gdr_serve_cl_req + 16)),
+            "l"(slot + GDR_MQ_SLOT_HEADER_SIZE), "r"(pay),
+            "r"(gdr_cl_local(&gdr_serve_cl_mbar[GDR_SERVE_CL_GO])),
+            "h"((unsigned short)((1u << GDR_SERVE_CLUSTER) - 1u))
+            : "memory");
+    }
+    return true;
 }
 
 // Block 0's warp 0: receive, hand each request of the batch to the cluster and wait for
@@ -418,9 +458,16 @@ __device__ __noinline__ gdr_u32 gdr_serve_cl_mq_loop(const gdr_mq_queue_desc *de
     gdr_u32 err = 0, arg = 0, reason;
     gdr_mq_batch b;
     for (;;) {
+        bool sent = false;  // the lone request's payload is on its way (uniform)
+#if GDR_SERVE_RX_WORDS
         reason = gdr_serve_recv(w, b, idle_ns, &err, &arg);
+#else
+        reason = gdr_mq_recv_header_hook(w, b, idle_ns, &err, &arg, [&](const unsigned char *slot) {
+            sent = gdr_serve_cl_multicast(w, slot);
+        });
+#endif
         if (reason) {
-            gdr_serve_cl_push(0, 0u, reason, 0ull);
+            gdr_serve_cl_push(0, 0u, reason, 0ull, sent);
             break;
         }
         const bool lone = b.n == 1u && sh->cap <= GDR_SERVE_LONE_RESP_BYTES;
@@ -431,7 +478,7 @@ __device__ __noinline__ gdr_u32 gdr_serve_cl_mq_loop(const gdr_mq_queue_desc *de
                 (const unsigned char *)__shfl_sync(0xffffffffu, (gdr_u64)b.req, k);
             const gdr_u32 len = __shfl_sync(0xffffffffu, b.req_len, k);
             const gdr_u64 rp = __shfl_sync(0xffffffffu, (gdr_u64)resp, k);
-            gdr_serve_cl_push(req, len, 0u, rp);
+            gdr_serve_cl_push(req, len, 0u, rp, sent);
             gdr_serve_sync_bar(0u, blockDim.x);  // block 0's app warps have answered it
             const gdr_u32 r = sh->outs[0];
             if (w.lane == k) out = r;

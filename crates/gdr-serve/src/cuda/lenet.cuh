@@ -460,6 +460,7 @@ __device__ unsigned int gdr_app_lenet_cluster(const gdr_serve_cluster &c, const 
     const unsigned int t = c.t, n = c.n, rank = c.rank;
     unsigned long long *mb = c.mbar;
     const float *R = gdr_lenet_shared(c.resident);
+    GDR_SERVE_CL_MARK(0);
     if (t == 0u) {
         gdr_cl_mbar_expect(mb + GDR_LENET_X1, 864u * 4u);
         gdr_cl_mbar_expect(mb + GDR_LENET_X2, 256u * 4u);
@@ -473,6 +474,7 @@ __device__ unsigned int gdr_app_lenet_cluster(const gdr_serve_cluster &c, const 
                                        K[(word >> 16) & 255u], K[word >> 24]);
     }
     gdr_serve_sync_bar(c.bar, n);
+    GDR_SERVE_CL_MARK(1);
     // conv1: one (channel, pooled position) a thread.
     for (unsigned int u = t; u < P1_PER; u += n) {
         const unsigned int it = rank * P1_PER + u;
@@ -486,7 +488,9 @@ __device__ unsigned int gdr_app_lenet_cluster(const gdr_serve_cluster &c, const 
         gdr_lenet_window(w, r, s);
         gdr_cl_put_all<C>(p1 + it, fmaxf(gdr_max4(s), 0.f), mb + GDR_LENET_X1);
     }
+    GDR_SERVE_CL_MARK(2);
     gdr_cl_mbar_wait(mb + GDR_LENET_X1, c.parity);
+    GDR_SERVE_CL_MARK(3);
     // conv2: (input channel, output channel of this block's OCB, position) a thread, window
     // sums to `part`; then one thread an output adds the six input channels.
     for (unsigned int u = t; u < 6u * COMBOS; u += n) {
@@ -501,6 +505,7 @@ __device__ unsigned int gdr_app_lenet_cluster(const gdr_serve_cluster &c, const 
         ((float4 *)part)[u] = make_float4(s[0], s[1], s[2], s[3]);
     }
     gdr_serve_sync_bar(c.bar, n);
+    GDR_SERVE_CL_MARK(4);
     for (unsigned int u = t; u < COMBOS; u += n) {
         float4 a = ((const float4 *)part)[u];
 #pragma unroll
@@ -516,22 +521,29 @@ __device__ unsigned int gdr_app_lenet_cluster(const gdr_serve_cluster &c, const 
         gdr_cl_put_all<C>(p2 + oc * 16u + u % 16u,
                           fmaxf(gdr_max4(s) + K[GDR_LENET_K_C2B + oc], 0.f), mb + GDR_LENET_X2);
     }
+    GDR_SERVE_CL_MARK(5);
     gdr_cl_mbar_wait(mb + GDR_LENET_X2, c.parity);
+    GDR_SERVE_CL_MARK(6);
     gdr_lenet_fc_share<gdr_lenet_fc1, C, true>(rank, t, n, R, p2, [&](unsigned int o, float v) {
         gdr_cl_put_all<C>(f1 + o, v, mb + GDR_LENET_X3);
     });
+    GDR_SERVE_CL_MARK(7);
     gdr_cl_mbar_wait(mb + GDR_LENET_X3, c.parity);
+    GDR_SERVE_CL_MARK(8);
     const unsigned int f2_at = gdr_cl_map(gdr_cl_local(f2), 0u),
                        x4_at = gdr_cl_map(gdr_cl_local(mb + GDR_LENET_X4), 0u);
     gdr_lenet_fc_share<gdr_lenet_fc2, C, true>(rank, t, n, R + GDR_LENET_CL_FC2, f1,
                                                [&](unsigned int o, float v) {
                                                    gdr_cl_put_f32(f2_at + 4u * o, v, x4_at);
                                                });
+    GDR_SERVE_CL_MARK(9);
     if (rank != 0u) return 40u;
     gdr_cl_mbar_wait(mb + GDR_LENET_X4, c.parity);
+    GDR_SERVE_CL_MARK(10);
     float *logits = (float *)resp;
     gdr_lenet_fc_share<gdr_lenet_fc3, 1u, false>(0u, t, n, R + GDR_LENET_CL_FC3, f2,
                                                  [&](unsigned int o, float v) { logits[o] = v; });
+    GDR_SERVE_CL_MARK(11);
     return 40u;
 }
 #endif

@@ -30,6 +30,10 @@
 #ifndef GDR_SERVE_MARK
 #define GDR_SERVE_MARK(k)
 #endif
+// The same in a cluster app (GDR_SERVE_CL_MARK(k), k < 16; `c` the app's gdr_serve_cluster).
+#ifndef GDR_SERVE_CL_MARK
+#define GDR_SERVE_CL_MARK(k)
+#endif
 #define GDR_SERVE_MAX_GROUPS 4
 #define GDR_SERVE_GROUP_FLOATS 2112
 #define GDR_SERVE_FAILED 0xffffffffu

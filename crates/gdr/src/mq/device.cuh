@@ -563,10 +563,15 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_words(gdr_mq_worker &w, gdr_mq_ba
     return 0;
 }
 
-// gdr_mq_recv for header-format RX (the doorbell, then the slots).
-__device__ __forceinline__ gdr_u32 gdr_mq_recv_header(gdr_mq_worker &w, gdr_mq_batch &b,
-                                                      gdr_u64 idle_ns, gdr_u32 *err,
-                                                      gdr_u32 *arg) {
+// gdr_mq_recv for header-format RX (the doorbell, then the slots). `on_lone(slot)` is called
+// by the whole warp when the doorbell has shown one message that goes to the warp's lone-request
+// buffer (w.lone_req), as soon as this lane's acquire covers its slot and before the slot is
+// read: a caller may start moving the slot (which the acquire has made current) while the
+// receive reads its header. gdr_mq_recv_header passes a hook that does nothing.
+template <class OnLone>
+__device__ __forceinline__ gdr_u32 gdr_mq_recv_header_hook(gdr_mq_worker &w, gdr_mq_batch &b,
+                                                           gdr_u64 idle_ns, gdr_u32 *err,
+                                                           gdr_u32 *arg, OnLone on_lone) {
     const gdr_u32 full = 0xffffffffu;
     gdr_mq_doorbell *db = gdr_mq_db(w);
     gdr_mq_worker_state *ws = gdr_mq_ws(w);
@@ -641,6 +646,7 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_header(gdr_mq_worker &w, gdr_mq_b
         // memory it hands the handler its request in shared memory instead of in L2.
         while ((gdr_u32)mine - first - 1u >= w.q.slots) mine = gdr_ld_acquire_sys_u64(db);
         const unsigned char *slot = gdr_mq_rx_slot(w, first);
+        on_lone(slot);
         const gdr_u32 units = w.q.stride / 16u;
         uint4 v[GDR_MQ_LONE_ROUNDS];
         for (gdr_u32 tries = 0;; tries++) {
@@ -757,6 +763,12 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_header(gdr_mq_worker &w, gdr_mq_b
     }
     gdr_mq_prof(w, 0);
     return 0;
+}
+
+__device__ __forceinline__ gdr_u32 gdr_mq_recv_header(gdr_mq_worker &w, gdr_mq_batch &b,
+                                                      gdr_u64 idle_ns, gdr_u32 *err,
+                                                      gdr_u32 *arg) {
+    return gdr_mq_recv_header_hook(w, b, idle_ns, err, arg, [](const unsigned char *) {});
 }
 
 // Warp-collective receive. Waits for requests, claims up to 32 of them and gives lane i
