@@ -59,6 +59,61 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
 const PREFIX: &str = "__device__ gdr_u64 *gdr_serve_mark_out;\n\
 #define GDR_SERVE_MARK(k) do { if (g.rank == 0u) gdr_serve_mark_out[k] = clock64(); } while (0)\n";
 
+/// Runs a phase harness kernel (`f(req, resp, marks, reps)`, REPS requests after a warm-up) on
+/// `img` over `grid` blocks of 512 threads with `dyn_smem` bytes of dynamic shared memory,
+/// checks its answer against `want` (`label` in the message) and returns the `nmarks` u64
+/// marks it wrote.
+#[allow(clippy::too_many_arguments)]
+fn run_harness(
+    ctx: &gdr::cuda::Context,
+    stream: &Stream,
+    f: &gdr::cuda::Function,
+    grid: u32,
+    dyn_smem: u32,
+    img: &[u8],
+    want: &[f32; 10],
+    nmarks: usize,
+    label: &str,
+) -> Vec<u64> {
+    let req = DeviceBuffer::new(ctx, 784).unwrap();
+    memcpy_htod(&req, 0, img).unwrap();
+    let resp = DeviceBuffer::new(ctx, 48).unwrap();
+    memcpy_htod(&resp, 0, &[0xa5u8; 48]).unwrap(); // poisoned: NaN logits
+    let marks = DeviceBuffer::new(ctx, nmarks * 8).unwrap();
+    let (mut rq, mut rs, mut mk, mut reps) = (
+        req.device_ptr(),
+        resp.device_ptr(),
+        marks.device_ptr(),
+        REPS,
+    );
+    let mut params = [
+        &mut rq as *mut u64 as *mut c_void,
+        &mut rs as *mut u64 as *mut c_void,
+        &mut mk as *mut u64 as *mut c_void,
+        &mut reps as *mut u32 as *mut c_void,
+    ];
+    let cfg = LaunchConfig {
+        shared_mem: dyn_smem,
+        ..LaunchConfig::linear(grid, 512)
+    };
+    // SAFETY: both harness kernels take (const u8*, u8*, u64*, u32); the buffers outlive the
+    // synchronize below. A cluster kernel's shape is compiled in (grid is a multiple of it).
+    unsafe { f.launch(stream, cfg, &mut params).unwrap() };
+    stream.synchronize().unwrap();
+    let mut out = [0u8; 48];
+    memcpy_dtoh(&mut out, &resp, 0).unwrap();
+    let got = lenet::parse_logits(&out[..40]).unwrap();
+    assert!(
+        lenet::logits_match(&got, want, 1e-5),
+        "{label}: {got:?} vs {want:?}"
+    );
+    let mut raw = vec![0u8; nmarks * 8];
+    memcpy_dtoh(&mut raw, &marks, 0).unwrap();
+    raw.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
 #[test]
 fn lenet_in_one_block_matches_the_reference_and_shows_its_phases() {
     let Some(ctx) = gpu_context("lenet_in_one_block_matches_the_reference_and_shows_its_phases")
@@ -93,45 +148,8 @@ fn lenet_in_one_block_matches_the_reference_and_shows_its_phases() {
     ] {
         let img = lenet::image(seed, dyn_smem as u64);
         let want = lenet::forward(w, &img);
-        let req = DeviceBuffer::new(&ctx, 784).unwrap();
-        memcpy_htod(&req, 0, &img).unwrap();
-        let resp = DeviceBuffer::new(&ctx, 48).unwrap();
-        memcpy_htod(&resp, 0, &[0xa5u8; 48]).unwrap(); // poisoned: NaN logits
         let nmarks = MARKS * (REPS as usize + 2);
-        let marks = DeviceBuffer::new(&ctx, nmarks * 8).unwrap();
-        let (mut rq, mut rs, mut mk, mut reps) = (
-            req.device_ptr(),
-            resp.device_ptr(),
-            marks.device_ptr(),
-            REPS,
-        );
-        let mut params = [
-            &mut rq as *mut u64 as *mut c_void,
-            &mut rs as *mut u64 as *mut c_void,
-            &mut mk as *mut u64 as *mut c_void,
-            &mut reps as *mut u32 as *mut c_void,
-        ];
-        let cfg = LaunchConfig {
-            shared_mem: dyn_smem,
-            ..LaunchConfig::linear(1, 512)
-        };
-        // SAFETY: parameters match gdr_lenet_phases(const u8*, u8*, u64*, u32); the buffers
-        // outlive the synchronize below.
-        unsafe { f.launch(&stream, cfg, &mut params).unwrap() };
-        stream.synchronize().unwrap();
-        let mut out = [0u8; 48];
-        memcpy_dtoh(&mut out, &resp, 0).unwrap();
-        let got = lenet::parse_logits(&out[..40]).unwrap();
-        assert!(
-            lenet::logits_match(&got, &want, 1e-5),
-            "{label}: {got:?} vs {want:?}"
-        );
-        let mut raw = vec![0u8; nmarks * 8];
-        memcpy_dtoh(&mut raw, &marks, 0).unwrap();
-        let m: Vec<u64> = raw
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-            .collect();
+        let m = run_harness(&ctx, &stream, &f, 1, dyn_smem, &img, &want, nmarks, label);
         let tail = MARKS * (REPS as usize + 1);
         let (ns, cycles) = (m[tail] as f64, m[tail + 1] as f64);
         let ghz = cycles / ns;
@@ -266,46 +284,19 @@ fn lenet_over_a_cluster_in_one_launch_matches_the_reference_and_shows_its_phases
         .subsec_nanos();
     let img = lenet::image(seed, 3);
     let want = lenet::forward(app.lenet_weights().unwrap(), &img);
-    let req = DeviceBuffer::new(&ctx, 784).unwrap();
-    memcpy_htod(&req, 0, &img).unwrap();
-    let resp = DeviceBuffer::new(&ctx, 48).unwrap();
-    memcpy_htod(&resp, 0, &[0xa5u8; 48]).unwrap(); // poisoned: NaN logits
     let row = MARKS * C;
     let nmarks = row * (REPS as usize + 1) + 2;
-    let marks = DeviceBuffer::new(&ctx, nmarks * 8).unwrap();
-    let (mut rq, mut rs, mut mk, mut reps) = (
-        req.device_ptr(),
-        resp.device_ptr(),
-        marks.device_ptr(),
-        REPS,
+    let m = run_harness(
+        &ctx,
+        &stream,
+        &f,
+        C as u32,
+        resident_bytes,
+        &img,
+        &want,
+        nmarks,
+        "cluster of 8",
     );
-    let mut params = [
-        &mut rq as *mut u64 as *mut c_void,
-        &mut rs as *mut u64 as *mut c_void,
-        &mut mk as *mut u64 as *mut c_void,
-        &mut reps as *mut u32 as *mut c_void,
-    ];
-    let cfg = LaunchConfig {
-        shared_mem: resident_bytes,
-        ..LaunchConfig::linear(C as u32, 512)
-    };
-    // SAFETY: parameters match gdr_lenet_cl_phases(const u8*, u8*, u64*, u32); the buffers
-    // outlive the synchronize below. The kernel's cluster shape is compiled in.
-    unsafe { f.launch(&stream, cfg, &mut params).unwrap() };
-    stream.synchronize().unwrap();
-    let mut out = [0u8; 48];
-    memcpy_dtoh(&mut out, &resp, 0).unwrap();
-    let got = lenet::parse_logits(&out[..40]).unwrap();
-    assert!(
-        lenet::logits_match(&got, &want, 1e-5),
-        "{got:?} vs {want:?}"
-    );
-    let mut raw = vec![0u8; nmarks * 8];
-    memcpy_dtoh(&mut raw, &marks, 0).unwrap();
-    let m: Vec<u64> = raw
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-        .collect();
     let tail = row * (REPS as usize + 1);
     let ghz = m[tail + 1] as f64 / m[tail] as f64;
     println!(
