@@ -420,7 +420,9 @@ __device__ __forceinline__ void gdr_serve_cl_push(const unsigned char *req, unsi
 // which the doorbell's acquire has just made current, into every block at once (one bulk copy
 // from L2, multicast to the cluster, counted on each block's "go" mbarrier) while the receive
 // reads its header; gdr_serve_cl_push then sends only the job header. Returns whether it was
-// sent: not from an RX ring in host memory, nor from a slot too short for the whole copy.
+// sent: not from an RX ring in host memory, nor from a slot too short for the whole copy. A
+// slot that was not current after all fails the queue (the receive's GDR_MQ_ERR_BAD_SEQ): the
+// blocks are told to leave, and never run the app on what was copied.
 // The payload copy's bytes and the header's make up gdr_serve_cl_go_bytes, as a push's do.
 // A microbenchmark on the H100 (docs/serve.md, "Clusters") put this hand-over ~100 cycles
 // below st.async stores of the same bytes, and it starts one memory round trip sooner.
@@ -464,6 +466,7 @@ __device__ __noinline__ gdr_u32 gdr_serve_cl_mq_loop(const gdr_mq_queue_desc *de
 #else
         reason = gdr_mq_recv_header_hook(w, b, idle_ns, &err, &arg, [&](const unsigned char *slot) {
             sent = gdr_serve_cl_multicast(w, slot);
+            return sent;
         });
 #endif
         if (reason) {

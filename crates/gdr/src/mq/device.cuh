@@ -567,7 +567,11 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_words(gdr_mq_worker &w, gdr_mq_ba
 // by the whole warp when the doorbell has shown one message that goes to the warp's lone-request
 // buffer (w.lone_req), as soon as this lane's acquire covers its slot and before the slot is
 // read: a caller may start moving the slot (which the acquire has made current) while the
-// receive reads its header. gdr_mq_recv_header passes a hook that does nothing.
+// receive reads its header, and returns whether it did (uniform). The slot is then expected to
+// be current at once: if its header does not carry the message's seq on the first read (a write
+// path slower than the doorbell, which the protocol's order rules out), the receive fails with
+// GDR_MQ_ERR_BAD_SEQ instead of waiting, since what the caller moved may be stale.
+// gdr_mq_recv_header passes a hook that does nothing and returns false.
 template <class OnLone>
 __device__ __forceinline__ gdr_u32 gdr_mq_recv_header_hook(gdr_mq_worker &w, gdr_mq_batch &b,
                                                            gdr_u64 idle_ns, gdr_u32 *err,
@@ -646,7 +650,7 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_header_hook(gdr_mq_worker &w, gdr
         // memory it hands the handler its request in shared memory instead of in L2.
         while ((gdr_u32)mine - first - 1u >= w.q.slots) mine = gdr_ld_acquire_sys_u64(db);
         const unsigned char *slot = gdr_mq_rx_slot(w, first);
-        on_lone(slot);
+        const bool moved = on_lone(slot);
         const gdr_u32 units = w.q.stride / 16u;
         uint4 v[GDR_MQ_LONE_ROUNDS];
         for (gdr_u32 tries = 0;; tries++) {
@@ -656,7 +660,7 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_header_hook(gdr_mq_worker &w, gdr
                 v[r] = j < units ? gdr_ld_volatile_v4(slot + 16u * j) : make_uint4(0, 0, 0, 0);
             }
             if (__shfl_sync(full, v[0].x, 0) == first + 1u) break;
-            if (tries >= 1000u) {  // uniform
+            if (moved || tries >= 1000u) {  // uniform
                 if (w.lane == 0) bad = GDR_MQ_ERR_BAD_SEQ;
                 break;
             }
@@ -768,7 +772,8 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_header_hook(gdr_mq_worker &w, gdr
 __device__ __forceinline__ gdr_u32 gdr_mq_recv_header(gdr_mq_worker &w, gdr_mq_batch &b,
                                                       gdr_u64 idle_ns, gdr_u32 *err,
                                                       gdr_u32 *arg) {
-    return gdr_mq_recv_header_hook(w, b, idle_ns, err, arg, [](const unsigned char *) {});
+    return gdr_mq_recv_header_hook(w, b, idle_ns, err, arg,
+                                   [](const unsigned char *) { return false; });
 }
 
 // Warp-collective receive. Waits for requests, claims up to 32 of them and gives lane i
