@@ -59,6 +59,33 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
 const PREFIX: &str = "__device__ gdr_u64 *gdr_serve_mark_out;\n\
 #define GDR_SERVE_MARK(k) do { if (g.rank == 0u) gdr_serve_mark_out[k] = clock64(); } while (0)\n";
 
+/// Compiles a harness program (`src`), runs the app's one-time init (lenet's weights into
+/// global memory) and lets `kernel` have the resident data's dynamic shared memory.
+fn load_harness(
+    ctx: &gdr::cuda::Context,
+    name: &str,
+    src: &str,
+    kernel: &str,
+) -> (gdr::cuda::Module, Stream) {
+    let module = gdr::mq::Handler::new(name, src)
+        .load(ctx)
+        .expect("harness compiles");
+    let stream = Stream::new(ctx).unwrap();
+    let init = module.function("gdr_serve_init").unwrap();
+    // SAFETY: gdr_serve_init takes no parameters.
+    unsafe {
+        init.launch(&stream, LaunchConfig::linear(1, 512), &mut [])
+            .unwrap()
+    };
+    stream.synchronize().unwrap();
+    module
+        .function(kernel)
+        .unwrap()
+        .set_max_dynamic_shared((lenet::RESIDENT_FLOATS * 4) as u32)
+        .unwrap();
+    (module, stream)
+}
+
 /// Runs a phase harness kernel (`f(req, resp, marks, reps)`, REPS requests after a warm-up) on
 /// `img` over `grid` blocks of 512 threads with `dyn_smem` bytes of dynamic shared memory,
 /// checks its answer against `want` (`label` in the message) and returns the `nmarks` u64
@@ -122,20 +149,9 @@ fn lenet_in_one_block_matches_the_reference_and_shows_its_phases() {
     };
     let app = App::lenet(7, 1).unwrap();
     let src = format!("{PREFIX}{}{HARNESS}", app.device_source());
-    let module = gdr::mq::Handler::new("lenet_phases", &src)
-        .load(&ctx)
-        .expect("harness compiles");
-    let stream = Stream::new(&ctx).unwrap();
-    let init = module.function("gdr_serve_init").unwrap();
-    // SAFETY: gdr_serve_init takes no parameters.
-    unsafe {
-        init.launch(&stream, LaunchConfig::linear(1, 512), &mut [])
-            .unwrap()
-    };
-    stream.synchronize().unwrap();
+    let (module, stream) = load_harness(&ctx, "lenet_phases", &src, "gdr_lenet_phases");
     let f = module.function("gdr_lenet_phases").unwrap();
     let resident_bytes = (lenet::RESIDENT_FLOATS * 4) as u32;
-    f.set_max_dynamic_shared(resident_bytes).unwrap();
 
     let w = app.lenet_weights().unwrap();
     let seed = std::time::SystemTime::now()
@@ -264,20 +280,9 @@ fn lenet_over_a_cluster_in_one_launch_matches_the_reference_and_shows_its_phases
         "{CL_PREFIX}{}{CL_HARNESS}",
         app.device_source_for(false, false, C as u32)
     );
-    let module = gdr::mq::Handler::new("lenet_cl_phases", &src)
-        .load(&ctx)
-        .expect("cluster harness compiles");
-    let stream = Stream::new(&ctx).unwrap();
-    let init = module.function("gdr_serve_init").unwrap();
-    // SAFETY: gdr_serve_init takes no parameters.
-    unsafe {
-        init.launch(&stream, LaunchConfig::linear(1, 512), &mut [])
-            .unwrap()
-    };
-    stream.synchronize().unwrap();
+    let (module, stream) = load_harness(&ctx, "lenet_cl_phases", &src, "gdr_lenet_cl_phases");
     let f = module.function("gdr_lenet_cl_phases").unwrap();
     let resident_bytes = (lenet::RESIDENT_FLOATS * 4) as u32;
-    f.set_max_dynamic_shared(resident_bytes).unwrap();
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

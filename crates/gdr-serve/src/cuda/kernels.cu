@@ -281,15 +281,23 @@ __device__ __forceinline__ void gdr_serve_block_batch(unsigned int n) {
 // in hand), 1 hand-over (-> the first app warp has the batch), 3 app (-> that warp's share
 // is done), 2 send (-> the TX stores issued: the block barrier after the app, then
 // gdr_mq_send). Stages 1 and 3 end on the app warp's clock, read by warp 0 after the barrier.
+// The receiving warp's mq state: stage clocks only in a profiling build, a lone request
+// delivered into the block's lone_req buffer. Inlined into each loop (the worker stays in
+// registers).
+__device__ __forceinline__ void gdr_serve_worker_init(gdr_mq_worker &w, const gdr_mq_queue_desc *desc,
+                                                      gdr_u32 warp) {
+    gdr_mq_worker_init(w, *desc, warp);
+    if (!GDR_SERVE_PROFILE) w.q.flags &= ~(gdr_u32)GDR_MQ_FLAG_PROFILE;
+    w.lone_req = (unsigned char *)gdr_serve_wsh.lone_req;
+    w.lone_cap = GDR_SERVE_LONE_REQ_BYTES;
+}
+
 template <bool SOLO>
 __device__ __noinline__ void gdr_serve_mq_loop(const gdr_mq_queue_desc *desc, gdr_u32 warp,
                                                gdr_u64 idle_ns) {
     gdr_serve_shared *sh = &gdr_serve_wsh;
     struct gdr_mq_worker w;
-    gdr_mq_worker_init(w, *desc, warp);
-    if (!GDR_SERVE_PROFILE) w.q.flags &= ~(gdr_u32)GDR_MQ_FLAG_PROFILE;
-    w.lone_req = (unsigned char *)sh->lone_req;
-    w.lone_cap = GDR_SERVE_LONE_REQ_BYTES;
+    gdr_serve_worker_init(w, desc, warp);
     gdr_u32 err = 0, arg = 0;
     gdr_mq_batch b;
     for (;;) {
@@ -398,15 +406,14 @@ __device__ __forceinline__ void gdr_serve_cl_push(const unsigned char *req, unsi
     const unsigned int lane = threadIdx.x & 31u, chunks = gdr_serve_cl_go_bytes() / 16u;
     const unsigned int base = gdr_cl_local(gdr_serve_cl_req),
                        go = gdr_cl_local(&gdr_serve_cl_mbar[GDR_SERVE_CL_GO]);
+    const uint4 job = make_uint4(len, reason, (unsigned int)resp, (unsigned int)(resp >> 32));
     if (sent) {
         if (lane < GDR_SERVE_CLUSTER)
-            gdr_cl_put_v4(gdr_cl_map(base, lane),
-                          make_uint4(len, reason, (unsigned int)resp, (unsigned int)(resp >> 32)),
-                          gdr_cl_map(go, lane));
+            gdr_cl_put_v4(gdr_cl_map(base, lane), job, gdr_cl_map(go, lane));
         return;
     }
     for (unsigned int i = lane; i < chunks; i += 32u) {
-        uint4 v = make_uint4(len, reason, (unsigned int)resp, (unsigned int)(resp >> 32));
+        uint4 v = job;
         if (i != 0u)
             v = reason == 0u && 16u * (i - 1u) < len ? gdr_ld_volatile_generic_v4(req + 16u * (i - 1u))
                                                       : make_uint4(0u, 0u, 0u, 0u);
@@ -453,10 +460,7 @@ __device__ __noinline__ gdr_u32 gdr_serve_cl_mq_loop(const gdr_mq_queue_desc *de
                                                      gdr_u64 idle_ns) {
     gdr_serve_shared *sh = &gdr_serve_wsh;
     struct gdr_mq_worker w;
-    gdr_mq_worker_init(w, *desc, warp);
-    if (!GDR_SERVE_PROFILE) w.q.flags &= ~(gdr_u32)GDR_MQ_FLAG_PROFILE;
-    w.lone_req = (unsigned char *)sh->lone_req;
-    w.lone_cap = GDR_SERVE_LONE_REQ_BYTES;
+    gdr_serve_worker_init(w, desc, warp);
     gdr_u32 err = 0, arg = 0, reason;
     gdr_mq_batch b;
     for (;;) {

@@ -118,28 +118,28 @@ impl Function<'_> {
         })
     }
 
-    /// The most threads a block of this kernel can have (its registers per thread decide).
-    pub fn max_threads_per_block(&self) -> Result<u32> {
+    /// One of the kernel's attributes (`cuFuncGetAttribute`); a negative value reads as 0.
+    fn attribute(&self, attr: c_int) -> Result<u32> {
         let d = driver()?;
         let mut v: c_int = 0;
         // SAFETY: the function handle is alive (it borrows its module); `v` is a valid out
         // pointer for the call.
         d.check("cuFuncGetAttribute", unsafe {
-            (d.api.func_get_attribute)(&mut v, sys::FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, self.raw)
+            (d.api.func_get_attribute)(&mut v, attr, self.raw)
         })?;
         Ok(u32::try_from(v).unwrap_or(0))
     }
 
+    /// The most threads a block of this kernel can have (its registers per thread decide).
+    pub fn max_threads_per_block(&self) -> Result<u32> {
+        self.attribute(sys::FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+    }
+
     /// The cluster width the kernel was compiled for (`__cluster_dims__`), or 1 without one.
     pub fn required_cluster_width(&self) -> Result<u32> {
-        let d = driver()?;
-        let mut v: c_int = 0;
-        // SAFETY: the function handle is alive (it borrows its module); `v` is a valid out
-        // pointer for the call.
-        d.check("cuFuncGetAttribute", unsafe {
-            (d.api.func_get_attribute)(&mut v, sys::FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, self.raw)
-        })?;
-        Ok(u32::try_from(v).unwrap_or(0).max(1))
+        Ok(self
+            .attribute(sys::FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH)?
+            .max(1))
     }
 
     /// How many of this kernel's clusters the GPU can hold at once in a launch of `cfg`
