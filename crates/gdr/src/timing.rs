@@ -55,12 +55,24 @@ pub fn batch_length<E>(
 
 /// Times several operations interleaved: every round runs each operation once as a batch, so
 /// drift on a shared machine (other tenants, clocks, PCIe traffic) hits all of them alike and
-/// their ratios stay fair. Each operation's batch length is its [`batch_length`]; rounds are
-/// recorded until `samples` or until `budget` runs out (but at least 9 rounds, or `samples` if
-/// fewer). Each timed batch is preceded by an untimed batch (and at least [`WARM_UP`]) of the
-/// same operation, so each is timed in its own steady state (worker threads awake, caches and
-/// TLBs warm for its buffers) rather than paying for the operation that ran before it.
-/// Returns the per-call microseconds of every round for each operation, in order.
+/// their ratios stay fair. Each operation's batch length is its [`batch_length`].
+///
+/// The order is shuffled afresh every round: an operation can leave state behind that slows
+/// or speeds the next one (parked worker threads, dirty cache lines, driver staging buffers),
+/// and with a fixed order the same operation would always pay for the same neighbour. On the
+/// H100 host, two slots timing the same copy-engine read of 16 MiB in a fixed order differed
+/// by 2.4x in their medians.
+///
+/// Each timed batch is preceded by an untimed batch (and at least [`WARM_UP`]) of the same
+/// operation, so each is timed in its own steady state rather than paying for the operation
+/// that ran before it (operations of [`LONG_OP`] and more skip it).
+///
+/// Each operation has its own share of `budget` (`budget / ops.len()`, warm-ups included): it
+/// takes part in rounds until it has `samples`, or until it has at least 9 samples (or
+/// `samples` if fewer) and has spent its share. So a fast operation timed beside one 20 times
+/// slower still gets its share of samples, not the slow one's few.
+///
+/// Returns the per-call microseconds of every sample for each operation, in the order given.
 pub fn time_interleaved<E>(
     ops: &mut [Op<'_, E>],
     samples: usize,
@@ -73,23 +85,45 @@ pub fn time_interleaved<E>(
     let mut batches = Vec::with_capacity(ops.len());
     let mut per_call = Vec::with_capacity(ops.len());
     for op in ops.iter_mut() {
+        // Warm up first: a cold first call (worker threads parked by the operation before) can
+        // take longer than `min_batch` alone, and would leave this operation timed one call
+        // at a time while its neighbours are timed in batches. On the H100 host that made the
+        // auto copier's 2-thread 32 KiB write 5-8% slower than the same write timed later in
+        // the list.
+        let w = Instant::now();
+        while w.elapsed() < WARM_UP {
+            op()?;
+        }
         let (batch, per) = batch_length(op, min_batch)?;
         per_call.push(per);
         batches.push(batch);
     }
-    let start = Instant::now();
-    let mut out: Vec<Vec<f64>> = vec![Vec::with_capacity(samples); ops.len()];
-    // At least 9 rounds even past the budget: a median of fewer swings with one slow sample.
+    let share = budget / ops.len() as u32;
+    // At least 9 samples even past the budget: a median of fewer swings with one slow sample.
     let floor = samples.min(9);
-    while out[0].len() < samples && (out[0].len() < floor || start.elapsed() < budget) {
-        for (i, op) in ops.iter_mut().enumerate() {
+    let mut out: Vec<Vec<f64>> = vec![Vec::with_capacity(samples); ops.len()];
+    let mut spent = vec![Duration::ZERO; ops.len()];
+    let mut order: Vec<usize> = Vec::with_capacity(ops.len());
+    let mut rng = Shuffler::new();
+    loop {
+        order.clear();
+        order.extend((0..ops.len()).filter(|&i| {
+            let n = out[i].len();
+            n < samples && (n < floor || spent[i] < share)
+        }));
+        if order.is_empty() {
+            return Ok(out);
+        }
+        rng.shuffle(&mut order);
+        for &i in &order {
+            let op = &mut ops[i];
+            let w = Instant::now();
             // Warm up for a whole batch and at least WARM_UP, so threads parked by the
             // previous operation are awake again before the clock starts (waking an idle vCPU
             // in a VM can take tens of microseconds).
             // Operations of milliseconds skip it: a wake-up is noise against them, and
             // warming would double the time of the largest copies.
             if per_call[i] < LONG_OP {
-                let w = Instant::now();
                 let mut n = 0;
                 while n < batches[i] || (w.elapsed() < WARM_UP && n < 64 * batches[i]) {
                     op()?;
@@ -100,15 +134,55 @@ pub fn time_interleaved<E>(
             for _ in 0..batches[i] {
                 op()?;
             }
-            out[i].push(t.elapsed().as_secs_f64() * 1e6 / batches[i] as f64);
+            let timed = t.elapsed();
+            out[i].push(timed.as_secs_f64() * 1e6 / batches[i] as f64);
+            spent[i] += w.elapsed();
         }
     }
-    Ok(out)
+}
+
+/// A small xorshift generator for the round order: the order only has to differ from round to
+/// round and from run to run, not be unpredictable.
+struct Shuffler(u64);
+
+impl Shuffler {
+    fn new() -> Shuffler {
+        use std::hash::{BuildHasher, Hasher};
+        // RandomState is seeded per process (and per instance) by the standard library.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(0x9e37_79b9_7f4a_7c15);
+        Shuffler(h.finish() | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// Fisher-Yates.
+    fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = (self.next() % (i as u64 + 1)) as usize;
+            v.swap(i, j);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An operation that sleeps for `d`.
+    fn sleeping(d: Duration) -> Op<'static, ()> {
+        Box::new(move || {
+            std::thread::sleep(d);
+            Ok(())
+        })
+    }
 
     #[test]
     fn quantile_and_median_of_a_known_set() {
@@ -122,14 +196,8 @@ mod tests {
     #[test]
     fn interleaved_timing_keeps_order_and_ratio() {
         let mut ops: Vec<Op<'_, ()>> = vec![
-            Box::new(|| {
-                std::thread::sleep(Duration::from_micros(400));
-                Ok(())
-            }),
-            Box::new(|| {
-                std::thread::sleep(Duration::from_micros(100));
-                Ok(())
-            }),
+            sleeping(Duration::from_micros(400)),
+            sleeping(Duration::from_micros(100)),
         ];
         let mut s = time_interleaved(
             &mut ops,
@@ -143,5 +211,45 @@ mod tests {
         let (a, b) = (median(&mut s[0]), median(&mut s[1]));
         assert!(a > b, "{s:?}");
         assert!(b >= 100.0);
+    }
+
+    #[test]
+    fn a_fast_operation_gets_its_own_share_of_samples() {
+        let mut ops: Vec<Op<'_, ()>> = vec![
+            sleeping(Duration::from_millis(10)),
+            sleeping(Duration::from_micros(200)),
+        ];
+        // 40 ms each: the slow operation stops at the floor of 9 samples (90 ms), the fast one
+        // goes on to about 40 ms / (200 us + its warm-up) samples.
+        let s = time_interleaved(
+            &mut ops,
+            1000,
+            Duration::from_micros(50),
+            Duration::from_millis(80),
+        )
+        .unwrap();
+        assert_eq!(s[0].len(), 9, "{:?}", s[0]);
+        assert!(s[1].len() > 20, "{}", s[1].len());
+        assert!(s[1].len() < 1000);
+    }
+
+    #[test]
+    fn every_order_is_a_permutation_and_orders_differ() {
+        let mut rng = Shuffler::new();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let mut v: Vec<usize> = (0..5).collect();
+            rng.shuffle(&mut v);
+            let mut sorted = v.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..5).collect::<Vec<_>>());
+            seen.insert(v);
+        }
+        // 120 orders of 5: 200 draws that found fewer than 60 of them are not shuffling.
+        assert!(seen.len() > 60, "{} distinct orders", seen.len());
+        // Each operation comes first in some round.
+        for first in 0..5 {
+            assert!(seen.iter().any(|v| v[0] == first));
+        }
     }
 }

@@ -84,6 +84,7 @@ pub fn run(args: Args) -> CmdResult {
         &[8, 64, 4096, 65536],
         Duration::from_millis(60),
         false,
+        None,
     )?;
     if !args.json {
         copylat::print(&rows);

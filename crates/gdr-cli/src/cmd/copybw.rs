@@ -3,7 +3,7 @@
 
 use super::copylat::copier;
 use super::gpu::{self, GpuArg};
-use super::measure::{dir_name, time_all, ReportArgs, Timed};
+use super::measure::{dir_name, time_all, RawLog, ReportArgs, Timed};
 use super::plot::{write_svg, Panel, Series, SIZE_LABEL};
 use super::table::{parse_size, size as hsize, Table};
 use super::CmdResult;
@@ -22,8 +22,8 @@ pub struct Args {
     /// CPU thread counts for the mapping path (comma separated)
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub threads: Vec<usize>,
-    /// Time budget per measured point, in milliseconds
-    #[arg(long, default_value_t = 400)]
+    /// Time spent on each path at each size, in milliseconds (at most 201 samples, at least 9)
+    #[arg(long, default_value_t = 1000)]
     pub budget_ms: u64,
     #[command(flatten)]
     pub report: ReportArgs,
@@ -58,6 +58,7 @@ pub fn run(args: Args) -> CmdResult {
     let max = *args.sizes.iter().max().expect("checked non-empty");
     let buf = be.alloc(max, 4096)?;
     let budget = Duration::from_millis(args.budget_ms);
+    let raw = RawLog::create(args.report.raw_samples.as_deref())?;
     let mut rows = Vec::new();
     for dir in [Direction::ToGpu, Direction::FromGpu] {
         for &size in &args.sizes {
@@ -71,7 +72,7 @@ pub fn run(args: Args) -> CmdResult {
                 .collect();
             what.push(Timed::Path(Path::CopyEngine));
             what.push(Timed::Auto);
-            let s = time_all(&what, dir, &buf, size, &auto, budget)?;
+            let s = time_all(&what, dir, &buf, size, &auto, budget, raw.as_ref())?;
             let n = args.threads.len();
             let mapping: Vec<(usize, f64)> = args
                 .threads
@@ -99,6 +100,9 @@ pub fn run(args: Args) -> CmdResult {
                 auto_vs_best: a / best,
             });
         }
+    }
+    if let Some(raw) = raw {
+        raw.finish()?;
     }
     if args.report.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);

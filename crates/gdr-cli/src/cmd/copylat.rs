@@ -2,7 +2,7 @@
 //! copier.
 
 use super::gpu::{self, GpuArg};
-use super::measure::{dir_name, time_all, ReportArgs, Timed};
+use super::measure::{dir_name, time_all, RawLog, ReportArgs, Timed};
 use super::plot::{write_svg, Panel, Series, SIZE_LABEL};
 use super::table::{parse_size, size as hsize, Table};
 use super::CmdResult;
@@ -21,8 +21,8 @@ pub struct Args {
     /// Largest size
     #[arg(long, default_value = "16M", value_parser = parse_size)]
     pub max_size: usize,
-    /// Time budget per measured point, in milliseconds
-    #[arg(long, default_value_t = 150)]
+    /// Time spent on each path at each size, in milliseconds (at most 201 samples, at least 9)
+    #[arg(long, default_value_t = 1000)]
     pub budget_ms: u64,
     #[command(flatten)]
     pub report: ReportArgs,
@@ -66,18 +66,24 @@ pub fn copier(
     recalibrate: bool,
     quiet: bool,
 ) -> Result<AutoCopier, gdr::bar::BarError> {
-    if recalibrate {
+    let start = std::time::Instant::now();
+    let (copier, measured) = if recalibrate {
         if !quiet {
-            eprintln!("calibrating the auto copier...");
+            eprintln!("calibrating the auto copier (about ten seconds)...");
         }
-        return AutoCopier::recalibrate(be);
+        (AutoCopier::recalibrate(be)?, true)
+    } else {
+        if !quiet {
+            eprintln!(
+                "loading or measuring the auto copier's crossovers (first run: about ten seconds)..."
+            );
+        }
+        AutoCopier::new(be)?
+    };
+    if measured && !quiet {
+        eprintln!("calibrated in {:.0} s", start.elapsed().as_secs_f64());
     }
-    if !quiet {
-        eprintln!(
-            "loading or measuring the auto copier's crossovers (first run: a few seconds)..."
-        );
-    }
-    Ok(AutoCopier::new(be)?.0)
+    Ok(copier)
 }
 
 pub fn measure(
@@ -86,6 +92,7 @@ pub fn measure(
     sizes: &[usize],
     budget: Duration,
     progress: bool,
+    raw: Option<&RawLog>,
 ) -> Result<Vec<Row>, Box<dyn std::error::Error + Send + Sync>> {
     let max = *sizes.iter().max().unwrap_or(&1);
     let buf = be.alloc(max, 4096)?;
@@ -98,7 +105,8 @@ pub fn measure(
             if progress {
                 eprint!("\r{} {:>6}   ", dir_name(dir), hsize(size));
             }
-            // Order: mapping, plain cuMemcpy, auto, then the other candidates for "best".
+            // Results come back in this order (the timer shuffles the order of each round):
+            // mapping, plain cuMemcpy, auto, then the other candidates for "best".
             let mut what = vec![
                 Timed::Path(Path::Mapping { threads: 1 }),
                 Timed::PlainCuMemcpy,
@@ -118,7 +126,7 @@ pub fn measure(
                     .filter(|p| p.is_distinct_at(size))
                     .map(Timed::Path),
             );
-            let s = time_all(&what, dir, &buf, size, auto, budget)?;
+            let s = time_all(&what, dir, &buf, size, auto, budget, raw)?;
             let (map, plain, a) = (s[0], s[1], s[2]);
             let (best_i, best) = what
                 .iter()
@@ -208,13 +216,18 @@ pub fn run(args: Args) -> CmdResult {
     }
     let be = gpu::open(args.gpu)?;
     let auto = copier(&be, args.report.recalibrate, args.report.json)?;
+    let raw = RawLog::create(args.report.raw_samples.as_deref())?;
     let rows = measure(
         &be,
         &auto,
         &sizes(args.min_size, args.max_size),
         Duration::from_millis(args.budget_ms),
         !args.report.json,
+        raw.as_ref(),
     )?;
+    if let Some(raw) = raw {
+        raw.finish()?;
+    }
     if args.report.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {

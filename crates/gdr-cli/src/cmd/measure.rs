@@ -4,7 +4,7 @@ use gdr::bar::auto::{read_on, write_on, AutoCopier, Direction, Path};
 use gdr::bar::{BarError, MappedBuffer};
 use gdr::cuda;
 use gdr::mem::MappedMemory;
-use gdr_bench::stats::{time_interleaved_us, Op, Summary};
+use gdr_bench::stats::{Op, Summary};
 use rand::RngCore;
 use std::time::Duration;
 
@@ -20,6 +20,43 @@ pub struct ReportArgs {
     /// Write a plot of the results against size (SVG) to this file
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<String>,
+    /// Also write every timed sample to this file (one JSON object per line and size: the
+    /// direction, the size, and each compared path's per-call microseconds in time order)
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub raw_samples: Option<String>,
+}
+
+/// Where `--raw-samples` goes.
+pub struct RawLog(std::cell::RefCell<std::io::BufWriter<std::fs::File>>);
+
+impl RawLog {
+    /// Creates (truncates) `path`, when one was given.
+    pub fn create(path: Option<&str>) -> std::io::Result<Option<RawLog>> {
+        path.map(|p| {
+            std::fs::File::create(p)
+                .map(|f| RawLog(std::cell::RefCell::new(std::io::BufWriter::new(f))))
+        })
+        .transpose()
+    }
+
+    fn write(&self, dir: Direction, size: usize, what: &[Timed], samples: &[Vec<f64>]) {
+        use std::io::Write;
+        let paths: Vec<serde_json::Value> = what
+            .iter()
+            .zip(samples)
+            .map(|(w, s)| serde_json::json!({ "timed": w.name(), "us": s }))
+            .collect();
+        let line = serde_json::json!({ "direction": dir_name(dir), "size": size, "paths": paths });
+        // A failed write of the diagnostic log must not fail the measurement; it shows as a
+        // short file, and the flush at the end reports it.
+        let _ = writeln!(self.0.borrow_mut(), "{line}");
+    }
+
+    /// Flushes the file.
+    pub fn finish(self) -> std::io::Result<()> {
+        use std::io::Write;
+        self.0.into_inner().flush()
+    }
 }
 
 /// What is timed.
@@ -36,6 +73,18 @@ pub enum Timed {
     BareLoad,
 }
 
+impl Timed {
+    /// The name used in `--raw-samples`.
+    pub fn name(self) -> String {
+        match self {
+            Timed::Path(p) => p.to_string(),
+            Timed::PlainCuMemcpy => "cuMemcpy".into(),
+            Timed::Auto => "auto".into(),
+            Timed::BareLoad => "bare load".into(),
+        }
+    }
+}
+
 /// Times each of `what` copying `size` bytes in `dir`, interleaved round by round so that
 /// drift on the machine affects every path alike. All share one host buffer of fresh random
 /// data.
@@ -46,6 +95,7 @@ pub fn time_all(
     size: usize,
     auto: &AutoCopier,
     budget: Duration,
+    raw: Option<&RawLog>,
 ) -> Result<Vec<Summary>, BarError> {
     // One host buffer for every path: they run one at a time, and pageable copies depend on
     // the buffer (alignment, pages), which must not differ between the paths compared.
@@ -74,12 +124,16 @@ pub fn time_all(
             })
         })
         .collect();
-    time_interleaved_us(
+    let mut samples = gdr::timing::time_interleaved(
         &mut ops,
         201,
         Duration::from_micros(20),
         budget * what.len() as u32,
-    )
+    )?;
+    if let Some(log) = raw {
+        log.write(dir, size, what, &samples);
+    }
+    Ok(samples.iter_mut().map(|v| Summary::of(v)).collect())
 }
 
 pub fn dir_name(d: Direction) -> &'static str {
