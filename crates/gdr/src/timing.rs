@@ -86,10 +86,10 @@ pub fn time_interleaved<E>(
     let mut per_call = Vec::with_capacity(ops.len());
     for op in ops.iter_mut() {
         // Warm up first: a cold first call (worker threads parked by the operation before) can
-        // take longer than `min_batch` alone, and would leave this operation timed one call
-        // at a time while its neighbours are timed in batches. On the H100 host that made the
-        // auto copier's 2-thread 32 KiB write 5-8% slower than the same write timed later in
-        // the list.
+        // take longer than `min_batch` alone and leave this operation with shorter batches than
+        // its neighbours. Without this, the auto copier's 2- and 4-thread 32-64 KiB writes,
+        // third in copylat's list, timed 5-8% slower on the H100 host than the same writes
+        // later in the list; with it, within 1%.
         let w = Instant::now();
         while w.elapsed() < WARM_UP {
             op()?;

@@ -26,15 +26,21 @@ pub struct ReportArgs {
     pub raw_samples: Option<String>,
 }
 
-/// Where `--raw-samples` goes.
-pub struct RawLog(std::cell::RefCell<std::io::BufWriter<std::fs::File>>);
+/// Where `--raw-samples` goes. A write that fails does not stop the measurement; the first
+/// error is kept and [`RawLog::finish`] returns it.
+pub struct RawLog {
+    out: std::cell::RefCell<std::io::BufWriter<std::fs::File>>,
+    error: std::cell::RefCell<Option<std::io::Error>>,
+}
 
 impl RawLog {
     /// Creates (truncates) `path`, when one was given.
     pub fn create(path: Option<&str>) -> std::io::Result<Option<RawLog>> {
         path.map(|p| {
-            std::fs::File::create(p)
-                .map(|f| RawLog(std::cell::RefCell::new(std::io::BufWriter::new(f))))
+            std::fs::File::create(p).map(|f| RawLog {
+                out: std::cell::RefCell::new(std::io::BufWriter::new(f)),
+                error: std::cell::RefCell::new(None),
+            })
         })
         .transpose()
     }
@@ -47,15 +53,18 @@ impl RawLog {
             .map(|(w, s)| serde_json::json!({ "timed": w.name(), "us": s }))
             .collect();
         let line = serde_json::json!({ "direction": dir_name(dir), "size": size, "paths": paths });
-        // A failed write of the diagnostic log must not fail the measurement; it shows as a
-        // short file, and the flush at the end reports it.
-        let _ = writeln!(self.0.borrow_mut(), "{line}");
+        if let Err(e) = writeln!(self.out.borrow_mut(), "{line}") {
+            self.error.borrow_mut().get_or_insert(e);
+        }
     }
 
-    /// Flushes the file.
+    /// Flushes the file; the first write error, if any.
     pub fn finish(self) -> std::io::Result<()> {
         use std::io::Write;
-        self.0.into_inner().flush()
+        if let Some(e) = self.error.into_inner() {
+            return Err(e);
+        }
+        self.out.into_inner().flush()
     }
 }
 
