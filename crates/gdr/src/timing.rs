@@ -1,8 +1,8 @@
 //! Interleaved timing of operations, and the sample quantile: the one measurement primitive the
 //! library itself needs (the auto copier times its paths against each other when it calibrates).
 //!
-//! The statistics and timing helpers of the benchmarks (`Summary`, `time_interleaved_us`,
-//! histograms) live in the `gdr-bench` crate, built on these two functions.
+//! The statistics and timing helpers of the benchmarks (`Summary`, `time_per_call_us`,
+//! histograms) live in the `gdr-bench` crate, built on these functions.
 
 use std::time::{Duration, Instant};
 

@@ -1,8 +1,8 @@
 //! The statistics of the benchmarks and the server: order statistics of a sample set
-//! ([`Summary`]), batch and interleaved timing, and a latency histogram for every request of a
+//! ([`Summary`]), batch timing, and a latency histogram for every request of a
 //! server or load run ([`Histogram`], [`LatencySummary`]).
 //!
-//! The sample quantile and the interleaved timer themselves are [`gdr::timing`]'s (the auto
+//! The sample quantile and the interleaved timer are [`gdr::timing`]'s (the auto
 //! copier's calibration needs them inside the library); this module builds on them.
 
 mod hist;
@@ -78,19 +78,6 @@ pub fn time_per_call_us<E>(
         out.push(t.elapsed().as_secs_f64() * 1e6 / batch as f64);
     }
     Ok(Summary::of(&mut out))
-}
-
-/// Times several operations interleaved ([`gdr::timing::time_interleaved`]: every round runs
-/// each operation once as a batch, each batch warmed up first) and summarises each one's
-/// per-call microseconds, in order.
-pub fn time_interleaved_us<E>(
-    ops: &mut [Op<'_, E>],
-    samples: usize,
-    min_batch: Duration,
-    budget: Duration,
-) -> Result<Vec<Summary>, E> {
-    let mut out = gdr::timing::time_interleaved(ops, samples, min_batch, budget)?;
-    Ok(out.iter_mut().map(|v| Summary::of(v)).collect())
 }
 
 #[cfg(test)]
