@@ -300,7 +300,30 @@ __device__ __noinline__ void gdr_serve_mq_loop(const gdr_mq_queue_desc *desc, gd
     gdr_serve_worker_init(w, desc, warp);
     gdr_u32 err = 0, arg = 0;
     gdr_mq_batch b;
+#if GDR_SERVE_RX_WORDS
+    // A light app's lone requests in a one-warp block (the latency case) take mq's
+    // lone-message loop (gdr_mq_lone_words): the request from the poll's registers into
+    // lone_req, the app inlined on the warp, the response out of lone_resp, no batch state.
+    // Batches and longer requests come back here, to the receive below.
+    const bool lone_loop = SOLO && GDR_SERVE_SOLO_INLINE && sh->cap <= GDR_SERVE_LONE_RESP_BYTES &&
+                           gdr_mq_lone_words_ok(w);
+#endif
     for (;;) {
+#if GDR_SERVE_RX_WORDS
+        if (lone_loop) {
+            const gdr_u32 r = gdr_mq_lone_words(
+                w, (uint2 *)sh->lone_req, (uint2 *)sh->lone_resp, sh->cap, 3, idle_ns,
+                [&](const unsigned char *req, gdr_u32 len, unsigned char *resp) {
+                    return gdr_serve_app_on(w.lane, 32u, 1u, gdr_serve_wsmem, gdr_serve_wconsts,
+                                            gdr_serve_resident_at(), req, len, resp, sh->cap);
+                });
+            if (r != GDR_MQ_LONE_GENERAL) {
+                if (w.lane == 0) sh->reason = r;
+                __syncwarp();
+                break;
+            }
+        }
+#endif
         const gdr_u32 reason = gdr_serve_recv(w, b, idle_ns, &err, &arg);
         if (w.lane == 0) {
             sh->reason = reason;

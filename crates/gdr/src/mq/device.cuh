@@ -345,6 +345,21 @@ __device__ void gdr_mq_worker_exit(gdr_mq_worker &w, gdr_u32 state, gdr_u32 err,
     __syncwarp();
 }
 
+// The idle watchdog, called every so many empty polls: true once no request has come for
+// idle_ns (the time runs from the first check after the last batch). Past 200 us idle the
+// warp sleeps 1 us a check, to leave the SM's issue slots to others.
+__device__ __forceinline__ bool gdr_mq_idle_expired(gdr_mq_worker &w, gdr_u64 idle_ns) {
+    const gdr_u64 now = gdr_globaltimer_ns();
+    if (w.active) {
+        w.active = 0;
+        w.last_activity = now;
+    }
+    const gdr_u64 idle = now - w.last_activity;
+    if (idle > idle_ns) return true;
+    if (idle > 200000ull) __nanosleep(1000);
+    return false;
+}
+
 // ---- RX in the word format (GDR_MQ_FLAG_RX_WORDS, single-warp queues) ----------------------
 // A slot is 16-byte units of two 8-byte words (data u32, seq u32): unit 0 = (len, seq, tag lo,
 // seq), unit 1 = (tag hi, seq, 0, seq), unit 2 + k = payload bytes 8k..8k+7. The host writes
@@ -418,6 +433,14 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_words(gdr_mq_worker &w, gdr_mq_ba
     const gdr_u32 seq = idx + 1u;
     const uint4 *slot = (const uint4 *)gdr_mq_rx_slot(w, idx);
     const bool looks = w.lane != 0u && w.lane < look_lanes;
+    // Lane 31 also reads the header units of slot next + 1 in every poll, so a poll that finds
+    // slot `next` knows in the same round trip whether it came alone. Only then (a batch) do
+    // lanes j >= 1 read the header units of slot next + j, one more round trip. Every poll
+    // used to read all 31 of them (62 loads on as many lines): a poll took ~820 cycles on the
+    // H100 (~730 with this), against ~320 for one L2 round trip, and a request waits half a
+    // poll on average before it is seen.
+    const bool peek = w.lane == 31u && look_lanes > 1u;
+    const uint4 *slot1 = (const uint4 *)gdr_mq_rx_slot(w, w.next + 1u);
     uint4 u[GDR_MQ_LONE_ROUNDS], h0 = make_uint4(0, 0, 0, 0), h1 = h0;
 #pragma unroll
     for (int r = 0; r < GDR_MQ_LONE_ROUNDS; r++) u[r] = h0;
@@ -429,9 +452,9 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_words(gdr_mq_worker &w, gdr_mq_ba
 #pragma unroll
         for (gdr_u32 r = 0; r < GDR_MQ_LONE_ROUNDS; r++)
             if (32u * r + w.lane < poll_units) u[r] = gdr_ld_volatile_v4(slot0 + 32u * r + w.lane);
-        if (looks) {
-            h0 = gdr_ld_volatile_v4(slot);
-            h1 = gdr_ld_volatile_v4(slot + 1);
+        if (peek) {
+            h0 = gdr_ld_volatile_v4(slot1);
+            h1 = gdr_ld_volatile_v4(slot1 + 1);
         }
         // Lane 0's length (meaningful once its unit is current, which the first round's
         // `want` includes). A length above max_msg is reported below; only the header is
@@ -439,7 +462,7 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_words(gdr_mq_worker &w, gdr_mq_ba
         len0 = __shfl_sync(full, u[0].x, 0);
         const gdr_u32 need = len0 > w.q.max_msg ? 2u : 2u + (len0 + 7u) / 8u;
         const gdr_u32 have = need < poll_units ? need : poll_units;
-        bool whole = true;  // every unit of slot `next` below `have` carries seq0
+        bool whole = true;  // every unit of slot `next` below `have` carries seq0 (uniform)
 #pragma unroll
         for (gdr_u32 r = 0; r < GDR_MQ_LONE_ROUNDS; r++) {
             if (32u * r < have) {  // uniform
@@ -448,22 +471,23 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_words(gdr_mq_worker &w, gdr_mq_ba
                 whole = whole && (ok & want) == want;
             }
         }
-        const bool here = w.lane == 0u ? whole
-                                       : looks && gdr_mq_unit_ok(h0, seq) && gdr_mq_unit_ok(h1, seq);
-        const gdr_u32 present = __ballot_sync(full, here);
         if (check_stop && __shfl_sync(full, stop, 0)) return GDR_MQ_STATE_STOPPED;
-        n = present == full ? 32u : __ffs(~present) - 1u;  // the run from lane 0
-        if (n != 0) break;
+        if (whole) break;
         if ((++spins & 127u) == 0) {
-            const gdr_u64 now = gdr_globaltimer_ns();
-            if (w.active) {
-                w.active = 0;
-                w.last_activity = now;
-            }
-            const gdr_u64 idle = now - w.last_activity;
-            if (idle > idle_ns) return GDR_MQ_STATE_IDLE_TIMEOUT;
-            if (idle > 200000ull) __nanosleep(1000);
+            if (gdr_mq_idle_expired(w, idle_ns)) return GDR_MQ_STATE_IDLE_TIMEOUT;
         }
+    }
+    // Slot `next` is here. The batch is the run of present slots from it: one slot unless lane
+    // 31 saw slot next + 1 in the same poll.
+    n = 1u;
+    if (__ballot_sync(full, peek && gdr_mq_unit_ok(h0, seq0 + 1u) && gdr_mq_unit_ok(h1, seq0 + 1u))) {
+        if (looks) {
+            h0 = gdr_ld_volatile_v4(slot);
+            h1 = gdr_ld_volatile_v4(slot + 1);
+        }
+        const bool here = w.lane == 0u || (looks && gdr_mq_unit_ok(h0, seq) && gdr_mq_unit_ok(h1, seq));
+        const gdr_u32 present = __ballot_sync(full, here);
+        n = present == full ? 32u : __ffs(~present) - 1u;
     }
     gdr_mq_prof(w, -1);
     b.first = w.next;
@@ -563,6 +587,119 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_words(gdr_mq_worker &w, gdr_mq_ba
     return 0;
 }
 
+// ---- The lone-message loop (word-format RX in GPU memory, one worker warp) ------------------
+// The latency case: one request at a time. gdr_mq_recv + handler + gdr_mq_send serve batches
+// of up to 32 messages in any placement, and a lone message paid for that generality: one
+// warp runs its dependent instructions at ~5 cycles each on the H100, and a lone 64-byte echo
+// took ~1200 cycles from the request seen to the response stores issued, and a poll ~820
+// cycles against ~320 for one L2 round trip (clock marks in a copy of the worker fed by a GPU
+// producer). Here the worker's profiled stages for that echo are ~250 ns against ~520, and
+// the round trip from the host is 0.3-0.6 us shorter (docs/mq.md). This loop does only what a
+// lone message needs:
+//   - one load instruction a poll: lane j < 30 reads unit j of slot `next`, lanes 30 and 31
+//     the two header units of slot next + 1 (when that one is here too, a batch follows and
+//     the general path takes over);
+//   - the request's payload words stored to `req` straight from the poll's registers;
+//   - the response's header units made from the request's own (the TX header is the RX
+//     header with the response length in it: seq, tag and the zero word are the same), and
+//     lane j makes store j of the TX slot.
+// A request over 224 bytes (more than 30 units) or over max_msg, and a batch, go back to the
+// general path (GDR_MQ_LONE_GENERAL), which finds the same slots at once.
+#define GDR_MQ_LONE_UNITS 30u
+#define GDR_MQ_LONE_GENERAL 0xffffffffu
+
+// Whether a queue's worker may run gdr_mq_lone_words: uniform.
+__device__ __forceinline__ bool gdr_mq_lone_words_ok(const gdr_mq_worker &w) {
+    return (w.q.flags & GDR_MQ_FLAG_RX_WORDS) && !(w.q.flags & GDR_MQ_FLAG_RX_IN_HOST) &&
+           w.q.workers == 1u;
+}
+
+// Warp-collective. Serves lone messages until a batch or a request for the general path
+// shows up (GDR_MQ_LONE_GENERAL) or the worker must leave (a GDR_MQ_STATE_* reason).
+// `req` (224 bytes at least) and `resp` (resp_cap bytes) are buffers every lane can read and
+// write, shared memory best. `app(req, len, resp)` is called by every lane of the warp and
+// returns the response length in lane 0 (a length above max_msg is reported to the host as
+// too long; bytes past resp_cap are sent as zeros). Its time is profile stage `app_stage`.
+template <class App>
+__device__ __forceinline__ gdr_u32 gdr_mq_lone_words(gdr_mq_worker &w, uint2 *req, uint2 *resp,
+                                                     gdr_u32 resp_cap, int app_stage,
+                                                     gdr_u64 idle_ns, App app) {
+    const gdr_u32 full = 0xffffffffu;
+    const gdr_u32 units = w.q.stride / 16u;
+    const bool peek = w.lane >= GDR_MQ_LONE_UNITS;
+    const bool loads = w.lane < units || peek;
+    gdr_mq_doorbell *db = gdr_mq_db(w);
+    gdr_u32 spins = 0;
+    for (;;) {
+        // This lane's unit: unit `lane` of slot next, or unit lane - 30 of slot next + 1.
+        const gdr_u32 seq = w.next + 1u + (peek ? 1u : 0u);
+        const uint4 *p = (const uint4 *)gdr_mq_rx_slot(w, seq - 1u) +
+                         (peek ? w.lane - GDR_MQ_LONE_UNITS : w.lane);
+        uint4 v = make_uint4(0, 0, 0, 0);
+        gdr_u32 len, need;
+        for (;;) {
+            if (loads) v = gdr_ld_volatile_v4(p);
+            const gdr_u32 m = __ballot_sync(full, v.y == seq && v.w == seq);
+            if (m & 1u) {
+                len = __shfl_sync(full, v.x, 0);
+                need = 2u + (len + 7u) / 8u;
+                if (len > w.q.max_msg || need > GDR_MQ_LONE_UNITS) return GDR_MQ_LONE_GENERAL;
+                const gdr_u32 want = (1u << need) - 1u;
+                if ((m & want) == want) {
+                    if ((m >> GDR_MQ_LONE_UNITS) == 3u) return GDR_MQ_LONE_GENERAL;  // a batch
+                    break;
+                }
+                // Part of the request is still on its way: poll again.
+            }
+            if ((++spins & 31u) == 0) {  // uniform
+                gdr_u32 stop = 0;
+                if (w.lane == 0) stop = gdr_ld_volatile_u32(&db->stop);
+                if (__shfl_sync(full, stop, 0)) return GDR_MQ_STATE_STOPPED;
+                if ((spins & 127u) == 0) {
+                    if (gdr_mq_idle_expired(w, idle_ns)) return GDR_MQ_STATE_IDLE_TIMEOUT;
+                }
+            }
+        }
+        gdr_mq_prof(w, -1);
+        if (w.lane >= 2u && w.lane < need) req[w.lane - 2u] = make_uint2(v.x, v.z);
+        __syncwarp();  // the request is in `req` before the app reads it
+        gdr_mq_prof(w, 0);
+        gdr_u32 resp_len = app((const unsigned char *)req, len, (unsigned char *)resp);
+        __syncwarp();  // the response is in `resp` before the other lanes read it
+        gdr_mq_prof(w, app_stage);
+        resp_len = __shfl_sync(full, resp_len, 0);
+        const gdr_u32 copy = resp_len < w.q.max_msg ? resp_len : w.q.max_msg;
+        const gdr_u32 stores = 2u + (copy + 7u) / 8u;
+        uint4 *tx = (uint4 *)gdr_mq_tx_slot(w, w.next);
+        // Store j: header units 0 and 1, (len, seq, tag low, seq) and (tag high, seq, 0, seq),
+        // then 8 response bytes a unit, as gdr_mq_send writes them. Lanes 0 and 1 select
+        // their header words rather than branch: a branch on the lane splits the warp.
+        for (gdr_u32 j = w.lane; j < stores; j += 32u) {
+            const gdr_u32 k = j - 2u;
+            const uint2 d = j >= 2u && 8u * k < resp_cap ? resp[k] : make_uint2(0u, 0u);
+            uint4 o = make_uint4(d.x, w.next + 1u, d.y, w.next + 1u);
+            if (j == 0u) {
+                o.x = resp_len;
+                o.z = v.z;
+            }
+            if (j == 1u) o.x = v.x;
+            gdr_st_volatile_v4(tx + j, o);
+        }
+        gdr_mq_prof(w, 2);
+        if (w.lane == 0) {
+            gdr_mq_status *st = gdr_mq_st(w);
+            gdr_st_volatile_u64(&st->messages, ++w.messages);
+            gdr_st_volatile_u64(&st->batches, ++w.batches);
+            gdr_st_volatile_u32(&st->rx_cons, w.next + 1u);
+            if (w.q.flags & GDR_MQ_FLAG_PROFILE)
+                for (int k = 0; k < 4; k++) gdr_st_volatile_u64(&st->profile[k], w.prof[k]);
+        }
+        w.next += 1u;
+        w.active = 1;
+        __syncwarp();
+    }
+}
+
 // gdr_mq_recv for header-format RX (the doorbell, then the slots). `on_lone(slot)` is called
 // by the whole warp when the doorbell has shown one message that goes to the warp's lone-request
 // buffer (w.lone_req), as soon as this lane's acquire covers its slot and before the slot is
@@ -624,14 +761,7 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_header_hook(gdr_mq_worker &w, gdr
         }
         // Nothing to do (or, with several warps, our claim view is behind: retry).
         if ((++spins & 127u) == 0) {
-            const gdr_u64 now = gdr_globaltimer_ns();
-            if (w.active) {
-                w.active = 0;
-                w.last_activity = now;
-            }
-            const gdr_u64 idle = now - w.last_activity;
-            if (idle > idle_ns) return GDR_MQ_STATE_IDLE_TIMEOUT;
-            if (idle > 200000ull) __nanosleep(1000);
+            if (gdr_mq_idle_expired(w, idle_ns)) return GDR_MQ_STATE_IDLE_TIMEOUT;
         }
     }
     gdr_mq_prof(w, -1);
@@ -684,7 +814,7 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_header_hook(gdr_mq_worker &w, gdr
                     b.tag = ((gdr_u64)tag_hi << 32) | tag_lo;
                     b.req = w.lone_req;
                 }
-            }
+                }
         }
         __syncwarp();  // the request is in lone_req before the handler reads it
     } else if (w.lane < n) {

@@ -52,7 +52,24 @@ extern "C" __global__ void gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32
         w.lone_cap = GDR_MQ_LOCAL_RESP_BYTES;
     }
     gdr_u32 err = 0, arg = 0, reason;
+    // Lone messages of the word format take gdr_mq_lone_words (device.cuh) until a batch
+    // or a request it leaves to the general path below shows up.
+    // A program built for the header format only carries no lone loop.
+#if defined(GDR_MQ_RX_FORMAT_ONLY) && !GDR_MQ_RX_FORMAT_ONLY
+    const bool lone_loop = false;
+#else
+    const bool lone_loop = has_shared && w.q.max_msg <= GDR_MQ_LOCAL_RESP_BYTES &&
+                           gdr_mq_lone_words_ok(w);
+#endif
     for (;;) {
+        if (lone_loop) {
+            reason = gdr_mq_lone_words(
+                w, (uint2 *)my_lone_req, (uint2 *)my_lone_resp, w.q.max_msg, 1, idle_ns,
+                [&](const unsigned char *req, gdr_u32 len, unsigned char *resp) {
+                    return w.lane == 0 ? handle(req, len, resp, w.q.max_msg) : 0u;
+                });
+            if (reason != GDR_MQ_LONE_GENERAL) break;
+        }
         gdr_mq_batch b;
         reason = gdr_mq_recv(w, b, idle_ns, &err, &arg);
         if (reason) break;
