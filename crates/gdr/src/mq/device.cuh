@@ -345,6 +345,18 @@ __device__ void gdr_mq_worker_exit(gdr_mq_worker &w, gdr_u32 state, gdr_u32 err,
     __syncwarp();
 }
 
+// Lane 0, after a batch is answered: the queue's totals, its consumer index (`end`, the
+// index after the batch; lazily, in index order) and, when profiling, the stage cycles.
+__device__ __forceinline__ void gdr_mq_status_after_batch(const gdr_mq_worker &w, gdr_u64 messages,
+                                                          gdr_u64 batches, gdr_u32 end) {
+    gdr_mq_status *st = gdr_mq_st(w);
+    gdr_st_volatile_u64(&st->messages, messages);
+    gdr_st_volatile_u64(&st->batches, batches);
+    gdr_st_volatile_u32(&st->rx_cons, end);
+    if (w.q.flags & GDR_MQ_FLAG_PROFILE)
+        for (int k = 0; k < 4; k++) gdr_st_volatile_u64(&st->profile[k], w.prof[k]);
+}
+
 // The idle watchdog, called every so many empty polls: true once no request has come for
 // idle_ns (the time runs from the first check after the last batch). Past 200 us idle the
 // warp sleeps 1 us a check, to leave the SM's issue slots to others.
@@ -616,8 +628,8 @@ __device__ __forceinline__ bool gdr_mq_lone_words_ok(const gdr_mq_worker &w) {
 
 // Warp-collective. Serves lone messages until a batch or a request for the general path
 // shows up (GDR_MQ_LONE_GENERAL) or the worker must leave (a GDR_MQ_STATE_* reason).
-// `req` (224 bytes at least) and `resp` (resp_cap bytes) are buffers every lane can read and
-// write, shared memory best. `app(req, len, resp)` is called by every lane of the warp and
+// `req` (224 bytes at least) and `resp` (resp_cap bytes, rounded up to 8) are buffers every
+// lane can read and write, shared memory best. `app(req, len, resp)` is called by every lane of the warp and
 // returns the response length in lane 0 (a length above max_msg is reported to the host as
 // too long; bytes past resp_cap are sent as zeros). Its time is profile stage `app_stage`.
 template <class App>
@@ -686,14 +698,7 @@ __device__ __forceinline__ gdr_u32 gdr_mq_lone_words(gdr_mq_worker &w, uint2 *re
             gdr_st_volatile_v4(tx + j, o);
         }
         gdr_mq_prof(w, 2);
-        if (w.lane == 0) {
-            gdr_mq_status *st = gdr_mq_st(w);
-            gdr_st_volatile_u64(&st->messages, ++w.messages);
-            gdr_st_volatile_u64(&st->batches, ++w.batches);
-            gdr_st_volatile_u32(&st->rx_cons, w.next + 1u);
-            if (w.q.flags & GDR_MQ_FLAG_PROFILE)
-                for (int k = 0; k < 4; k++) gdr_st_volatile_u64(&st->profile[k], w.prof[k]);
-        }
+        if (w.lane == 0) gdr_mq_status_after_batch(w, ++w.messages, ++w.batches, w.next + 1u);
         w.next += 1u;
         w.active = 1;
         __syncwarp();
@@ -814,7 +819,7 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_header_hook(gdr_mq_worker &w, gdr
                     b.tag = ((gdr_u64)tag_hi << 32) | tag_lo;
                     b.req = w.lone_req;
                 }
-                }
+            }
         }
         __syncwarp();  // the request is in lone_req before the handler reads it
     } else if (w.lane < n) {
@@ -1088,11 +1093,7 @@ __device__ void gdr_mq_send(gdr_mq_worker &w, const gdr_mq_batch &b, const unsig
             tot[1] = batches;
             gdr_st_release_gpu_u32(&ws->retired, end);
         }
-        gdr_st_volatile_u64(&st->messages, messages);
-        gdr_st_volatile_u64(&st->batches, batches);
-        gdr_st_volatile_u32(&st->rx_cons, end);
-        if (w.q.flags & GDR_MQ_FLAG_PROFILE)
-            for (int k = 0; k < 4; k++) gdr_st_volatile_u64(&st->profile[k], w.prof[k]);
+        gdr_mq_status_after_batch(w, messages, batches, end);
     }
     __syncwarp();
 }
