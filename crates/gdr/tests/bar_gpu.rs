@@ -124,3 +124,127 @@ fn bad_requests_are_errors() {
     let mut big = vec![0u8; 101];
     assert!(cuda::memcpy_dtoh(&mut big, &buf, 0).is_err());
 }
+
+/// The auto copier with every class contested by the copy engine and the one-thread mapping:
+/// plain, timed and explored calls must all leave exactly the bytes asked for, with the bytes
+/// around them untouched, in both directions.
+#[test]
+fn auto_copier_contests_copy_exactly() {
+    use gdr::bar::auto::{AutoCopier, Calibration, Direction, Path, Point, CLASSES};
+    let Some(be) = backend("auto_copier_contests_copy_exactly") else {
+        return;
+    };
+    let paths = [Path::Mapping { threads: 1 }, Path::CopyEngine];
+    let mut points = Vec::new();
+    for direction in [Direction::ToGpu, Direction::FromGpu] {
+        for k in 0..CLASSES {
+            for path in paths {
+                points.push(Point {
+                    direction,
+                    size: 1 << k,
+                    path,
+                    median_us: 1.0,
+                });
+            }
+        }
+    }
+    let copier = AutoCopier::from_calibration(Calibration {
+        key: "test".into(),
+        to_gpu: vec![paths[0]; CLASSES],
+        from_gpu: vec![paths[0]; CLASSES],
+        points,
+    });
+    const GUARD: usize = 64;
+    for &size in &[1usize, 100, 4096, 8192 + 13, 70_000, 300_000] {
+        assert_eq!(copier.contest(Direction::ToGpu, size).paths().len(), 2);
+        let buf = be.alloc(size + 2 * GUARD, 64).unwrap();
+        // Enough calls for bursts on the other path in each class.
+        for call in 0..600 {
+            let data = random(size);
+            cuda::memset(&buf, 0xA5).unwrap();
+            buf.context().synchronize().unwrap();
+            copier.write(&buf, GUARD, &data).unwrap();
+            let mut gpu = vec![0u8; buf.len()];
+            cuda::memcpy_dtoh(&mut gpu, &buf, 0).unwrap();
+            assert!(
+                gpu[..GUARD]
+                    .iter()
+                    .chain(&gpu[GUARD + size..])
+                    .all(|&b| b == 0xA5),
+                "write of {size} B (call {call}) touched the guard bytes"
+            );
+            assert!(
+                gpu[GUARD..GUARD + size] == data[..],
+                "write of {size} B, call {call}"
+            );
+            let mut back = vec![0x5Au8; size + 2 * GUARD];
+            copier
+                .read(&buf, GUARD, &mut back[GUARD..GUARD + size])
+                .unwrap();
+            assert!(back[..GUARD]
+                .iter()
+                .chain(&back[GUARD + size..])
+                .all(|&b| b == 0x5A));
+            assert!(
+                back[GUARD..GUARD + size] == data[..],
+                "read of {size} B, call {call}"
+            );
+        }
+    }
+}
+
+/// The auto copier follows a contender that is faster in a steady stream: with the copy engine
+/// rated as slow as the one-thread mapping, a stream of 64 KiB reads moves to the copy engine
+/// (4-5x faster than reading 64 KiB through a BAR on one thread), and the bytes are right.
+#[test]
+fn auto_copier_moves_to_a_faster_contender() {
+    use gdr::bar::auto::{read_on, AutoCopier, Calibration, Direction, Path, Point, CLASSES};
+    use std::time::{Duration, Instant};
+    let Some(be) = backend("auto_copier_moves_to_a_faster_contender") else {
+        return;
+    };
+    let size = 64 << 10;
+    let buf = be.alloc(size, 4096).unwrap();
+    let x1 = Path::Mapping { threads: 1 };
+    let data = random(size);
+    cuda::memcpy_htod(&buf, 0, &data).unwrap();
+    buf.context().synchronize().unwrap();
+    let mut back = vec![0u8; size];
+    // One thread's time for this size, measured here.
+    let t = Instant::now();
+    for _ in 0..50 {
+        read_on(x1, &buf, 0, &mut back).unwrap();
+    }
+    let x1_us = t.elapsed().as_secs_f64() * 1e6 / 50.0;
+    let points = [x1, Path::CopyEngine]
+        .into_iter()
+        .map(|path| Point {
+            direction: Direction::FromGpu,
+            size,
+            path,
+            median_us: x1_us,
+        })
+        .collect();
+    let copier = AutoCopier::from_calibration(Calibration {
+        key: "test".into(),
+        to_gpu: vec![x1; CLASSES],
+        from_gpu: vec![x1; CLASSES],
+        points,
+    });
+    assert_eq!(copier.contest(Direction::FromGpu, size).paths().len(), 2);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(300) {
+        back.fill(0);
+        copier.read(&buf, 0, &mut back).unwrap();
+        assert!(back == data, "a read of the stream differs");
+    }
+    let c = copier.contest(Direction::FromGpu, size);
+    let estimates: Vec<String> = (0..c.paths().len())
+        .map(|i| format!("{} {:.2} us", c.path(i), c.estimate_us(i)))
+        .collect();
+    assert_eq!(
+        c.current(),
+        Path::CopyEngine,
+        "one thread {x1_us:.2} us; estimates {estimates:?}"
+    );
+}

@@ -77,7 +77,7 @@ pub fn run(args: Args) -> CmdResult {
         println!("\nLatency (median, microseconds):");
     }
     let be = gpu::open(args.gpu)?;
-    let auto = copylat::copier(&be, false, args.json)?;
+    let auto = copylat::copier(&be, false, false, args.json)?;
     let rows = copylat::measure(
         &be,
         &auto,

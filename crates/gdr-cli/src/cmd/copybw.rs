@@ -1,7 +1,7 @@
 //! `gdr copybw`: bandwidth through the mapping on 1..N threads, beside the copy engines and
 //! the auto copier.
 
-use super::copylat::copier;
+use super::copylat::copier_for;
 use super::gpu::{self, GpuArg};
 use super::measure::{dir_name, time_all, RawLog, ReportArgs, Timed};
 use super::plot::{write_svg, Panel, Series, SIZE_LABEL};
@@ -40,6 +40,9 @@ struct Row {
     auto_path: String,
     best_gbps: f64,
     auto_vs_best: f64,
+    /// The auto copier's contenders here and their estimates after this row (see copylat).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    auto_contenders: Vec<super::measure::Contender>,
 }
 
 fn gbps(size: usize, us: f64) -> f64 {
@@ -54,7 +57,7 @@ pub fn run(args: Args) -> CmdResult {
         return Err("--threads needs counts of at least 1".into());
     }
     let be = gpu::open(args.gpu)?;
-    let auto = copier(&be, args.report.recalibrate, args.report.json)?;
+    let auto = copier_for(&be, &args.report)?;
     let max = *args.sizes.iter().max().expect("checked non-empty");
     let buf = be.alloc(max, 4096)?;
     let budget = Duration::from_millis(args.budget_ms);
@@ -98,6 +101,7 @@ pub fn run(args: Args) -> CmdResult {
                 auto_path: auto.path_for(dir, size).to_string(),
                 best_gbps: best,
                 auto_vs_best: a / best,
+                auto_contenders: super::measure::contenders(&auto, dir, size),
             });
         }
     }

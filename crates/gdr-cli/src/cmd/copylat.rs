@@ -49,6 +49,10 @@ pub struct Row {
     /// timed in the same interleaved rounds (the floor the mapping's read is held against).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bare_load_median_us: Option<f64>,
+    /// Where other paths contend with calibration's choice: each one's running estimate in
+    /// the auto copier after this row (`auto_path` is the one it was on at the end).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub auto_contenders: Vec<super::measure::Contender>,
 }
 
 pub fn sizes(min: usize, max: usize) -> Vec<usize> {
@@ -61,9 +65,18 @@ pub fn sizes(min: usize, max: usize) -> Vec<usize> {
     v
 }
 
+/// The auto copier as copylat's and copybw's flags ask for it.
+pub fn copier_for(
+    be: &gdr::bar::VulkanBackend,
+    report: &ReportArgs,
+) -> Result<AutoCopier, gdr::bar::BarError> {
+    copier(be, report.recalibrate, report.fixed_auto, report.json)
+}
+
 pub fn copier(
     be: &gdr::bar::VulkanBackend,
     recalibrate: bool,
+    fixed: bool,
     quiet: bool,
 ) -> Result<AutoCopier, gdr::bar::BarError> {
     let start = std::time::Instant::now();
@@ -83,7 +96,11 @@ pub fn copier(
     if measured && !quiet {
         eprintln!("calibrated in {:.0} s", start.elapsed().as_secs_f64());
     }
-    Ok(copier)
+    Ok(if fixed {
+        AutoCopier::fixed(copier.calibration().clone())
+    } else {
+        copier
+    })
 }
 
 pub fn measure(
@@ -157,6 +174,7 @@ pub fn measure(
                     .iter()
                     .position(|w| matches!(w, Timed::BareLoad))
                     .map(|i| s[i].median),
+                auto_contenders: super::measure::contenders(auto, dir, size),
             });
         }
     }
@@ -215,7 +233,7 @@ pub fn run(args: Args) -> CmdResult {
         .into());
     }
     let be = gpu::open(args.gpu)?;
-    let auto = copier(&be, args.report.recalibrate, args.report.json)?;
+    let auto = copier_for(&be, &args.report)?;
     let raw = RawLog::create(args.report.raw_samples.as_deref())?;
     let rows = measure(
         &be,

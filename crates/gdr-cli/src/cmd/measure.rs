@@ -14,6 +14,10 @@ pub struct ReportArgs {
     /// Measure the auto copier's crossovers again instead of using the cached ones
     #[arg(long)]
     pub recalibrate: bool,
+    /// Keep the auto copier on calibration's choice for every size (by default, where another
+    /// path came near it, the copier times both while copying and follows the faster)
+    #[arg(long)]
+    pub fixed_auto: bool,
     /// Print JSON instead of a table
     #[arg(long)]
     pub json: bool,
@@ -143,6 +147,29 @@ pub fn time_all(
         log.write(dir, size, what, &samples);
     }
     Ok(samples.iter_mut().map(|v| Summary::of(v)).collect())
+}
+
+/// One path contending in the auto copier's size class and its running estimate (JSON output).
+#[derive(serde::Serialize)]
+pub struct Contender {
+    pub path: String,
+    /// Per-call microseconds at the class's base size (a power of two).
+    pub estimate_us: f64,
+}
+
+/// The auto copier's contenders for `size` in `dir` with their estimates after the row was
+/// timed; empty where calibration's choice had no near rival.
+pub fn contenders(auto: &AutoCopier, dir: Direction, size: usize) -> Vec<Contender> {
+    let c = auto.contest(dir, size);
+    if c.paths().len() < 2 {
+        return Vec::new();
+    }
+    (0..c.paths().len())
+        .map(|i| Contender {
+            path: c.path(i).to_string(),
+            estimate_us: c.estimate_us(i),
+        })
+        .collect()
 }
 
 pub fn dir_name(d: Direction) -> &'static str {

@@ -6,6 +6,10 @@
 //! holds the path that was fastest when copying `2^k` bytes. Looking a path up costs a
 //! leading-zero count and an index.
 //!
+//! Where calibration found the copy engine and the one-thread mapping near-tied (the read
+//! crossover near 8 KiB), the class keeps measuring both while copying and follows the faster
+//! ([`contest`]); elsewhere, thread counts included, calibration's choice is fixed.
+//!
 //! What a finished copy means is the same on every path: after [`AutoCopier::write`] returns
 //! the bytes are in GPU memory (stores fenced, or the copy engine's copy synchronised); after
 //! [`AutoCopier::read`] returns `dst` holds them.
@@ -16,11 +20,14 @@ use crate::timing;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod contest;
+use contest::{Contest, Turn};
+
 /// Number of size classes: 1 B .. 2^(CLASSES-1) B; larger sizes use the last class.
 pub const CLASSES: usize = 29; // up to 256 MiB
 
 /// A way to move bytes between host memory and a [`MappedBuffer`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Path {
     /// CPU stream stores / stream loads through the BAR mapping, on this many threads.
     Mapping { threads: usize },
@@ -384,6 +391,8 @@ fn cache_file(key: &str) -> Option<PathBuf> {
 /// Chooses a path per direction and size and copies on it.
 pub struct AutoCopier {
     cal: Calibration,
+    to_gpu: Vec<Contest>,
+    from_gpu: Vec<Contest>,
 }
 
 impl AutoCopier {
@@ -396,7 +405,7 @@ impl AutoCopier {
             .and_then(|b| serde_json::from_slice::<Calibration>(&b).ok())
             .filter(|c| c.key == key && c.to_gpu.len() == CLASSES && c.from_gpu.len() == CLASSES)
         {
-            return Ok((AutoCopier { cal }, false));
+            return Ok((AutoCopier::from_calibration(cal), false));
         }
         Ok((AutoCopier::recalibrate(be)?, true))
     }
@@ -408,9 +417,45 @@ impl AutoCopier {
         Ok(copier)
     }
 
-    /// Uses a given calibration (e.g. one just measured).
+    /// Uses a given calibration (e.g. one just measured), following near-tied paths at run
+    /// time ([`contest`]).
+    ///
+    /// # Panics
+    /// When a direction has fewer than [`CLASSES`] decisions.
     pub fn from_calibration(cal: Calibration) -> AutoCopier {
-        AutoCopier { cal }
+        AutoCopier::build(cal, true)
+    }
+
+    /// Uses a given calibration and always copies on the path it chose for a class: no
+    /// timing, no exploration (for reproducing a run, or measuring one path's decisions).
+    ///
+    /// # Panics
+    /// When a direction has fewer than [`CLASSES`] decisions.
+    pub fn fixed(cal: Calibration) -> AutoCopier {
+        AutoCopier::build(cal, false)
+    }
+
+    fn build(cal: Calibration, adaptive: bool) -> AutoCopier {
+        assert!(
+            cal.to_gpu.len() >= CLASSES && cal.from_gpu.len() >= CLASSES,
+            "a calibration holds {CLASSES} classes per direction"
+        );
+        let contests = |dir: Direction, chosen: &[Path]| -> Vec<Contest> {
+            (0..CLASSES)
+                .map(|k| {
+                    if adaptive {
+                        Contest::new(contenders(&cal.points, dir, k, chosen[k]))
+                    } else {
+                        Contest::fixed(chosen[k])
+                    }
+                })
+                .collect()
+        };
+        AutoCopier {
+            to_gpu: contests(Direction::ToGpu, &cal.to_gpu),
+            from_gpu: contests(Direction::FromGpu, &cal.from_gpu),
+            cal,
+        }
     }
 
     /// Writes the calibration to the cache; failures (read-only home) are ignored — the next
@@ -430,30 +475,105 @@ impl AutoCopier {
         &self.cal
     }
 
-    /// The path used for `len` bytes in direction `dir`.
+    /// The path the next copy of `len` bytes in direction `dir` goes to (bar an exploration):
+    /// calibration's choice, or the contender that has been faster since.
     #[inline]
     pub fn path_for(&self, dir: Direction, len: usize) -> Path {
+        self.contest(dir, len).current()
+    }
+
+    /// The contenders of the class of `len` bytes in `dir` (one path where nothing came
+    /// near calibration's choice).
+    pub fn contest(&self, dir: Direction, len: usize) -> &Contest {
         let k = class_of(len);
         match dir {
-            Direction::ToGpu => self.cal.to_gpu[k],
-            Direction::FromGpu => self.cal.from_gpu[k],
+            Direction::ToGpu => &self.to_gpu[k],
+            Direction::FromGpu => &self.from_gpu[k],
+        }
+    }
+
+    /// Runs one copy of `len` bytes in `dir` with `copy`, on the path its class's contest picks.
+    #[inline]
+    fn run(
+        &self,
+        dir: Direction,
+        len: usize,
+        mut copy: impl FnMut(Path) -> Result<(), BarError>,
+    ) -> Result<(), BarError> {
+        let contest = self.contest(dir, len);
+        let class_size = 1usize << class_of(len);
+        match contest.turn() {
+            Turn::Plain(p) => copy(p),
+            turn @ (Turn::Timed(i) | Turn::Explore(i)) => {
+                let explored = matches!(turn, Turn::Explore(_));
+                contest.record(i, contest::now_ns(), len, class_size, explored);
+                copy(contest.path(i))
+            }
         }
     }
 
     /// Copies `src` into `dst` at `offset` on the fastest path for its size.
     pub fn write(&self, dst: &MappedBuffer, offset: usize, src: &[u8]) -> Result<(), BarError> {
-        write_on(self.path_for(Direction::ToGpu, src.len()), dst, offset, src)
+        self.run(Direction::ToGpu, src.len(), |p| {
+            write_on(p, dst, offset, src)
+        })
     }
 
     /// Copies `dst.len()` bytes at `offset` of `src` into `dst` on the fastest path.
     pub fn read(&self, src: &MappedBuffer, offset: usize, dst: &mut [u8]) -> Result<(), BarError> {
-        read_on(
-            self.path_for(Direction::FromGpu, dst.len()),
-            src,
-            offset,
-            dst,
-        )
+        let len = dst.len();
+        self.run(Direction::FromGpu, len, |p| read_on(p, src, offset, dst))
     }
+}
+
+/// Whether `path` can contend at run time: the copy engine and the one-thread mapping. A
+/// multi-thread path's choice stays calibration's: timed at run time beside other work, its
+/// periods did not hold (in copylat on the H100 host the copier rated 2 threads at 32 KiB
+/// 20-30% slower than they ran, and moved to one thread, 10% slower).
+pub fn can_contend(path: Path) -> bool {
+    matches!(path, Path::CopyEngine | Path::Mapping { threads: 1 })
+}
+
+/// The paths that contend in class `k` of `dir`: `chosen` first, then every other path that
+/// calibration rated (lowest of its medians at `2^k`) within [`contest::CONTEND_WITHIN`] of
+/// it, fastest first, each with its rating; only paths that [`can_contend`]. Classes past the
+/// largest measured size take the largest one's paths at ratings scaled by the size. Without
+/// a rating for `chosen` (a calibration made by hand) only `chosen` runs.
+pub fn contenders(points: &[Point], dir: Direction, k: usize, chosen: Path) -> Vec<(Path, f64)> {
+    if !can_contend(chosen) {
+        return vec![(chosen, 0.0)];
+    }
+    let measured = points
+        .iter()
+        .filter(|p| p.direction == dir && p.size <= 1 << k)
+        .map(|p| p.size)
+        .max();
+    let Some(size) = measured else {
+        return vec![(chosen, 0.0)];
+    };
+    let scale = (1usize << k) as f64 / size as f64;
+    let mut rated: Vec<(Path, f64)> = Vec::new();
+    for p in points
+        .iter()
+        .filter(|p| p.direction == dir && p.size == size)
+    {
+        let us = p.median_us * scale;
+        match rated.iter_mut().find(|r| r.0 == p.path) {
+            Some(r) => r.1 = r.1.min(us),
+            None => rated.push((p.path, us)),
+        }
+    }
+    let Some(&(_, base)) = rated.iter().find(|r| r.0 == chosen) else {
+        return vec![(chosen, 0.0)];
+    };
+    let mut others: Vec<(Path, f64)> = rated
+        .into_iter()
+        .filter(|r| r.0 != chosen && can_contend(r.0) && r.1 <= base * contest::CONTEND_WITHIN)
+        .collect();
+    others.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let mut out = vec![(chosen, base)];
+    out.extend(others);
+    out
 }
 
 #[cfg(test)]
@@ -503,6 +623,79 @@ mod tests {
         assert_eq!(choose(&[(x(1), 4.4), (ce, 8.7)], &[10.3, 8.6]), x(1));
         // A lone path.
         assert_eq!(choose(&[(x(1), 0.2)], &[0.2]), x(1));
+    }
+
+    fn point(direction: Direction, size: usize, path: Path, median_us: f64) -> Point {
+        Point {
+            direction,
+            size,
+            path,
+            median_us,
+        }
+    }
+
+    #[test]
+    fn near_tied_paths_contend_and_far_ones_do_not() {
+        let x = |t| Path::Mapping { threads: t };
+        let ce = Path::CopyEngine;
+        let d = Direction::FromGpu;
+        let points = vec![
+            // First pass, then second; each path is rated by its lower median.
+            point(d, 8192, x(1), 9.0),
+            point(d, 8192, ce, 11.0),
+            point(d, 8192, x(1), 8.4),
+            point(d, 8192, ce, 9.2),
+            point(d, 16384, x(1), 17.0),
+            point(d, 16384, ce, 10.0),
+            point(Direction::ToGpu, 8192, ce, 8.5),
+        ];
+        assert_eq!(
+            contenders(&points, d, 13, x(1)),
+            vec![(x(1), 8.4), (ce, 9.2)]
+        );
+        // 17 us is 1.7x the copy engine: no contest.
+        assert_eq!(contenders(&points, d, 14, ce), vec![(ce, 10.0)]);
+        // Past the largest measured size: its paths, ratings scaled by the size.
+        assert_eq!(contenders(&points, d, 16, ce), vec![(ce, 40.0)]);
+        // Calibration's choice comes first even when not rated fastest.
+        assert_eq!(contenders(&points, d, 13, ce), vec![(ce, 9.2), (x(1), 8.4)]);
+        // Multi-thread paths keep calibration's choice: they neither contend nor are contended.
+        let with_threads = [
+            points.clone(),
+            vec![point(d, 8192, x(2), 8.3), point(d, 8192, x(4), 8.0)],
+        ]
+        .concat();
+        assert_eq!(
+            contenders(&with_threads, d, 13, x(1)),
+            vec![(x(1), 8.4), (ce, 9.2)]
+        );
+        assert_eq!(contenders(&with_threads, d, 13, x(4)), vec![(x(4), 0.0)]);
+        // A choice without a rating (made by hand) runs alone.
+        assert_eq!(contenders(&points, d, 13, x(4)), vec![(x(4), 0.0)]);
+        assert_eq!(contenders(&[], d, 13, ce), vec![(ce, 0.0)]);
+    }
+
+    #[test]
+    fn a_fixed_copier_keeps_calibrations_choice() {
+        let x1 = Path::Mapping { threads: 1 };
+        let d = Direction::FromGpu;
+        let cal = Calibration {
+            key: "k".into(),
+            to_gpu: vec![x1; CLASSES],
+            from_gpu: vec![x1; CLASSES],
+            points: vec![
+                point(d, 8192, x1, 8.4),
+                point(d, 8192, Path::CopyEngine, 9.2),
+            ],
+        };
+        let adaptive = AutoCopier::from_calibration(cal.clone());
+        assert_eq!(adaptive.contest(d, 8192).paths().len(), 2);
+        assert_eq!(adaptive.contest(d, 4096).paths().len(), 1);
+        let fixed = AutoCopier::fixed(cal);
+        assert_eq!(fixed.contest(d, 8192).paths(), &[x1]);
+        for _ in 0..1000 {
+            assert_eq!(fixed.contest(d, 8192).turn(), Turn::Plain(x1));
+        }
     }
 
     #[test]
