@@ -14,8 +14,9 @@ pub struct ReportArgs {
     /// Measure the auto copier's crossovers again instead of using the cached ones
     #[arg(long)]
     pub recalibrate: bool,
-    /// Keep the auto copier on calibration's choice for every size (by default, where another
-    /// path came near it, the copier times both while copying and follows the faster)
+    /// Keep the auto copier on calibration's choice for every size (by default, where the copy
+    /// engine and the one-thread mapping came near each other, it times both while copying and
+    /// follows the faster)
     #[arg(long)]
     pub fixed_auto: bool,
     /// Print JSON instead of a table
@@ -160,10 +161,9 @@ pub struct Contender {
 /// The auto copier's contenders for `size` in `dir` with their estimates after the row was
 /// timed; empty where calibration's choice had no near rival.
 pub fn contenders(auto: &AutoCopier, dir: Direction, size: usize) -> Vec<Contender> {
-    let c = auto.contest(dir, size);
-    if c.paths().len() < 2 {
+    let Some(c) = auto.contest(dir, size) else {
         return Vec::new();
-    }
+    };
     (0..c.paths().len())
         .map(|i| Contender {
             path: c.path(i).to_string(),

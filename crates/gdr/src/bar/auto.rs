@@ -27,7 +27,7 @@ use contest::{Contest, Turn};
 pub const CLASSES: usize = 29; // up to 256 MiB
 
 /// A way to move bytes between host memory and a [`MappedBuffer`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Path {
     /// CPU stream stores / stream loads through the BAR mapping, on this many threads.
     Mapping { threads: usize },
@@ -391,8 +391,15 @@ fn cache_file(key: &str) -> Option<PathBuf> {
 /// Chooses a path per direction and size and copies on it.
 pub struct AutoCopier {
     cal: Calibration,
-    to_gpu: Vec<Contest>,
-    from_gpu: Vec<Contest>,
+    to_gpu: Vec<Slot>,
+    from_gpu: Vec<Slot>,
+}
+
+/// One size class of one direction: a fixed path (one match on the copy's way, as cheap as a
+/// table lookup), or a contest timed while copying.
+enum Slot {
+    Fixed(Path),
+    Contested(Box<Contest>),
 }
 
 impl AutoCopier {
@@ -440,20 +447,25 @@ impl AutoCopier {
             cal.to_gpu.len() >= CLASSES && cal.from_gpu.len() >= CLASSES,
             "a calibration holds {CLASSES} classes per direction"
         );
-        let contests = |dir: Direction, chosen: &[Path]| -> Vec<Contest> {
+        let slots = |dir: Direction, chosen: &[Path]| -> Vec<Slot> {
             (0..CLASSES)
                 .map(|k| {
-                    if adaptive {
-                        Contest::new(contenders(&cal.points, dir, k, chosen[k]))
+                    let paths = if adaptive {
+                        contenders(&cal.points, dir, k, chosen[k])
                     } else {
-                        Contest::fixed(chosen[k])
+                        Vec::new()
+                    };
+                    if paths.len() > 1 {
+                        Slot::Contested(Box::new(Contest::new(paths)))
+                    } else {
+                        Slot::Fixed(chosen[k])
                     }
                 })
                 .collect()
         };
         AutoCopier {
-            to_gpu: contests(Direction::ToGpu, &cal.to_gpu),
-            from_gpu: contests(Direction::FromGpu, &cal.from_gpu),
+            to_gpu: slots(Direction::ToGpu, &cal.to_gpu),
+            from_gpu: slots(Direction::FromGpu, &cal.from_gpu),
             cal,
         }
     }
@@ -479,12 +491,23 @@ impl AutoCopier {
     /// calibration's choice, or the contender that has been faster since.
     #[inline]
     pub fn path_for(&self, dir: Direction, len: usize) -> Path {
-        self.contest(dir, len).current()
+        match self.slot(dir, len) {
+            Slot::Fixed(p) => *p,
+            Slot::Contested(c) => c.current(),
+        }
     }
 
-    /// The contenders of the class of `len` bytes in `dir` (one path where nothing came
-    /// near calibration's choice).
-    pub fn contest(&self, dir: Direction, len: usize) -> &Contest {
+    /// The contest of the class of `len` bytes in `dir`; `None` where calibration's choice is
+    /// fixed (nothing came near it, or [`AutoCopier::fixed`]).
+    pub fn contest(&self, dir: Direction, len: usize) -> Option<&Contest> {
+        match self.slot(dir, len) {
+            Slot::Fixed(_) => None,
+            Slot::Contested(c) => Some(c),
+        }
+    }
+
+    #[inline]
+    fn slot(&self, dir: Direction, len: usize) -> &Slot {
         let k = class_of(len);
         match dir {
             Direction::ToGpu => &self.to_gpu[k],
@@ -500,7 +523,10 @@ impl AutoCopier {
         len: usize,
         mut copy: impl FnMut(Path) -> Result<(), BarError>,
     ) -> Result<(), BarError> {
-        let contest = self.contest(dir, len);
+        let contest = match self.slot(dir, len) {
+            Slot::Fixed(p) => return copy(*p),
+            Slot::Contested(c) => c,
+        };
         let class_size = 1usize << class_of(len);
         match contest.turn() {
             Turn::Plain(p) => copy(p),
@@ -689,13 +715,13 @@ mod tests {
             ],
         };
         let adaptive = AutoCopier::from_calibration(cal.clone());
-        assert_eq!(adaptive.contest(d, 8192).paths().len(), 2);
-        assert_eq!(adaptive.contest(d, 4096).paths().len(), 1);
+        assert_eq!(adaptive.contest(d, 8192).map(|c| c.paths().len()), Some(2));
+        // A class with one path is fixed: never timed.
+        assert!(adaptive.contest(d, 4096).is_none());
+        assert_eq!(adaptive.path_for(d, 4096), x1);
         let fixed = AutoCopier::fixed(cal);
-        assert_eq!(fixed.contest(d, 8192).paths(), &[x1]);
-        for _ in 0..1000 {
-            assert_eq!(fixed.contest(d, 8192).turn(), Turn::Plain(x1));
-        }
+        assert!(fixed.contest(d, 8192).is_none());
+        assert_eq!(fixed.path_for(d, 8192), x1);
     }
 
     #[test]

@@ -128,18 +128,13 @@ pub struct Contest {
 }
 
 impl Contest {
-    /// A class that always copies on `path`.
-    pub fn fixed(path: Path) -> Contest {
-        Contest::new(vec![(path, 0.0)])
-    }
-
     /// Contenders with their calibrated per-call times (us at the class size); the first
     /// starts as current. Keeps at most [`MAX_CONTENDERS`].
     ///
     /// # Panics
-    /// When `contenders` is empty.
+    /// With fewer than two contenders.
     pub fn new(mut contenders: Vec<(Path, f64)>) -> Contest {
-        assert!(!contenders.is_empty(), "a class needs a path");
+        assert!(contenders.len() >= 2, "a contest needs two paths");
         contenders.truncate(MAX_CONTENDERS);
         Contest {
             paths: contenders.iter().map(|c| c.0).collect(),
@@ -183,9 +178,6 @@ impl Contest {
     /// Decides one call.
     #[inline]
     pub fn turn(&self) -> Turn {
-        if self.paths.len() == 1 {
-            return Turn::Plain(self.paths[0]);
-        }
         let x = self.burst_path.load(Relaxed);
         if x != NONE {
             return Turn::Explore(x);
@@ -336,12 +328,9 @@ mod tests {
     }
 
     #[test]
-    fn a_lone_path_is_never_timed() {
-        let c = Contest::fixed(CE);
-        for _ in 0..10_000 {
-            assert_eq!(c.turn(), Turn::Plain(CE));
-        }
-        assert_eq!(c.current(), CE);
+    #[should_panic(expected = "a contest needs two paths")]
+    fn a_contest_needs_two_paths() {
+        Contest::new(vec![(CE, 8.0)]);
     }
 
     #[test]
