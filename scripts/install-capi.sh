@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Installs gdr's libgdrapi (the gdrcopy 2.6 drop-in, crates/gdr-capi) like a C library, with
-# cargo-c's `cargo cinstall`:
+# Installs gdr's two C libraries like C libraries, with cargo-c's `cargo cinstall`:
+# - libgdrapi (the gdrcopy 2.6 drop-in, crates/gdr-capi):
 #   LIBDIR/libgdrapi.so.2.6.0, and the links libgdrapi.so.2 (soname), libgdrapi.so.2.6 (gdrcopy's
-#   name for the file) and libgdrapi.so (what NCCL dlopens)
-#   INCLUDEDIR/gdrapi.h
+#   name for the file) and libgdrapi.so (what NCCL dlopens); INCLUDEDIR/gdrapi.h;
 #   LIBDIR/pkgconfig/gdrapi.pc
+# - libgdr_alloc (gdr's allocator, crates/gdr-alloc-preload; `gdr run` preloads it):
+#   LIBDIR/libgdr_alloc.so.0.1.0 with the links libgdr_alloc.so.0 (soname) and libgdr_alloc.so;
+#   INCLUDEDIR/gdr_alloc.h; LIBDIR/pkgconfig/gdr_alloc.pc
 # Then `cc app.c $(pkg-config --cflags --libs gdrapi)` builds a program that runs as it is:
 # a LIBDIR the dynamic loader searches gets `ldconfig` (run here when root, and installing
-# into the live system); any other LIBDIR gets an rpath in gdrapi.pc.
+# into the live system); any other LIBDIR gets an rpath in the .pc files.
 #
 # Usage: scripts/install-capi.sh [--prefix DIR] [--libdir DIR] [--destdir DIR]
 #   --prefix   where to install (default /usr/local)
@@ -45,14 +47,17 @@ if [ -z "$have" ] || [ "$(printf '%s\n0.10.0\n' "$have" | sort -V | head -1)" !=
   cargo install cargo-c --locked --version "$cargo_c"
 fi
 
-cargo cinstall --release --locked -p gdr-capi --library-type cdylib \
-  --prefix "$prefix" --libdir "$libdir" \
-  ${destdir:+--destdir "$destdir"}
+for crate in gdr-capi gdr-alloc-preload; do
+  cargo cinstall --release --locked -p $crate --library-type cdylib \
+    --prefix "$prefix" --libdir "$libdir" \
+    ${destdir:+--destdir "$destdir"}
+done
 
 lib=$destdir$libdir
 ln -sf libgdrapi.so.2.6.0 "$lib/libgdrapi.so.2.6"
-pc=$lib/pkgconfig/gdrapi.pc
-[ -f "$pc" ] || { echo "install-capi.sh: cargo cinstall made no $pc" >&2; exit 1; }
+for pc in "$lib/pkgconfig/gdrapi.pc" "$lib/pkgconfig/gdr_alloc.pc"; do
+  [ -f "$pc" ] || { echo "install-capi.sh: cargo cinstall made no $pc" >&2; exit 1; }
+done
 
 # Does the dynamic loader search LIBDIR (ld.so.conf or its default directories)?
 searched=no
@@ -67,8 +72,12 @@ if [ $searched = yes ]; then
   fi
 else
   # Not a loader directory: programs linked through pkg-config carry the path themselves.
-  sed -i 's|^Libs: -L\${libdir} |Libs: -L${libdir} -Wl,-rpath,${libdir} |' "$pc"
-  grep -q 'rpath' "$pc" || { echo "install-capi.sh: could not add the rpath to $pc" >&2; exit 1; }
+  for pc in "$lib/pkgconfig/gdrapi.pc" "$lib/pkgconfig/gdr_alloc.pc"; do
+    sed -i 's|^Libs: -L\${libdir} |Libs: -L${libdir} -Wl,-rpath,${libdir} |' "$pc"
+    grep -q 'rpath' "$pc" || { echo "install-capi.sh: could not add the rpath to $pc" >&2; exit 1; }
+  done
 fi
-echo "installed libgdrapi 2.6 into $destdir$prefix (libdir $libdir)"
-ls -l "$lib"/libgdrapi.so* "$pc" "$destdir$prefix/include/gdrapi.h" | sed 's/^/  /'
+echo "installed libgdrapi 2.6 and libgdr_alloc into $destdir$prefix (libdir $libdir)"
+ls -l "$lib"/libgdrapi.so* "$lib"/libgdr_alloc.so* "$lib"/pkgconfig/gdrapi.pc \
+  "$lib"/pkgconfig/gdr_alloc.pc "$destdir$prefix"/include/gdrapi.h \
+  "$destdir$prefix"/include/gdr_alloc.h | sed 's/^/  /'

@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """PyTorch tensors through gdr's libgdrapi.so.2 (the gdrcopy 2.6 C API), driven with ctypes.
 
-Usage: torch_gdrapi.py [all|expandable|default]
+Usage: torch_gdrapi.py [all|expandable|default|allocator]
 
   expandable  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: tensors are cuMemCreate memory
               with a POSIX-fd handle, which every backend can pin. Pins, maps and copies both
               ways through the mapping for several sizes and an odd-offset slice; times pin+map.
   default     the default allocator (cudaMalloc): on the vulkan backend the pin must fail with
               ENOTSUP (95) and the library must say why on stderr (GDRCOPY_ENABLE_LOGGING=1).
-  all         (default) runs both as child processes (the allocator config is read once, at
-              CUDA init, so each needs a fresh process) and sums their results.
+  allocator   the default allocator under gdr's allocator (the child runs under `$GDR_BIN run`,
+              or LD_PRELOAD=$GDR_ALLOC_LIB): cudaMalloc memory is pool memory, and every tensor
+              of the expandable checks must pin, map and copy both ways (a 64 MiB tensor too:
+              it is one cudaMalloc, so one allocation).
+  all         (default) runs each as a child process (the allocator config is read once, at
+              CUDA init, so each needs a fresh process) and sums their results; `allocator`
+              only when GDR_BIN or GDR_ALLOC_LIB names the allocator.
 
 Prints one `ok ...` / `FAIL ...` line per check and ends with `torch_gdrapi: N passed, M failed`;
 exits 1 on any failure. Without torch or a GPU: `torch_gdrapi: skipped: no GPU`, exit 0
@@ -341,8 +346,11 @@ def check_case(lib, g, checks, torch, case):
         spans = "inside it" if ptr + n <= base + size else f"ends {ptr + n - (base + size)} bytes past it"
         info(f"{name}: tensor 0x{ptr:x} +{n}; its CUDA allocation 0x{base:x} +{size}; tensor {spans}")
 
+    # gdr_map maps only pins that start on a GPU page (as gdrcopy): pin the 64 KiB pages around
+    # the tensor, as UCX and NCCL do.
+    lo = ptr & GPU_PAGE_MASK
     mh = GdrMh()
-    rc = lib.gdr_pin_buffer(g, ptr, n, 0, 0, ctypes.byref(mh))
+    rc = lib.gdr_pin_buffer(g, lo, n + (ptr - lo), 0, 0, ctypes.byref(mh))
     if rng and ptr + n > rng[0] + rng[1]:
         # gdrapi.h: a pin lies inside one CUDA allocation. PyTorch maps a large expandable
         # segment as several cuMemCreate chunks, so this pin must be refused with EINVAL (as
@@ -359,9 +367,10 @@ def check_case(lib, g, checks, torch, case):
             hint = " (not POSIX-fd cuMemCreate memory: was expandable_segments:True in effect?)"
         elif rc == errno.EINVAL and rng and ptr + n > rng[0] + rng[1]:
             hint = " (the tensor spans more than one CUDA allocation)"
-        checks.fail(f"{name}: gdr_pin_buffer(0x{ptr:x}, {n}) = {rc} ({rc_name(rc)}), want 0{hint}")
+        checks.fail(f"{name}: gdr_pin_buffer(0x{lo:x}, {n + ptr - lo}) = {rc} ({rc_name(rc)}), "
+                    f"want 0{hint}")
         return
-    checks.ok(f"{name}: gdr_pin_buffer(0x{ptr:x}, {n}) = 0, handle {mh.h}")
+    checks.ok(f"{name}: gdr_pin_buffer(0x{lo:x}, {n + ptr - lo}) = 0, handle {mh.h}")
 
     try:
         info_v2 = GdrInfoV2()
@@ -397,11 +406,12 @@ def time_pin_map(lib, g, checks, case):
     size comes from get_info) and of unmap + unpin, over TIMING_RUNS runs."""
     name, t = case["name"], case["tensor"]
     ptr, n = t.data_ptr(), t.numel()
+    lo = ptr & GPU_PAGE_MASK  # the page-aligned pin that gdr_map maps
     setup_us, teardown_us, errors = [], [], []
     for _ in range(TIMING_RUNS):
         mh, info_v2, map_ptr = GdrMh(), GdrInfoV2(), ctypes.c_void_p()
         t0 = time.perf_counter_ns()
-        rc_pin = lib.gdr_pin_buffer(g, ptr, n, 0, 0, ctypes.byref(mh))
+        rc_pin = lib.gdr_pin_buffer(g, lo, n + (ptr - lo), 0, 0, ctypes.byref(mh))
         rc_info = lib.gdr_get_info_v2(g, mh, ctypes.byref(info_v2)) if rc_pin == 0 else -1
         rc_map = lib.gdr_map(g, mh, ctypes.byref(map_ptr), info_v2.mapped_size) if rc_info == 0 else -1
         t1 = time.perf_counter_ns()
@@ -457,9 +467,9 @@ def run_default(checks, lib):
         checks.expect(rc == errno.ENOTSUP, f"default allocator: gdr_pin_buffer(0x{ptr:x}, {n}) = "
                       f"{rc} ({rc_name(rc)}), want {errno.ENOTSUP} (ENOTSUP) on the vulkan backend")
         lines = [ln for ln in err.splitlines() if "cannot pin" in ln]
-        checks.expect(bool(lines) and "expandable_segments" in lines[0],
+        checks.expect(bool(lines) and "expandable_segments" in lines[0] and "gdr run" in lines[0],
                       "default allocator: the library's stderr says it cannot pin and names "
-                      "expandable_segments", f"stderr was: {err.strip()!r}")
+                      "`gdr run` and expandable_segments", f"stderr was: {err.strip()!r}")
         for ln in lines:
             info(f"library said: {ln}")
         if rc == 0:
@@ -498,7 +508,7 @@ def run_mode(mode):
         checks.fail(f"load {LIB_NAME}: {e} (install gdr's library or set LD_LIBRARY_PATH)")
         return checks.summary()
     try:
-        if mode == "expandable":
+        if mode in ("expandable", "allocator"):
             run_expandable(checks, lib)
         else:
             run_default(checks, lib)
@@ -525,6 +535,11 @@ def run_child(mode):
 
     print(f"== {mode} ==", flush=True)
     cmd = [sys.executable, os.path.abspath(__file__), mode]
+    if mode == "allocator":
+        if os.environ.get("GDR_BIN"):
+            cmd = [os.environ["GDR_BIN"], "run", "--"] + cmd
+        else:
+            env["LD_PRELOAD"] = os.environ["GDR_ALLOC_LIB"]
     try:
         proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               timeout=CHILD_TIMEOUT_S)
@@ -557,7 +572,12 @@ def run_all():
     if not available:
         return skip(why)
     passed = failed = 0
-    for mode in ("expandable", "default"):
+    modes = ["expandable", "default"]
+    if os.environ.get("GDR_BIN") or os.environ.get("GDR_ALLOC_LIB"):
+        modes.append("allocator")
+    else:
+        print("info allocator mode not run: neither GDR_BIN nor GDR_ALLOC_LIB is set")
+    for mode in modes:
         p, f = run_child(mode)
         passed += p
         failed += f
@@ -569,7 +589,7 @@ def main(argv):
     mode = argv[1] if len(argv) > 1 else "all"
     if mode == "all":
         return run_all()
-    if mode in ("expandable", "default"):
+    if mode in ("expandable", "default", "allocator"):
         return run_mode(mode)
     print(__doc__)
     return 2

@@ -13,7 +13,10 @@
  *   vulkan   the CUDA allocation is exported as a POSIX fd, imported into Vulkan's device-local
  *            host-visible memory type and mapped (BAR1, needs a large/resizable BAR). Pins only
  *            cuMemCreate memory made with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (NCCL's and
- *            NVSHMEM's buffers, PyTorch with expandable_segments:True). No kernel module.
+ *            NVSHMEM's buffers, PyTorch with expandable_segments:True), and every cudaMalloc/
+ *            cuMemAlloc allocation of a program run under gdr's allocator (`gdr run -- PROGRAM`
+ *            or LD_PRELOAD=libgdr_alloc.so.0: see gdr_alloc.h), whose chunks are mapped once so
+ *            that a pin costs about a microsecond. No kernel module.
  * GDRCOPY_USE_DMABUF_MMAP=1 selects dmabuf (as in gdrcopy); GDR_BACKEND=gdrdrv|dmabuf|vulkan
  * selects any of them. The GPU is the one owning the pinned address; gdr_open() uses CUDA device
  * 0 (or GDR_CUDA_DEVICE) for its probes and for gdr_alloc_mapped().
@@ -36,8 +39,9 @@
  *
  * Where gdr differs from gdrcopy, and why:
  *   - Pinning a range the backend cannot serve fails with ENOTSUP (plain cuMemAlloc memory, or
- *     cuMemCreate memory without a POSIX-fd handle type, on the vulkan backend). With
- *     GDRCOPY_ENABLE_LOGGING=1 one line on stderr says why and what works instead.
+ *     cuMemCreate memory without a POSIX-fd handle type, on the vulkan backend without gdr's
+ *     allocator). With GDRCOPY_ENABLE_LOGGING=1 one line on stderr says why and what works
+ *     instead (`gdr run`).
  *   - dmabuf and vulkan pins are persistent: the pin holds the GPU memory, so memory the
  *     application frees while pinned stays allocated (and keeps its contents, as seen through the
  *     mapping) until gdr_unpin_buffer() or gdr_close(). gdr_get_callback_flag() then reports 1,
@@ -52,7 +56,10 @@
  *   - The library is thread safe: calls from several threads on one gdr_t are serialised inside.
  *   - After fork() the child inherits neither the CPU mappings (they are MADV_DONTFORK: touching
  *     one faults in the child) nor usable handles: every call with a gdr_t opened in the parent
- *     fails with EINVAL in the child. The parent is unaffected.
+ *     fails with EINVAL in the child. gdr_open() in the child gives a gdr_t that can only be
+ *     closed (CUDA does not carry across fork). Such a child, once the parent has opened the
+ *     Vulkan driver, ends at exit() after flushing stdio (the driver's inherited exit handlers
+ *     crash in a forked child). The parent is unaffected.
  *   - gdr_map() of a handle already mapped gives EAGAIN, as gdrcopy; gdr_map_v2() grants
  *     GDR_MAP_FLAG_DEFAULT and GDR_MAP_FLAG_REQ_WC_MAPPING (mappings are write-combined) and
  *     refuses the caching and device requests with EINVAL, as gdrcopy's dmabuf backend does.
@@ -109,8 +116,9 @@ typedef enum gdr_pin_flags {
 } gdr_pin_flags_t;
 
 /* Pins [addr, addr + size) of CUDA memory for a CPU mapping; the range must lie inside one CUDA
- * allocation (EINVAL otherwise). p2p_token and va_space are legacy (pre-UVA) arguments; they
- * are ignored, as by gdrcopy's dmabuf backend. */
+ * allocation (EINVAL otherwise; for memory of gdr's allocator, inside its chunk, which the
+ * 64 KiB pages around any allocation are). p2p_token and va_space are legacy (pre-UVA)
+ * arguments; they are ignored, as by gdrcopy's dmabuf backend. */
 int gdr_pin_buffer(gdr_t g, unsigned long addr, size_t size, uint64_t p2p_token,
                    uint32_t va_space, gdr_mh_t *handle);
 /* flags: gdr_pin_flags_t bits; others give EINVAL. */
@@ -159,7 +167,9 @@ typedef enum gdr_map_flags {
 } gdr_map_flags_t;
 
 /* One CPU mapping per handle, of at most info.mapped_size bytes. *va maps info.va: the byte at
- * GPU address dptr is at (char *)*va + (dptr - info.va). */
+ * GPU address dptr is at (char *)*va + (dptr - info.va). As gdrcopy, only a pin whose address
+ * starts a page (info.page_size) can be mapped; any other gives EINVAL: pin the page-aligned
+ * range around the buffer. */
 int gdr_map(gdr_t g, gdr_mh_t handle, void **va, size_t size);
 /* flags: a gdr_map_flags_t value. */
 int gdr_map_v2(gdr_t g, gdr_mh_t handle, void **va, size_t size, int flags);

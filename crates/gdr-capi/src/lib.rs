@@ -169,15 +169,32 @@ fn open_inner() -> Option<Gdr> {
     })
 }
 
+/// The `gdr_t` of a `gdr_open` in a forked child: a token with bit 0 set (the parent's have
+/// it clear), good for `gdr_close` only.
+fn child_token() -> *mut c_void {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    ((n << 4) | 1) as *mut c_void
+}
+
+fn is_child_token(g: *mut c_void) -> bool {
+    g as usize & 1 == 1
+}
+
 /// `gdr_open`.
 #[no_mangle]
 pub extern "C" fn gdr_open() -> *mut c_void {
     if forked() {
+        // gdrcopy's gdr_open in a child only opens the driver; what the child then asks of the
+        // parent's memory fails. Here CUDA (initialised in the parent) does not carry across
+        // fork either: the child gets a gdr_t that can be closed, and every other call with it
+        // fails with EINVAL.
         log!(
-            Level::Error,
-            "gdr_open: not supported in a child forked after gdr_open"
+            Level::Info,
+            "gdr_open: in a child forked after gdr_open: this gdr_t can only be closed (CUDA \
+             and the parent's pins do not carry across fork)"
         );
-        return std::ptr::null_mut();
+        return child_token();
     }
     catch_unwind(|| {
         table::watch_fork();
@@ -199,6 +216,9 @@ pub extern "C" fn gdr_open() -> *mut c_void {
 /// `gdr_close`.
 #[no_mangle]
 pub extern "C" fn gdr_close(g: *mut c_void) -> c_int {
+    if forked() && is_child_token(g) {
+        return 0;
+    }
     guard("gdr_close", || {
         let (gone, doomed) = with_state(|s| {
             let gone = s.gdrs.remove(&(g as usize));
@@ -233,7 +253,7 @@ pub extern "C" fn gdr_close(g: *mut c_void) -> c_int {
 
 /// The one line that says why a range cannot be pinned here and what works instead.
 fn refusal(addr: u64, size: usize, backend: PinBackend, e: &PinError) {
-    let (what, why) = match e {
+    let (what, why, fix) = match e {
         PinError::NotExportable {
             cumemcreate: true,
             why,
@@ -241,17 +261,27 @@ fn refusal(addr: u64, size: usize, backend: PinBackend, e: &PinError) {
         } => (
             "cuMemCreate memory made without a POSIX-fd handle type",
             why.clone(),
+            "allocate it with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, or run the program under \
+             `gdr run` (gdr's allocator adds that handle type to such cuMemCreate calls)",
         ),
-        PinError::NotExportable { why, .. } => ("cuMemAlloc/cudaMalloc memory", why.clone()),
-        e => ("this memory", e.to_string()),
+        PinError::NotExportable { why, .. } => (
+            "plain cudaMalloc/cuMemAlloc memory",
+            why.clone(),
+            "run the program under `gdr run -- PROGRAM` (or LD_PRELOAD=libgdr_alloc.so), which \
+             makes every cudaMalloc/cuMemAlloc allocation pinnable; PyTorch alone: \
+             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        ),
+        e => (
+            "this memory",
+            e.to_string(),
+            "use gdr_alloc_mapped() or `gdr run`",
+        ),
     };
     log!(
         Level::Error,
         "gdr_pin_buffer: cannot pin {addr:#x}+{size}: {what} cannot be mapped by the {backend} \
-         backend ({why}). Without gdrdrv, and on CUDA drivers before 13.3 (no dma-buf mmap), \
-         only cuMemCreate memory made with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR can be \
-         pinned: allocate it so (PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), \
-         use gdr_alloc_mapped(), a CUDA 13.3+ driver, or load gdrdrv"
+         backend ({why}); without gdrdrv and before CUDA driver 13.3 (no dma-buf mmap) only \
+         POSIX-fd cuMemCreate memory can be: {fix}"
     );
 }
 
@@ -344,6 +374,14 @@ fn pin(g: *mut c_void, addr: c_ulong, size: usize, handle: *mut GdrMh) -> c_int 
             );
             return libc::EINVAL;
         }
+        Err(e @ PinError::Pool(_)) => {
+            log!(Level::Error, "gdr_pin_buffer: {e}");
+            return match e {
+                PinError::Pool(p) if p.errno == libc::ENOMEM => libc::ENOMEM,
+                PinError::Pool(p) if p.errno == libc::ENOTSUP => libc::ENOTSUP,
+                _ => libc::EINVAL,
+            };
+        }
         Err(e @ (PinError::Cuda(_) | PinError::Peer(_))) => {
             log!(
                 Level::Error,
@@ -356,23 +394,23 @@ fn pin(g: *mut c_void, addr: c_ulong, size: usize, handle: *mut GdrMh) -> c_int 
             return libc::EIO;
         }
     };
-    let buffer_id = gdr::peer::dmabuf::buffer_id(addr).ok().flatten();
     let entry = Handle::new(
         g as usize,
         Kind::Pin {
             map: None,
             pin: pinned,
-            buffer_id,
         },
     );
     let window = entry.window;
     let backend = entry.backend();
+    let pooled = matches!(&entry.kind, Kind::Pin { pin, .. } if pin.is_pooled());
     let Some(h) = insert(g, entry) else {
         return libc::EINVAL;
     };
     log!(
         Level::Info,
-        "gdr_pin_buffer: {addr:#x}+{size} pinned ({backend}): handle {h}, va {:#x}, {} bytes",
+        "gdr_pin_buffer: {addr:#x}+{size} pinned ({backend}{}): handle {h}, va {:#x}, {} bytes",
+        if pooled { ", gdr allocator chunk" } else { "" },
         window.va,
         window.len
     );
@@ -477,9 +515,10 @@ fn with_handle(g: *mut c_void, mh: GdrMh, f: impl FnOnce(&mut Handle) -> c_int) 
     })
 }
 
-/// `gdr_get_callback_flag`: whether the application freed the pinned memory before unpinning.
-/// gdrdrv says so itself; for the persistent backends the allocation's BUFFER_ID is compared
-/// with the one seen at pin time (the memory itself stays held by the pin until unpinned).
+/// `gdr_get_callback_flag`: whether the application freed the pinned memory before unpinning
+/// (gdrdrv says so itself; the persistent backends hold the memory until unpin and tell by the
+/// allocation's BUFFER_ID or, for allocator memory, by asking the allocator: see
+/// `Pinned::callback_fired`).
 #[no_mangle]
 pub extern "C" fn gdr_get_callback_flag(g: *mut c_void, mh: GdrMh, flag: *mut c_int) -> c_int {
     guard("gdr_get_callback_flag", || {
@@ -489,14 +528,8 @@ pub extern "C" fn gdr_get_callback_flag(g: *mut c_void, mh: GdrMh, flag: *mut c_
         let _current = gdr::cuda::CurrentContextGuard::save().ok();
         let mut fired = Ok(false);
         let rc = with_handle(g, mh, |h| {
-            if let Kind::Pin { pin, buffer_id, .. } = &h.kind {
-                fired = match pin.backend() {
-                    PinBackend::GdrDrv => pin.callback_fired(),
-                    // No allocation there any more, or another one: freed while pinned.
-                    _ => gdr::peer::dmabuf::buffer_id(pin.addr())
-                        .map(|now| buffer_id.is_some() && now != *buffer_id)
-                        .map_err(PinError::from),
-                };
+            if let Kind::Pin { pin, .. } = &h.kind {
+                fired = pin.callback_fired();
             }
             0
         });
@@ -540,6 +573,23 @@ fn map(g: *mut c_void, mh: GdrMh, size: usize, flags: c_int) -> Result<*mut u8, 
         }
         if h.is_mapped() {
             return libc::EAGAIN;
+        }
+        // gdrcopy maps only pins that start on a page (gdrdrv: "offset != 0 is not supported";
+        // its dma-buf backend: mmap at a byte offset fails): a pin of an unaligned address can
+        // be queried but not mapped. Pin the page-aligned range around the buffer instead, as
+        // UCX and NCCL do.
+        if let Kind::Pin { pin, .. } = &h.kind {
+            if pin.addr() % u64::from(h.window.page) != 0 {
+                log!(
+                    Level::Error,
+                    "gdr_map: the pinned address {:#x} does not start a {}-byte page; gdrcopy maps \
+                     only page-aligned pins (pin from {:#x} instead)",
+                    pin.addr(),
+                    h.window.page,
+                    h.window.va
+                );
+                return libc::EINVAL;
+            }
         }
         let va = h.window.va;
         let cpu = match &mut h.kind {

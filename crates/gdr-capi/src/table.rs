@@ -49,9 +49,6 @@ pub(crate) enum Kind {
     Pin {
         map: Option<PinnedMapping<'static>>,
         pin: Box<Pinned>,
-        /// CUDA's BUFFER_ID of the pinned allocation when pinned: a later mismatch means the
-        /// application freed the memory while pinned (what gdrdrv's callback flag reports).
-        buffer_id: Option<u64>,
     },
     /// Memory from `gdr_alloc_mapped`: mapped from birth; `mapped` tracks gdr_map/gdr_unmap.
     Alloc { buf: MappedBuffer, mapped: bool },

@@ -46,6 +46,8 @@ enum Command {
     Serve(cmd::serve::Args),
     /// Load generator for `gdr serve`: closed or open loop, loss and latency percentiles
     Load(cmd::load::Args),
+    /// Run a program with gdr's allocator preloaded: its cudaMalloc memory becomes mappable
+    Run(cmd::run::Args),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
         Command::Apiperf(a) => cmd::apiperf::run(a),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Load(a) => cmd::load::run(a),
+        Command::Run(a) => cmd::run::run(a),
     };
     match result {
         Ok(code) => code,

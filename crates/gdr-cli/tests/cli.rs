@@ -185,3 +185,108 @@ fn dma_leds_value_is_explained_and_checked() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("0..=7"), "{}", text(&out.stderr));
 }
+
+/// A stand-in for libgdr_alloc.so (it only needs to export `gdr_alloc_abi_version` for
+/// `gdr run` to accept it), built into `dir`.
+fn stub_allocator(dir: &std::path::Path) -> std::path::PathBuf {
+    let src = dir.join("stub.c");
+    std::fs::write(&src, "int gdr_alloc_abi_version(void) { return 1; }\n").unwrap();
+    let lib = dir.join("libgdr_alloc.so");
+    let out = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .output()
+        .expect("cc");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    lib
+}
+
+#[test]
+fn run_preloads_the_allocator_and_passes_the_switches() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = stub_allocator(dir.path());
+    // A preload the caller had already: kept, after the allocator.
+    let earlier = dir.path().join("earlier.so");
+    std::fs::copy(&lib, &earlier).unwrap();
+    let out = Command::new(common::gdr_bin())
+        .args(["run", "--gpu", "1, 0", "--log", "2", "--lib"])
+        .arg(&lib)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo \"$LD_PRELOAD|$GDR_ALLOC_GPUS|$GDR_ALLOC_LOG|$1\"",
+            "-",
+            "-x",
+        ])
+        .env("LD_PRELOAD", &earlier)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lib = lib.canonicalize().unwrap();
+    assert_eq!(
+        text(&out.stdout).trim(),
+        format!("{}:{}|1,0|2|-x", lib.display(), earlier.display()),
+        "the allocator first, the caller's preloads kept, the switches set, the arguments intact"
+    );
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("gdr run: preloading ") && err.contains("GPU 1,0"),
+        "{err}"
+    );
+    // --quiet says nothing; the program's exit status is the command's.
+    let out = Command::new(common::gdr_bin())
+        .args(["run", "-q", "--lib"])
+        .arg(&lib)
+        .args(["--", "sh", "-c", "exit 7"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(text(&out.stderr), "");
+}
+
+#[test]
+fn run_refuses_what_it_cannot_do_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    // Not a shared object; a shared object that is not the allocator; no such program.
+    let not_elf = dir.path().join("x.so");
+    std::fs::write(&not_elf, "not a library").unwrap();
+    let out = gdr(&["run", "--lib", not_elf.to_str().unwrap(), "--", "true"]);
+    assert_one_line_error(&out);
+    let other = dir.path().join("other.so");
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-x", "c", "-o"])
+        .arg(&other)
+        .arg("/dev/null")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let err = assert_one_line_error(&gdr(&[
+        "run",
+        "--lib",
+        other.to_str().unwrap(),
+        "--",
+        "true",
+    ]));
+    assert!(err.contains("not gdr's allocator"), "{err}");
+    let lib = stub_allocator(dir.path());
+    let err = assert_one_line_error(&gdr(&[
+        "run",
+        "-q",
+        "--lib",
+        lib.to_str().unwrap(),
+        "--",
+        "/nonexistent/program",
+    ]));
+    assert!(err.contains("cannot run /nonexistent/program"), "{err}");
+    let err = assert_one_line_error(&gdr(&["run", "--lib", "/nonexistent.so", "--", "true"]));
+    assert!(err.contains("/nonexistent.so"), "{err}");
+    // Usage errors are clap's (exit 2): no command, a bad GPU list.
+    assert_eq!(gdr(&["run"]).status.code(), Some(2));
+    assert_eq!(
+        gdr(&["run", "--gpu", "x", "--", "true"]).status.code(),
+        Some(2)
+    );
+}

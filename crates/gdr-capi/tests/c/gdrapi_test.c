@@ -221,6 +221,14 @@ int main(void) {
         EXPECT_RC(gdr_pin_buffer_v2(g, buf, 4096, 0x80, &ph), EINVAL);
         rc = gdr_pin_buffer(g, buf + 4099, 100000, 0, 0, &ph);
         if (rc == 0) {
+            /* A pin inside a page can be queried, not mapped (as gdrcopy); the page-aligned
+             * pin around it maps. */
+            void *m = NULL;
+            gdr_info_v2_t pi;
+            EXPECT_RC(gdr_get_info_v2(g, ph, &pi), 0);
+            EXPECT_RC(gdr_map(g, ph, &m, pi.mapped_size), EINVAL);
+            EXPECT_RC(gdr_unpin_buffer(g, ph), 0);
+            EXPECT_RC(gdr_pin_buffer(g, buf, 4099 + 100000, 0, 0, &ph), 0);
             exercise_mapping(g, ph, buf + 4099, 100000, cu, "pin_buffer");
             EXPECT_RC(gdr_get_callback_flag(g, ph, &flag), 0);
             CHECK(flag == 0, "callback flag %d on live memory", flag);

@@ -444,22 +444,44 @@ struct pinmap {
     size_t size;
 };
 
+/* The page a pin's start must be aligned to for gdr_map: the GPU page, or the host page on the
+ * dma-buf backend (gdrcopy: gdrdrv refuses an offset into the first page, and mmap of a dma-buf
+ * at a byte offset fails). */
+static size_t map_page(void) {
+    return backend == GDR_GDR_BACKEND_DMABUF ? (size_t)sysconf(_SC_PAGESIZE) : GPU_PAGE_SIZE;
+}
+
+static int pin_only(gdr_t gg, CUdeviceptr addr, size_t size, uint32_t flags, gdr_mh_t *mh) {
+    return flags ? EXPECT_RC(gdr_pin_buffer_v2(gg, addr, size, flags, mh), 0)
+                 : EXPECT_RC(gdr_pin_buffer(gg, addr, size, 0, 0, mh), 0);
+}
+
 /* Pins [addr, addr + size) of gdr_t gg (flags != 0: gdr_pin_buffer_v2) and maps the whole
- * window. 1 when all went well. */
+ * window. An address inside a page is pinned as asked first, and gdr_map of that pin must be
+ * refused (as gdrcopy refuses it); then the page-aligned range around it is pinned and mapped,
+ * as UCX and NCCL pin. p->user is the CPU address of addr. 1 when all went well. */
 static int pin_and_map(gdr_t gg, CUdeviceptr addr, size_t size, uint32_t flags,
                        struct pinmap *p, const char *what) {
     memset(p, 0, sizeof *p);
     p->addr = addr;
     p->size = size;
-    int ok = flags ? EXPECT_RC(gdr_pin_buffer_v2(gg, addr, size, flags, &p->mh), 0)
-                   : EXPECT_RC(gdr_pin_buffer(gg, addr, size, 0, 0, &p->mh), 0);
-    if (!ok) {
-        fail_at(__FILE__, __LINE__, "%s: pin of %#llx + %zu failed", what, addr, size);
+    CUdeviceptr start = addr & ~(CUdeviceptr)(map_page() - 1);
+    size_t len = size + (size_t)(addr - start);
+    if (start != addr && pin_only(gg, addr, size, flags, &p->mh)) {
+        gdr_info_v2_t info = {0};
+        void *va = NULL;
+        if (EXPECT_RC(gdr_get_info_v2(gg, p->mh, &info), 0))
+            check_info(&info, addr, size, 0, what);
+        EXPECT_RC(gdr_map(gg, p->mh, &va, info.mapped_size), EINVAL);
+        EXPECT_RC(gdr_unpin_buffer(gg, p->mh), 0);
+    }
+    if (!pin_only(gg, start, len, flags, &p->mh)) {
+        fail_at(__FILE__, __LINE__, "%s: pin of %#llx + %zu failed", what, start, len);
         return 0;
     }
     memset(&p->info, 0xcc, sizeof p->info);
     if (!EXPECT_RC(gdr_get_info_v2(gg, p->mh, &p->info), 0) ||
-        !check_info(&p->info, addr, size, 0, what) ||
+        !check_info(&p->info, start, len, 0, what) ||
         !EXPECT_RC(gdr_map(gg, p->mh, &p->base, p->info.mapped_size), 0) ||
         !CHECK(p->base != NULL, "%s: gdr_map gave NULL", what)) {
         EXPECT_RC(gdr_unpin_buffer(gg, p->mh), 0);
@@ -469,7 +491,7 @@ static int pin_and_map(gdr_t gg, CUdeviceptr addr, size_t size, uint32_t flags,
     gdr_info_v2_t info;
     memset(&info, 0xcc, sizeof info);
     if (EXPECT_RC(gdr_get_info_v2(gg, p->mh, &info), 0))
-        check_info(&info, addr, size, 1, what);
+        check_info(&info, start, len, 1, what);
     return 1;
 }
 
@@ -1064,6 +1086,19 @@ static void case_fork(void) {
                 CHILD_EINVAL(gdr_pin_buffer(g, dptr, 4096, 0, 0, &mh2));
                 CHILD_EINVAL(gdr_unpin_buffer(g, p.mh));
                 CHILD_EINVAL(gdr_close(g));
+                /* A gdr_open of the child's own (as gdrcopy's fork tests make): it opens, can
+                 * be closed, and pins nothing. */
+                gdr_t gc = gdr_open();
+                if (!gc) {
+                    fprintf(stderr, "FAIL [fork child]: gdr_open returned NULL\n");
+                    bad++;
+                } else {
+                    CHILD_EINVAL(gdr_pin_buffer(gc, dptr, 4096, 0, 0, &mh2));
+                    if (gdr_close(gc) != 0) {
+                        fprintf(stderr, "FAIL [fork child]: gdr_close of the child's gdr_t\n");
+                        bad++;
+                    }
+                }
                 unsigned char report = (unsigned char)(bad > 250 ? 250 : bad);
                 if (write(pfd[1], &report, 1) != 1)
                     _exit(3);
@@ -1214,8 +1249,9 @@ static void refusal_expect(CUdeviceptr dptr, size_t n, const char *what) {
         struct rng *r = &main_rng;
         gdr_info_v2_t info;
         void *base = NULL;
+        int aligned = dptr % map_page() == 0;
         if (EXPECT_RC(gdr_get_info_v2(g, mh, &info), 0) &&
-            EXPECT_RC(gdr_map(g, mh, &base, info.mapped_size), 0)) {
+            EXPECT_RC(gdr_map(g, mh, &base, info.mapped_size), aligned ? 0 : EINVAL) && aligned) {
             roundtrip(r, mh, (char *)base + (dptr - info.va), dptr, n, NULL, what);
             EXPECT_RC(gdr_unmap(g, mh, base, info.mapped_size), 0);
         }
@@ -1356,7 +1392,7 @@ static void case_info_and_versions(void) {
     struct vmm m;
     if (!vmm_alloc(4 * MiB, 1, &m))
         return;
-    CUdeviceptr dptr = m.dptr + 70000;
+    CUdeviceptr dptr = m.dptr + 65536; /* page aligned: gdr_map maps only such pins */
     size_t n = 300000;
     gdr_mh_t mh = {0};
     if (EXPECT_RC(gdr_pin_buffer(g, dptr, n, 0, 0, &mh), 0)) {

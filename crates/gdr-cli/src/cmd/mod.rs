@@ -12,6 +12,7 @@ pub mod measure;
 pub mod mq;
 pub mod plot;
 pub mod pplat;
+pub mod run;
 pub mod sanity;
 pub mod serve;
 pub mod table;

@@ -13,6 +13,7 @@
 pub mod auto;
 pub mod gdrdrv;
 pub mod pin;
+pub mod pool;
 mod range_alloc;
 pub mod vulkan;
 
@@ -20,7 +21,7 @@ pub use pin::{
     BackendStatus, PinBackend, PinError, Pinned, PinnedMapping, Pinner, VulkanImportOutcome,
 };
 pub use range_alloc::RangeAlloc;
-pub use vulkan::{VulkanBackend, VulkanInfo};
+pub use vulkan::{MappedImport, VulkanBackend, VulkanInfo};
 
 use crate::cuda::{self, CudaError, DeviceMemory};
 use gdr_mem::{check_range, AccessError, Caching, MappedMemory};

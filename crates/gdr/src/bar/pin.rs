@@ -11,6 +11,10 @@
 //!   `vkMapMemory` it. Whether NVIDIA allows the import is what the GPU test
 //!   `vulkan_imports_cumemcreate_memory` finds out.
 //!
+//! Memory from gdr's allocator (`libgdr_alloc.so`, see [`super::pool`]) is pinned through the
+//! allocator first, whatever the backend: it maps each of its chunks once, so such a pin costs
+//! a lookup instead of an import. It reports the Vulkan backend, whose mapping it is.
+//!
 //! The override: [`PinBackend::from_env`] (`GDR_BACKEND=gdrdrv|dmabuf|vulkan`) or a choice
 //! passed to [`Pinner::new`].
 //!
@@ -18,10 +22,11 @@
 //! so no mapping can outlive it, and reads and writes go through [`crate::copy`].
 
 use super::gdrdrv::{self, GdrDrv, GdrDrvError, PinFlags};
+use super::pool::{self, PoolPin, PoolPinError};
 use super::vulkan::Imported;
 use super::{BarError, VulkanBackend};
 use crate::cuda::{self, vmm, Context, CudaError};
-use crate::peer::dmabuf::{allocation_range, DmaBuf, PeerError};
+use crate::peer::dmabuf::{allocation_range, buffer_id, DmaBuf, PeerError};
 use gdr_mem::{AccessError, Caching, MappedMemory};
 use std::fmt;
 use std::ptr::NonNull;
@@ -114,6 +119,8 @@ pub enum PinError {
     ImportRefused(BarError),
     #[error("the pinned range is already mapped (one mapping per pin, as gdrcopy)")]
     AlreadyMapped,
+    #[error(transparent)]
+    Pool(#[from] PoolPinError),
     #[error("nothing to pin at {addr:#x}: size 0")]
     Empty { addr: u64 },
     #[error("pinned range: {0}")]
@@ -265,10 +272,21 @@ impl Pinner {
         &self.ctx
     }
 
-    /// Pins `[addr, addr + size)` of existing CUDA memory.
+    /// Pins `[addr, addr + size)` of existing CUDA memory: through gdr's allocator when the
+    /// range is its memory, else through this pinner's backend.
     pub fn pin(&self, addr: u64, size: u64) -> Result<Pinned, PinError> {
         if size == 0 {
             return Err(PinError::Empty { addr });
+        }
+        if let Some(p) = pool::pin(addr, size)? {
+            return Ok(Pinned {
+                addr,
+                size,
+                start: p.base(),
+                len: p.size(),
+                imp: PinnedImp::Pool(p),
+                mapped: AtomicBool::new(false),
+            });
         }
         self.ctx.bind()?;
         match &self.imp {
@@ -300,13 +318,15 @@ impl Pinner {
 }
 
 fn pin_dmabuf(ctx: &Context, addr: u64, size: u64) -> Result<Pinned, PinError> {
+    // Unknown (None) when CUDA will not say: the callback flag then stays 0.
+    let buffer_id = buffer_id(addr).ok().flatten();
     let buf = DmaBuf::export(ctx, addr, size)?;
     Ok(Pinned {
         addr,
         size,
         start: buf.start(),
         len: buf.len(),
-        imp: PinnedImp::DmaBuf(buf),
+        imp: PinnedImp::DmaBuf { buf, buffer_id },
         mapped: AtomicBool::new(false),
     })
 }
@@ -314,15 +334,9 @@ fn pin_dmabuf(ctx: &Context, addr: u64, size: u64) -> Result<Pinned, PinError> {
 fn pin_vulkan(be: &VulkanBackend, addr: u64, size: u64) -> Result<Pinned, PinError> {
     be.context().bind()?;
     let (base, alloc_size) = allocation_range(addr)?;
-    if addr + size > base + alloc_size {
-        return Err(PeerError::OutsideAllocation {
-            addr,
-            size,
-            base,
-            alloc_size,
-        }
-        .into());
-    }
+    // Whether the memory can be exported at all comes first: for plain cudaMalloc memory that
+    // is the real cause, whatever the range (UCX pins the 64 KiB pages around a small buffer,
+    // which run past a cudaMalloc allocation but not past a cuMemCreate chunk).
     let (handle, posix) = vmm::retain_handle(base).map_err(|e| PinError::NotExportable {
         addr,
         cumemcreate: false,
@@ -339,6 +353,16 @@ fn pin_vulkan(be: &VulkanBackend, addr: u64, size: u64) -> Result<Pinned, PinErr
         cumemcreate: true,
         why,
     })?;
+    if addr + size > base + alloc_size {
+        return Err(PeerError::OutsideAllocation {
+            addr,
+            size,
+            base,
+            alloc_size,
+        }
+        .into());
+    }
+    let buffer_id = buffer_id(addr).ok().flatten();
     let gran = vmm::granularity(be.context())? as u64;
     let import_size = alloc_size.next_multiple_of(gran);
     let imported = be
@@ -349,7 +373,10 @@ fn pin_vulkan(be: &VulkanBackend, addr: u64, size: u64) -> Result<Pinned, PinErr
         size,
         start: base,
         len: imported.size() as u64,
-        imp: PinnedImp::Vulkan(imported),
+        imp: PinnedImp::Vulkan {
+            imported,
+            buffer_id,
+        },
         mapped: AtomicBool::new(false),
     })
 }
@@ -404,8 +431,15 @@ enum PinnedImp {
         drv: Arc<GdrDrv>,
         handle: gdrdrv::Handle,
     },
-    DmaBuf(DmaBuf),
-    Vulkan(Imported),
+    /// `buffer_id`: CUDA's BUFFER_ID of the allocation when pinned (a different one later
+    /// means the application freed it while pinned).
+    DmaBuf { buf: DmaBuf, buffer_id: Option<u64> },
+    Vulkan {
+        imported: Imported,
+        buffer_id: Option<u64>,
+    },
+    /// Memory of gdr's allocator, mapped by it.
+    Pool(PoolPin),
 }
 
 impl Pinned {
@@ -428,18 +462,28 @@ impl Pinned {
     pub fn backend(&self) -> PinBackend {
         match self.imp {
             PinnedImp::GdrDrv { .. } => PinBackend::GdrDrv,
-            PinnedImp::DmaBuf(_) => PinBackend::DmaBuf,
-            PinnedImp::Vulkan(_) => PinBackend::Vulkan,
+            PinnedImp::DmaBuf { .. } => PinBackend::DmaBuf,
+            PinnedImp::Vulkan { .. } | PinnedImp::Pool(_) => PinBackend::Vulkan,
         }
     }
 
-    /// Whether the GPU memory was freed while pinned (gdrdrv's free callback); the other
-    /// backends keep the memory alive while pinned, so never.
+    /// Whether the pin went through gdr's allocator (its memory, its chunk's mapping).
+    pub fn is_pooled(&self) -> bool {
+        matches!(self.imp, PinnedImp::Pool(_))
+    }
+
+    /// Whether the application freed the pinned memory while pinned (what gdrcopy's callback
+    /// flag reports). gdrdrv says so itself and then revokes the memory; the other backends
+    /// keep the memory alive until unpin and tell by the allocation's BUFFER_ID (no allocation
+    /// at the address any more, or another one), or, for allocator memory, by asking the
+    /// allocator.
     pub fn callback_fired(&self) -> Result<bool, PinError> {
-        match &self.imp {
-            PinnedImp::GdrDrv { drv, handle } => Ok(drv.get_callback_flag(*handle)?),
-            _ => Ok(false),
-        }
+        let pinned_id = match &self.imp {
+            PinnedImp::GdrDrv { drv, handle } => return Ok(drv.get_callback_flag(*handle)?),
+            PinnedImp::Pool(p) => return Ok(p.freed()?),
+            PinnedImp::DmaBuf { buffer_id, .. } | PinnedImp::Vulkan { buffer_id, .. } => *buffer_id,
+        };
+        Ok(pinned_id.is_some() && buffer_id(self.addr)? != pinned_id)
     }
 
     /// Maps the whole pinned range for the CPU.
@@ -466,7 +510,7 @@ impl Pinned {
                 super::keep_from_fork(m.as_ptr(), map_len);
                 (m.as_ptr(), MapImp::GdrDrv { mapping: Some(m) })
             }
-            PinnedImp::DmaBuf(buf) => {
+            PinnedImp::DmaBuf { buf, .. } => {
                 // SAFETY: a fresh shared mapping at an address the kernel picks cannot overlap
                 // memory Rust already uses.
                 let p = unsafe {
@@ -499,7 +543,13 @@ impl Pinned {
                     },
                 )
             }
-            PinnedImp::Vulkan(imp) => (imp.map()?, MapImp::Vulkan(imp)),
+            PinnedImp::Vulkan { imported, .. } => (imported.map()?, MapImp::Vulkan(imported)),
+            // The allocator keeps the chunk mapped while the pin lives; the pin's pages are
+            // opened for as long as this mapping lives.
+            PinnedImp::Pool(p) => {
+                p.map()?;
+                (p.cpu(), MapImp::Pool(p))
+            }
         };
         // SAFETY: the caller's address lies in the pinned range, which the mapping covers whole.
         let host = unsafe { base.add((self.addr - self.start) as usize) };
@@ -516,7 +566,8 @@ impl Drop for Pinned {
         if let PinnedImp::GdrDrv { drv, handle } = &self.imp {
             let _ = drv.unpin(*handle);
         }
-        // A DmaBuf closes its fd, an Imported frees its Vulkan memory, on their own drops.
+        // A DmaBuf closes its fd, an Imported frees its Vulkan memory, a PoolPin unpins, on
+        // their own drops.
     }
 }
 
@@ -543,6 +594,8 @@ enum MapImp<'p> {
         len: usize,
     },
     Vulkan(&'p Imported),
+    /// The allocator's mapping of the chunk, opened for this mapping.
+    Pool(&'p PoolPin),
 }
 
 /// A CPU mapping of a [`Pinned`] range; offsets are relative to the caller's address. Unmapped
@@ -627,6 +680,9 @@ impl Drop for PinnedMapping<'_> {
             MapImp::Vulkan(imp) => {
                 // SAFETY: mapped by Pinned::map for this value; unused from now on.
                 unsafe { imp.unmap() };
+            }
+            MapImp::Pool(p) => {
+                let _ = p.unmap();
             }
         }
         self.pinned.mapped.store(false, Ordering::Release);

@@ -352,7 +352,40 @@ fn shared_device(ctx: &Context) -> Result<Arc<VkDevice>, BarError> {
     }
     let d = Arc::new(VkDevice::open(ctx)?);
     devs.push((uuid, d.clone()));
+    end_forked_children_at_exit();
     Ok(d)
+}
+
+extern "C" {
+    /// glibc's `on_exit`: like atexit, but the handler gets exit()'s status.
+    fn on_exit(
+        f: extern "C" fn(std::ffi::c_int, *mut std::ffi::c_void),
+        arg: *mut std::ffi::c_void,
+    ) -> std::ffi::c_int;
+}
+
+/// In a child forked from a process that opened the NVIDIA Vulkan driver, exit() flushes stdio
+/// and ends the child right away: the driver's exit handlers, inherited from the parent, crash
+/// in a forked child (gdrcopy's fork tests saw such children exit with a signal after a clean
+/// test). Handlers registered later (in the child) still run before this one; those registered
+/// in the parent, the driver's among them, do not.
+fn end_forked_children_at_exit() {
+    extern "C" fn quick_exit(status: std::ffi::c_int, _: *mut std::ffi::c_void) {
+        // SAFETY: flushing every stdio stream and ending the process; nothing runs after.
+        unsafe {
+            libc::fflush(std::ptr::null_mut());
+            libc::_exit(status)
+        }
+    }
+    extern "C" fn in_child() {
+        // SAFETY: registers a handler of the right signature; called once per fork.
+        unsafe { on_exit(quick_exit, std::ptr::null_mut()) };
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a plain extern "C" function as the fork child handler, once.
+    ONCE.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(in_child));
+    });
 }
 
 /// The Vulkan loader's instance version (`1.3.275`), or why the loader (libvulkan.so.1) does
@@ -544,6 +577,55 @@ impl VulkanBackend {
                 })
             }
         }
+    }
+}
+
+impl VulkanBackend {
+    /// Imports `size` bytes named by an OPAQUE_FD-compatible `fd` (a POSIX-fd `cuMemCreate`
+    /// allocation) into the host-visible device-local type and maps all of it for the CPU: the
+    /// mapping lives as long as the returned value. On success Vulkan owns the fd.
+    pub fn import_mapped(&self, fd: OwnedFd, size: usize) -> Result<MappedImport, BarError> {
+        let imported = self.import_fd(fd, size, true)?;
+        let host = imported.map()?;
+        Ok(MappedImport { imported, host })
+    }
+}
+
+/// CUDA memory imported into Vulkan and mapped whole for the CPU (a write-combined BAR1
+/// mapping), owned: unmapped and the import released on drop. The memory itself stays with
+/// its allocator; the import only holds a reference to it, so it stays valid while this lives.
+pub struct MappedImport {
+    imported: Imported,
+    host: *mut u8,
+}
+
+// SAFETY: the mapping is reached only through raw pointers handed to the copy routines; the
+// import is Send + Sync.
+unsafe impl Send for MappedImport {}
+// SAFETY: as above.
+unsafe impl Sync for MappedImport {}
+
+impl MappedImport {
+    /// CPU address of the first byte; valid while `self` lives.
+    pub fn host_ptr(&self) -> *mut u8 {
+        self.host
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.imported.size
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.imported.size == 0
+    }
+}
+
+impl Drop for MappedImport {
+    fn drop(&mut self) {
+        // SAFETY: mapped in import_mapped; the pointer is not used after this value is gone.
+        unsafe { self.imported.unmap() }
+        // The import is freed by its own drop.
     }
 }
 

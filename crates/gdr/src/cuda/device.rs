@@ -100,6 +100,17 @@ impl Device {
         ))
     }
 
+    /// Whether kernels on this device can reach `peer`'s memory (`cuDeviceCanAccessPeer`).
+    pub fn can_access_peer(&self, peer: Device) -> Result<bool> {
+        let d = driver()?;
+        let mut yes: c_int = 0;
+        // SAFETY: out-pointer to a live local; both handles come from cuDeviceGet.
+        d.check("cuDeviceCanAccessPeer", unsafe {
+            (d.api.device_can_access_peer)(&mut yes, self.raw, peer.raw)
+        })?;
+        Ok(yes != 0)
+    }
+
     pub fn compute_capability(&self) -> Result<(i32, i32)> {
         Ok((
             self.attribute(sys::ATTR_COMPUTE_CAPABILITY_MAJOR)?,

@@ -44,6 +44,7 @@ pub const ATTR_CAN_USE_STREAM_MEM_OPS_V1: c_int = 92;
 pub const ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: c_int = 97;
 pub const ATTR_HOST_REGISTER_SUPPORTED: c_int = 99;
 pub const ATTR_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: c_int = 102;
+pub const ATTR_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: c_int = 103;
 pub const ATTR_GPU_DIRECT_RDMA_SUPPORTED: c_int = 116;
 pub const ATTR_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS: c_int = 117;
 pub const ATTR_GPU_DIRECT_RDMA_WRITES_ORDERING: c_int = 118;
@@ -92,6 +93,7 @@ pub const MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: c_int = 1;
 pub const MEM_LOCATION_TYPE_DEVICE: c_int = 1;
 pub const MEM_ACCESS_FLAGS_PROT_READWRITE: c_int = 3;
 pub const MEM_ALLOC_GRANULARITY_MINIMUM: c_int = 0;
+pub const MEM_HANDLE_TYPE_NONE: c_int = 0;
 
 /// `CUmemLocation`: 8 bytes.
 #[repr(C)]
@@ -177,6 +179,7 @@ api_table! {
         ctx_push_current = "cuCtxPushCurrent_v2"(CUcontext) -> CUresult;
         ctx_pop_current = "cuCtxPopCurrent_v2"(*mut CUcontext) -> CUresult;
         ctx_synchronize = "cuCtxSynchronize"() -> CUresult;
+        device_can_access_peer = "cuDeviceCanAccessPeer"(*mut c_int, CUdevice, CUdevice) -> CUresult;
         mem_get_info = "cuMemGetInfo_v2"(*mut usize, *mut usize) -> CUresult;
         mem_alloc = "cuMemAlloc_v2"(*mut CUdeviceptr, usize) -> CUresult;
         mem_free = "cuMemFree_v2"(CUdeviceptr) -> CUresult;

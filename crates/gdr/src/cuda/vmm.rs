@@ -5,14 +5,12 @@
 //! process), which plain `cuMemAlloc` memory lacks; gdr uses it to give existing CUDA memory a
 //! CPU mapping through Vulkan (see `bar::pin`).
 
-use super::{driver, sys, Context, DeviceMemory, Result};
+use super::{driver, sys, Context, Device, DeviceMemory, Result};
 use std::os::fd::{FromRawFd, OwnedFd};
 
-/// The `CUmemAllocationProp` of a device allocation on `ctx`'s GPU with a POSIX-fd handle,
-/// marked GPUDirect RDMA capable where the device allows it (so it can be exported as a
-/// dma-buf too).
-fn props(ctx: &Context) -> sys::CUmemAllocationProp {
-    let dev = ctx.device();
+/// The `CUmemAllocationProp` of a device allocation on `dev` with a POSIX-fd handle, marked
+/// GPUDirect RDMA capable where the device allows it (so it can be exported as a dma-buf too).
+fn props(dev: Device) -> sys::CUmemAllocationProp {
     let rdma = dev
         .attribute(sys::ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED)
         .unwrap_or(0)
@@ -34,8 +32,13 @@ fn props(ctx: &Context) -> sys::CUmemAllocationProp {
 
 /// The allocation granularity of [`VmmBuffer`]s on `ctx`'s GPU (2 MiB on current GPUs).
 pub fn granularity(ctx: &Context) -> Result<usize> {
+    device_granularity(ctx.device())
+}
+
+/// The allocation granularity of [`VmmBuffer`]s on `dev` (2 MiB on current GPUs).
+pub fn device_granularity(dev: Device) -> Result<usize> {
     let d = driver()?;
-    let p = props(ctx);
+    let p = props(dev);
     let mut g = 0usize;
     // SAFETY: out-pointer to a live local; the properties are fully initialised.
     d.check("cuMemGetAllocationGranularity", unsafe {
@@ -45,9 +48,12 @@ pub fn granularity(ctx: &Context) -> Result<usize> {
 }
 
 /// One `cuMemCreate` allocation mapped at its own reserved address range, readable and
-/// writable by its GPU. Unmapped, released and its address range freed on drop.
+/// writable by its GPU (and by the peers it was made for). Unmapped, released and its address
+/// range freed on drop.
 pub struct VmmBuffer {
-    ctx: Context,
+    /// The context made current around the drop's calls, for buffers made with one.
+    ctx: Option<Context>,
+    device: Device,
     handle: sys::CUmemGenericAllocationHandle,
     ptr: sys::CUdeviceptr,
     /// Bytes asked for.
@@ -63,13 +69,39 @@ unsafe impl Send for VmmBuffer {}
 unsafe impl Sync for VmmBuffer {}
 
 impl VmmBuffer {
-    /// Allocates `len` (>= 1) bytes, rounded up to the allocation granularity.
+    /// Allocates `len` (>= 1) bytes on `ctx`'s GPU, rounded up to the allocation granularity.
     pub fn new(ctx: &Context, len: usize) -> Result<VmmBuffer> {
-        let d = driver()?;
         ctx.bind()?;
         let gran = granularity(ctx)?;
+        Self::create(ctx.device(), len, gran, &[], Some(ctx.clone()))
+    }
+
+    /// Allocates `len` (>= 1) bytes on `device`, rounded up to the allocation granularity and
+    /// aligned to `align` (a multiple of it), readable and writable by `device` and by each of
+    /// `peers`. Holds no context: for callers (an allocator inside someone else's program) that
+    /// must not retain or switch one. The calls need an initialised driver, not a current
+    /// context.
+    pub fn on_device(
+        device: Device,
+        len: usize,
+        align: usize,
+        peers: &[Device],
+    ) -> Result<VmmBuffer> {
+        Self::create(device, len, align, peers, None)
+    }
+
+    fn create(
+        device: Device,
+        len: usize,
+        align: usize,
+        peers: &[Device],
+        ctx: Option<Context>,
+    ) -> Result<VmmBuffer> {
+        let d = driver()?;
+        let gran = device_granularity(device)?;
         let size = len.max(1).next_multiple_of(gran);
-        let p = props(ctx);
+        let align = align.max(gran).next_multiple_of(gran);
+        let p = props(device);
         let mut handle = 0;
         // SAFETY: out-pointer to a live local; the properties are fully initialised.
         d.check("cuMemCreate", unsafe {
@@ -78,25 +110,31 @@ impl VmmBuffer {
         let mut ptr = 0;
         // SAFETY: out-pointer to a live local; no fixed address asked.
         let reserved = d.check("cuMemAddressReserve", unsafe {
-            (d.api.mem_address_reserve)(&mut ptr, size, gran, 0, 0)
+            (d.api.mem_address_reserve)(&mut ptr, size, align, 0, 0)
         });
         if let Err(e) = reserved {
             // SAFETY: the handle is ours and mapped nowhere.
             unsafe { (d.api.mem_release)(handle) };
             return Err(e);
         }
-        let access = sys::CUmemAccessDesc {
-            location: p.location,
-            flags: sys::MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
+        let access: Vec<sys::CUmemAccessDesc> = std::iter::once(device)
+            .chain(peers.iter().copied().filter(|&p| p != device))
+            .map(|dev| sys::CUmemAccessDesc {
+                location: sys::CUmemLocation {
+                    type_: sys::MEM_LOCATION_TYPE_DEVICE,
+                    id: dev.ordinal() as i32,
+                },
+                flags: sys::MEM_ACCESS_FLAGS_PROT_READWRITE,
+            })
+            .collect();
         // SAFETY: the reserved range is ours and exactly `size` bytes, the allocation too.
         let mapped = d.check("cuMemMap", unsafe {
             (d.api.mem_map)(ptr, size, 0, handle, 0)
         });
         let accessible = mapped.and_then(|()| {
-            // SAFETY: the range is mapped (above); one access descriptor is passed.
+            // SAFETY: the range is mapped (above); `access` holds access.len() descriptors.
             d.check("cuMemSetAccess", unsafe {
-                (d.api.mem_set_access)(ptr, size, &access, 1)
+                (d.api.mem_set_access)(ptr, size, access.as_ptr(), access.len())
             })
             .inspect_err(|_| {
                 // SAFETY: mapped above and not used since.
@@ -112,7 +150,8 @@ impl VmmBuffer {
             return Err(e);
         }
         Ok(VmmBuffer {
-            ctx: ctx.clone(),
+            ctx,
+            device,
             handle,
             ptr,
             len,
@@ -125,8 +164,14 @@ impl VmmBuffer {
         self.size
     }
 
-    pub fn context(&self) -> &Context {
-        &self.ctx
+    /// The context the buffer was made in ([`VmmBuffer::new`]); `None` for
+    /// [`VmmBuffer::on_device`].
+    pub fn context(&self) -> Option<&Context> {
+        self.ctx.as_ref()
+    }
+
+    pub fn device(&self) -> Device {
+        self.device
     }
 
     /// A new POSIX file descriptor for the allocation (`cuMemExportToShareableHandle`); it
@@ -211,11 +256,15 @@ impl Drop for VmmBuffer {
             // SAFETY: the mapping, the reserved range and the handle are ours; memory released
             // while exported or imported elsewhere stays alive for those importers.
             unsafe {
-                (d.api.ctx_push_current)(self.ctx.0.raw);
+                if let Some(ctx) = &self.ctx {
+                    (d.api.ctx_push_current)(ctx.0.raw);
+                }
                 (d.api.mem_unmap)(self.ptr, self.size);
                 (d.api.mem_address_free)(self.ptr, self.size);
                 (d.api.mem_release)(self.handle);
-                (d.api.ctx_pop_current)(&mut std::ptr::null_mut());
+                if self.ctx.is_some() {
+                    (d.api.ctx_pop_current)(&mut std::ptr::null_mut());
+                }
             }
         }
     }

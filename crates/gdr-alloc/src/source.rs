@@ -1,0 +1,150 @@
+//! Chunks from the CUDA driver: POSIX-fd `cuMemCreate` allocations, mapped for the CPU through
+//! a Vulkan import.
+
+use crate::pool::{ChunkSource, SourceError};
+use gdr::bar::{MappedImport, VulkanBackend};
+use gdr::cuda::{self, vmm::VmmBuffer, Context, CudaError, CurrentContextGuard, Device};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// What the source knows of one GPU.
+struct Gpu {
+    device: Device,
+    /// Devices whose kernels can reach this GPU's memory: each chunk is made accessible to
+    /// them too, as `cudaMalloc` memory is once peer access is enabled.
+    peers: Vec<Device>,
+    granularity: usize,
+    /// The Vulkan side, opened at the first mapping.
+    vulkan: OnceLock<Result<VulkanBackend, String>>,
+}
+
+/// Chunks of CUDA VMM memory with a POSIX-fd handle; mappings through Vulkan.
+#[derive(Default)]
+pub struct VmmSource {
+    gpus: Mutex<HashMap<i32, Arc<Gpu>>>,
+}
+
+fn failed(e: CudaError) -> SourceError {
+    match e.code() {
+        Some(cuda::sys::CUDA_ERROR_OUT_OF_MEMORY) => SourceError::OutOfMemory,
+        code => SourceError::Failed {
+            code,
+            what: e.to_string(),
+        },
+    }
+}
+
+impl VmmSource {
+    /// A source with nothing opened yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn gpu(&self, ordinal: i32) -> Result<Arc<Gpu>, SourceError> {
+        if let Some(g) = self
+            .gpus
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&ordinal)
+        {
+            return Ok(g.clone());
+        }
+        let n = usize::try_from(ordinal).map_err(|_| SourceError::Failed {
+            code: Some(cuda::sys::CUDA_ERROR_INVALID_VALUE),
+            what: format!("device {ordinal}"),
+        })?;
+        let device = Device::get(n).map_err(failed)?;
+        let count = Device::count().map_err(failed)?;
+        let mut peers = Vec::new();
+        for i in (0..count).filter(|&i| i != n) {
+            let p = Device::get(i).map_err(failed)?;
+            if p.can_access_peer(device).unwrap_or(false) {
+                peers.push(p);
+            }
+        }
+        let granularity = cuda::vmm::device_granularity(device).map_err(failed)?;
+        let g = Arc::new(Gpu {
+            device,
+            peers,
+            granularity,
+            vulkan: OnceLock::new(),
+        });
+        let mut gpus = self.gpus.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(gpus.entry(ordinal).or_insert(g).clone())
+    }
+
+    fn vulkan(gpu: &Gpu) -> Result<&VulkanBackend, SourceError> {
+        gpu.vulkan
+            .get_or_init(|| {
+                // Opening the backend retains and binds the GPU's primary context; the calling
+                // thread is the program's, so its current context is put back.
+                let _current = CurrentContextGuard::save().ok();
+                Context::new(gpu.device)
+                    .map_err(|e| e.to_string())
+                    .and_then(|ctx| VulkanBackend::new(&ctx).map_err(|e| e.to_string()))
+            })
+            .as_ref()
+            .map_err(|e| SourceError::Failed {
+                code: None,
+                what: e.clone(),
+            })
+    }
+
+    /// Whether GPU `ordinal` can give mappable chunks: VMM with POSIX-fd handles, and one chunk
+    /// made, imported into Vulkan and mapped. `Err` says why not.
+    pub fn probe(&self, ordinal: i32) -> Result<(), String> {
+        let gpu = self.gpu(ordinal).map_err(|e| e.to_string())?;
+        let attr = |a, what: &str| match gpu.device.attribute(a) {
+            Ok(0) => Err(format!("GPU {ordinal} does not support {what}")),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        };
+        attr(
+            cuda::sys::ATTR_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+            "CUDA virtual memory management (cuMemCreate)",
+        )?;
+        attr(
+            cuda::sys::ATTR_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+            "POSIX-fd handles for cuMemCreate memory",
+        )?;
+        let chunk = self
+            .create(ordinal, gpu.granularity)
+            .map_err(|e| e.to_string())?
+            .1;
+        self.map(ordinal, &chunk)
+            .map(drop)
+            .map_err(|e| format!("its memory cannot be mapped for the CPU: {e}"))
+    }
+}
+
+impl ChunkSource for VmmSource {
+    type Chunk = VmmBuffer;
+    type Mapping = MappedImport;
+
+    fn granularity(&self, device: i32) -> Result<usize, SourceError> {
+        Ok(self.gpu(device)?.granularity)
+    }
+
+    fn create(&self, device: i32, size: usize) -> Result<(u64, VmmBuffer), SourceError> {
+        let gpu = self.gpu(device)?;
+        let buf =
+            VmmBuffer::on_device(gpu.device, size, gpu.granularity, &gpu.peers).map_err(failed)?;
+        Ok((cuda::DeviceMemory::device_ptr(&buf), buf))
+    }
+
+    fn map(&self, device: i32, chunk: &VmmBuffer) -> Result<(*mut u8, MappedImport), SourceError> {
+        let gpu = self.gpu(device)?;
+        let be = Self::vulkan(&gpu)?;
+        let fd = chunk.export_fd().map_err(failed)?;
+        let m = be
+            .import_mapped(fd, chunk.alloc_size())
+            .map_err(|e| match e {
+                gdr::bar::BarError::OutOfMemory { .. } => SourceError::OutOfMemory,
+                e => SourceError::Failed {
+                    code: None,
+                    what: e.to_string(),
+                },
+            })?;
+        Ok((m.host_ptr(), m))
+    }
+}

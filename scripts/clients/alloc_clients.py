@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""PyTorch and CuPy with their default allocators under gdr's allocator (`gdr run`).
+
+Usage: alloc_clients.py [all|train|cupy] [--out DIR]
+
+  all    (default) runs each check in child processes, with and without the allocator, and
+         compares them:
+         - train: a short training loop (deterministic algorithms on, fixed seed) gives
+           bit-identical losses with and without the allocator; its median step time with the
+           allocator is within 5% of the time without (reported, and checked); under the
+           allocator a weight tensor (default allocator, cudaMalloc) is pinned and mapped
+           through libgdrapi and reads back the tensor's bytes, and bytes written through the
+           mapping are what torch then reads;
+         - cupy: an array from CuPy's default memory pool is pinned, mapped, written through
+           the mapping and read by CuPy, and the reverse; without the allocator the pin is
+           refused (ENOTSUP on a host without gdrdrv).
+  train, cupy   one child (what `all` runs); prints its checks and one JSON line `result {...}`.
+
+The allocator is preloaded with `$GDR_BIN run --` when GDR_BIN names the gdr binary, else with
+LD_PRELOAD=$GDR_ALLOC_LIB (default libgdr_alloc.so.0, from the loader's path). Prints one
+`ok ...` / `FAIL ...` line per check and ends with `alloc_clients: N passed, M failed`; exit 1
+on a failure. Without torch or a GPU: `alloc_clients: skipped: no GPU` (exit 1 under
+GDR_REQUIRE_GPU=1).
+"""
+
+import ctypes
+import errno
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gdrapi import GdrInfoV2, GdrMh, load_gdrapi  # noqa: E402
+
+NAME = "alloc_clients"
+CHILD_TIMEOUT_S = 300
+STEPS = 60
+WARMUP = 10
+STEP_TIME_LIMIT = 1.05
+
+
+class Checks:
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def expect(self, cond, what, why=""):
+        print(f"{'ok' if cond else 'FAIL'} {what}{'' if cond or not why else ': ' + why}",
+              flush=True)
+        if cond:
+            self.passed += 1
+        else:
+            self.failed += 1
+        return cond
+
+
+def pinned_mapping(lib, g, ptr, n):
+    """Pins the 64 KiB pages around [ptr, ptr+n) (gdr_map maps only page-aligned pins, as
+    gdrcopy) and maps them: (rc, handle, cpu address of ptr, info, map base)."""
+    mh = GdrMh()
+    lo = ptr & ~0xFFFF
+    rc = lib.gdr_pin_buffer(g, lo, n + (ptr - lo), 0, 0, ctypes.byref(mh))
+    if rc:
+        return rc, None, None, None, None
+    info = GdrInfoV2()
+    lib.gdr_get_info_v2(g, mh, ctypes.byref(info))
+    base = ctypes.c_void_p()
+    rc = lib.gdr_map(g, mh, ctypes.byref(base), info.mapped_size)
+    if rc:
+        lib.gdr_unpin_buffer(g, mh)
+        return rc, None, None, None, None
+    return 0, mh, base.value + (ptr - info.va), info, base
+
+
+def release(lib, g, mh, info, base):
+    lib.gdr_unmap(g, mh, base, info.mapped_size)
+    lib.gdr_unpin_buffer(g, mh)
+
+
+def child_train(under_allocator):
+    import numpy as np
+    import torch
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    torch.manual_seed(1234)
+    checks = Checks()
+    dev = "cuda"
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(64 * 8 * 8, 1024), torch.nn.ReLU(),
+        torch.nn.Linear(1024, 10)).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    gen = torch.Generator(device="cpu").manual_seed(99)
+    x_all = torch.randn(STEPS, 128, 3, 32, 32, generator=gen)
+    y_all = torch.randint(0, 10, (STEPS, 128), generator=gen)
+    losses, step_ms = [], []
+    for i in range(STEPS):
+        x, y = x_all[i].to(dev), y_all[i].to(dev)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        step_ms.append((time.perf_counter() - t0) * 1e3)
+        losses.append(loss.item())
+    checks.expect(all(np.isfinite(losses)), f"{STEPS} training steps, finite losses "
+                  f"({losses[0]:.4f} -> {losses[-1]:.4f})")
+    result = {"losses": losses, "step_ms": step_ms[WARMUP:]}
+    if under_allocator:
+        # A weight of the trained model: default-allocator memory, pinned through libgdrapi.
+        lib = load_gdrapi()
+        g = lib.gdr_open()
+        w = model[7].weight.data
+        ptr, n = w.data_ptr(), w.numel() * w.element_size()
+        rc, mh, cpu, info, base = pinned_mapping(lib, g, ptr, n)
+        if checks.expect(rc == 0, f"a {n}-byte weight tensor pins and maps", f"rc {rc}"):
+            torch.cuda.synchronize()
+            host = np.empty(n, dtype=np.uint8)
+            lib.gdr_copy_from_mapping(mh, host.ctypes.data, cpu, n)
+            want = w.cpu().numpy().view(np.uint8).reshape(-1)
+            checks.expect(np.array_equal(host, want), "the mapping reads the weights' bytes")
+            fresh = np.random.default_rng().standard_normal(w.numel()).astype(np.float32)
+            lib.gdr_copy_to_mapping(mh, cpu, fresh.ctypes.data, n)
+            got = w.cpu().numpy().reshape(-1)
+            checks.expect(np.array_equal(got, fresh), "torch reads what the CPU wrote through the mapping")
+            release(lib, g, mh, info, base)
+        lib.gdr_close(g)
+    return checks, result
+
+
+def child_cupy(under_allocator):
+    import cupy
+    import numpy as np
+    checks = Checks()
+    lib = load_gdrapi()
+    g = lib.gdr_open()
+    checks.expect(bool(g), "gdr_open")
+    n = 3 * (1 << 20) + 5
+    a = cupy.zeros(n, dtype=cupy.uint8)  # CuPy's default memory pool (cudaMalloc)
+    ptr = a.data.ptr
+    rc, mh, cpu, info, base = pinned_mapping(lib, g, ptr, n)
+    result = {"pin_rc": rc}
+    if not under_allocator:
+        checks.expect(rc == errno.ENOTSUP, "without the allocator: the pin of CuPy memory is "
+                      f"refused with ENOTSUP (rc {rc})")
+        if rc == 0:
+            release(lib, g, mh, info, base)
+    elif checks.expect(rc == 0, f"a {n}-byte CuPy array pins and maps", f"rc {rc}"):
+        data = np.frombuffer(os.urandom(n), dtype=np.uint8).copy()
+        cupy.cuda.Device().synchronize()
+        lib.gdr_copy_to_mapping(mh, cpu, data.ctypes.data, n)
+        checks.expect(np.array_equal(cupy.asnumpy(a), data), "CPU -> GPU: CuPy reads what the CPU wrote")
+        b = cupy.arange(n, dtype=cupy.uint32).astype(cupy.uint8) ^ cupy.uint8(0x5A)
+        a[...] = b
+        cupy.cuda.Device().synchronize()
+        host = np.full(n + 64, 0xEE, dtype=np.uint8)
+        lib.gdr_copy_from_mapping(mh, host.ctypes.data, cpu, n)
+        checks.expect(np.array_equal(host[:n], cupy.asnumpy(b)) and (host[n:] == 0xEE).all(),
+                      "GPU -> CPU: the mapping reads what CuPy wrote, and nothing past it is touched")
+        release(lib, g, mh, info, base)
+    lib.gdr_close(g)
+    return checks, result
+
+
+def run_child_mode(mode):
+    under = bool(os.environ.get("LD_PRELOAD", "").count("gdr_alloc"))
+    checks, result = (child_train if mode == "train" else child_cupy)(under)
+    result["under_allocator"] = under
+    print("result " + json.dumps(result), flush=True)
+    print(f"{NAME}: {checks.passed} passed, {checks.failed} failed", flush=True)
+    return 1 if checks.failed else 0
+
+
+def command(mode, with_allocator):
+    py = [sys.executable, os.path.abspath(__file__), mode]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", GDR_REQUIRE_GPU="1")
+    env.pop("LD_PRELOAD", None)
+    if not with_allocator:
+        return py, env
+    gdr = os.environ.get("GDR_BIN")
+    if gdr:
+        return [gdr, "run", "--"] + py, env
+    env["LD_PRELOAD"] = os.environ.get("GDR_ALLOC_LIB", "libgdr_alloc.so.0")
+    return py, env
+
+
+def run_child(mode, with_allocator, out_dir):
+    cmd, env = command(mode, with_allocator)
+    tag = f"{mode}-{'alloc' if with_allocator else 'driver'}"
+    print(f"== {tag}: {' '.join(cmd)}", flush=True)
+    try:
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=CHILD_TIMEOUT_S)
+        out, rc = p.stdout.decode(errors="replace"), p.returncode
+    except subprocess.TimeoutExpired as e:
+        out, rc = (e.stdout or b"").decode(errors="replace"), None
+    if out_dir:
+        with open(os.path.join(out_dir, f"{NAME}-{tag}.log"), "w") as f:
+            f.write(out)
+    passed = failed = 0
+    result = None
+    for line in out.splitlines():
+        if line.startswith("result "):
+            result = json.loads(line[len("result "):])
+        elif line.startswith(f"{NAME}: "):
+            parts = line.split()
+            passed, failed = int(parts[1]), int(parts[3])
+        else:
+            print("  " + line)
+    if rc != 0 and failed == 0:
+        failed = 1
+        print(f"FAIL {tag}: child exited with {rc}")
+    return passed, failed, result
+
+
+def run_all(out_dir):
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            raise RuntimeError("torch.cuda.is_available() is False")
+    except Exception as e:
+        print(f"info {e}")
+        print(f"{NAME}: skipped: no GPU", flush=True)
+        return 1 if os.environ.get("GDR_REQUIRE_GPU") == "1" else 0
+    checks = Checks()
+    total_p = total_f = 0
+    results = {}
+    for mode in ("train", "cupy"):
+        for with_alloc in (False, True):
+            p, f, r = run_child(mode, with_alloc, out_dir)
+            total_p, total_f = total_p + p, total_f + f
+            results[(mode, with_alloc)] = r
+    a, b = results.get(("train", False)), results.get(("train", True))
+    if checks.expect(a is not None and b is not None, "both training runs reported"):
+        checks.expect(a["losses"] == b["losses"], f"the {STEPS} losses are bit-identical with and "
+                      "without the allocator",
+                      f"first difference at step "
+                      f"{next((i for i, (x, y) in enumerate(zip(a['losses'], b['losses'])) if x != y), '?')}")
+        ma, mb = statistics.median(a["step_ms"]), statistics.median(b["step_ms"])
+        print(f"time training step median: {ma:.3f} ms without, {mb:.3f} ms with the allocator "
+              f"({mb / ma:.3f}x)", flush=True)
+        checks.expect(mb <= ma * STEP_TIME_LIMIT, f"step time with the allocator within "
+                      f"{(STEP_TIME_LIMIT - 1) * 100:.0f}% ({mb / ma:.3f}x)")
+        if out_dir:
+            with open(os.path.join(out_dir, f"{NAME}-train.json"), "w") as f:
+                json.dump({"without": a, "with": b, "ratio": mb / ma}, f)
+    total_p += checks.passed
+    total_f += checks.failed
+    print(f"{NAME}: {total_p} passed, {total_f} failed", flush=True)
+    return 1 if total_f else 0
+
+
+def main(argv):
+    out_dir = None
+    if "--out" in argv:
+        out_dir = argv[argv.index("--out") + 1]
+        os.makedirs(out_dir, exist_ok=True)
+        argv = [x for i, x in enumerate(argv) if x != "--out" and (i == 0 or argv[i - 1] != "--out")]
+    mode = argv[1] if len(argv) > 1 else "all"
+    if mode == "all":
+        return run_all(out_dir)
+    if mode in ("train", "cupy"):
+        return run_child_mode(mode)
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
