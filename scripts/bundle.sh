@@ -17,8 +17,9 @@ if not exe:
     sys.exit("bundle.sh: cargo built no gdr executable")
 shutil.copy(exe[-1], sys.argv[1])
 ' "$out/gdr"
-# libgdrapi staged as it installs under /usr/local (run.sh copies it there and runs ldconfig),
-# with the C test programs' sources, built on the GPU host against the installed library.
+# libgdrapi and libgdr_alloc staged as they install under /usr/local (run.sh copies them there
+# and runs ldconfig), with the C test programs' sources, built on the GPU host against the
+# installed libraries.
 bash scripts/install-capi.sh --prefix /usr/local --destdir "$out/capi/root"
 mkdir -p "$out/capi/c" && cp crates/gdr-capi/tests/c/*.c "$out/capi/c/"
 cp scripts/capi-check.sh "$out/capi/check.sh"
@@ -34,7 +35,9 @@ for line in sys.stdin:
         t = m["target"]
         name = t["name"] if "lib" not in t["kind"] else t["name"] + "-lib"
         crate = os.path.basename(os.path.dirname(os.path.dirname(t["src_path"])))
-        if name == "c_programs":  # needs the source tree; the bundle runs capi/check.sh
+        # These build C from the source tree: the bundle runs capi/check.sh and alloc-gpu.sh
+        # instead.
+        if name in ("c_programs", "passthrough"):
             continue
         bins.append((name, crate, m["executable"]))
 # Two crates may have a test file of the same name (cuda_sources): those get the crate in front.
@@ -47,6 +50,14 @@ cp scripts/run-gpu.sh "$out/run.sh"
 cp scripts/serve-bench.sh "$out/serve-bench.sh"
 cp scripts/two-gpu.sh "$out/two-gpu.sh"
 cp scripts/compare-gdr.sh "$out/compare-gdr.sh"
+# gdr's allocator on the GPU host: the CUDA programs (built there with nvcc) and the scripts.
+mkdir -p "$out/alloc"
+cp crates/gdr-alloc-preload/tests/gpu/alloc_check.cu crates/gdr-alloc-preload/bench/alloc_bench.cu "$out/alloc/"
+cp scripts/alloc-gpu.sh "$out/alloc-gpu.sh"
+cp scripts/outside-gpu.sh "$out/outside-gpu.sh"
 mkdir -p "$out/fixtures" && cp -a crates/gdr-pci/tests/fixtures/topo "$out/fixtures/"
 [ -d .gl ] && { mkdir -p "$out/gl"; cp .gl/*.deb "$out/gl/"; }
+# The Python package: its wheel (with libgdr_alloc inside), its tests, the benchmark beside
+# vkgdr and the wheels the GPU host cannot download (scripts/python-bundle.sh).
+bash scripts/python-bundle.sh "$out/python"
 echo "bundle in $out: $(ls "$out/tests" | wc -l) test binaries, $(du -sh "$out" | cut -f1)"

@@ -2,7 +2,10 @@
 # Runs in a bundle folder on a GPU host: every test binary with GDR_REQUIRE_GPU=1, then the
 # tools and benchmarks. Usage: run.sh OUTDIR [--tests-only]. Logs and JSON go to OUTDIR; a summary is printed.
 # ONLY="tests capi clients apiperf ..." runs just the named parts (names: tests, info, sanity,
-# copylat, copybw, pplat, mq, apiperf, capi, clients, serve).
+# copylat, copybw, pplat, mq, apiperf, capi, clients, alloc, outside, python, serve). `alloc` is
+# alloc-gpu.sh (gdr's allocator: C checks, its cost, PyTorch and CuPy under `gdr run`);
+# `outside` is outside-gpu.sh on the folder OUTSIDE names (gdrcopy's and UCX's programs, built
+# outside the repository), run only when OUTSIDE is set.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: run.sh OUTDIR}
@@ -13,8 +16,9 @@ if ! ldconfig -p | grep -q libvulkan.so.1 && [ -d "$here/gl" ]; then
 fi
 icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 [ -f "$icd" ] && export VK_DRIVER_FILES=${VK_DRIVER_FILES:-$icd}
-# libgdrapi installed as a user installs it (into /usr/local, then ldconfig); pkg-config for
-# the C programs built against it, from the carried packages when the host has none.
+# libgdrapi and libgdr_alloc installed as a user installs them (into /usr/local, then
+# ldconfig); pkg-config for the C programs built against them, from the carried packages when
+# the host has none.
 cp -a "$here/capi/root/usr/local/." /usr/local/ && ldconfig
 if ! command -v pkg-config >/dev/null && [ -d "$here/gl" ]; then
   for f in "$here"/gl/pkgconf*.deb "$here"/gl/libpkgconf3*.deb; do dpkg -x "$f" /; done; ldconfig
@@ -36,7 +40,7 @@ if [ "${2:-}" != "--tests-only" ]; then
   g="$here/gdr"
   bench() { # name, command...
     local n=$1; shift
-    if timeout 300 "$@" >"$out/$n" 2>"$out/$n.err"; then pass=$((pass+1)); echo "bench $n: ok"; else fail=$((fail+1)); echo "bench $n: FAILED ($(tail -1 "$out/$n.err"))"; fi
+    if timeout "${T:-300}" "$@" >"$out/$n" 2>"$out/$n.err"; then pass=$((pass+1)); echo "bench $n: ok"; else fail=$((fail+1)); echo "bench $n: FAILED ($(tail -1 "$out/$n.err"))"; fi
   }
   want info && bench info.json "$g" info --json
   want sanity && bench sanity.txt "$g" sanity
@@ -54,6 +58,30 @@ if [ "${2:-}" != "--tests-only" ]; then
   sys_nccl=/usr/lib/x86_64-linux-gnu/libnccl.so.2
   want clients && [ -f "$sys_nccl" ] && bench nccl_system.txt env LD_PRELOAD="$sys_nccl" \
     python3 "$here/clients/nccl_gdrcopy.py" --out "$out/nccl-system"
+  # gdr's allocator, then programs written elsewhere under it.
+  want alloc && T=900 bench alloc.txt bash "$here/alloc-gpu.sh" "$out/alloc"
+  if want outside && [ -n "${OUTSIDE:-}" ]; then
+    T=900 bench outside.txt bash "$here/outside-gpu.sh" "$OUTSIDE" "$out/outside"
+  fi
+  # The Python package (python/, scripts/python-bundle.sh): its wheel and the carried wheels
+  # installed into a folder of their own on PYTHONPATH (the host's NumPy, PyTorch and CuPy stay
+  # as they are), its tests with GDR_REQUIRE_GPU=1 (GDR_REQUIRE_ALLOC=1 when the wheel carries
+  # libgdr_alloc), then the benchmark beside vkgdr 0.1 with this run's `gdr copylat` figures.
+  if want python && [ -d "$here/python" ]; then
+    site="$out/python-site"
+    rm -rf "$site" && mkdir -p "$site"
+    for w in "$here"/python/gdr-*.whl "$here"/python/wheels/*.whl; do
+      [ -f "$w" ] || continue
+      python3 -m pip install --quiet --no-index --no-deps --target "$site" "$w" 2>/dev/null ||
+        python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$w" "$site"
+    done
+    alloc_required=0
+    [ -f "$here/python/with-allocator" ] && alloc_required=1
+    T=900 bench python-tests.txt env PYTHONPATH="$site" GDR_REQUIRE_ALLOC=$alloc_required \
+      python3 -m pytest -q -p no:cacheprovider -rs "$here/python/tests"
+    T=900 bench python-bench.txt env PYTHONPATH="$site" \
+      python3 "$here/python/bench_vkgdr.py" --gdr "$g" --json "$out/python-bench.json"
+  fi
   # The network server against its host-centric baseline (writes $out/serve/summary.json).
   if ! want serve; then :
   elif timeout 300 bash "$here/serve-bench.sh" "$out/serve" "$g" >"$out/serve.log" 2>&1; then

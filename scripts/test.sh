@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# The project's test command (README.md), three parts:
+# The project's test command (README.md), four parts:
 #   1. cargo test --workspace: every test; GPU tests skip where there is no GPU
 #      (GDR_REQUIRE_GPU=1 makes them fail instead);
 #   2. libgdrapi installed as users install it (cargo cinstall) and the C programs built against
 #      it with pkg-config (scripts/capi-check.sh);
-#   3. the QEMU/VFIO test of gdr-dma (scripts/qemu-dma-test.sh; needs root and network the first
+#   3. the Python package installed as users install it (pip install ./crates/gdr-python into a
+#      fresh virtual environment) and its pytest suite (scripts/python-test.sh; needs PyPI for
+#      maturin, pytest and NumPy);
+#   4. the QEMU/VFIO test of gdr-dma (scripts/qemu-dma-test.sh; needs root and network the first
 #      time, and skips without root outside CI).
 # cargo counts a skipped test as passed and hides what it printed, so every skip is also written
 # to a log (GDR_SKIP_LOG, see crates/gdr-testing) and counted here. The last line of output is
 #   N passed, M failed, K skipped
-# over all three parts: N counts only tests that ran and passed, K the skipped ones (listed just
+# over all four parts: N counts only tests that ran and passed, K the skipped ones (listed just
 # above it), M every failed test plus every part that failed without a count (a build error, a
 # crashed test binary). Exit status 0 when M is 0, else 1.
 # No `set -e`: a failing part must not stop the others from running and being counted.
@@ -59,7 +62,16 @@ else
   tally install-capi 1 0 1 0
 fi
 
-# 3. The QEMU/VFIO test. Exit 77: it skipped (a prerequisite is missing; it said which).
+# 3. The Python package: pip install into a fresh venv, import, pytest. pytest's last line is
+# `1 failed, 41 passed, 32 skipped in 2.01s` (each count only when not 0); its skips are in the
+# skip log already (the package's conftest writes them there).
+k0=$(skips)
+bash scripts/python-test.sh 2>&1 | tee "$tmp/python.log"
+rc=${PIPESTATUS[0]}
+count() { tail -1 "$tmp/python.log" | grep -oE "[0-9]+ $1" | grep -oE '[0-9]+' || echo 0; }
+tally pytest "$rc" "$(count passed)" "$(($(count failed) + $(count error)))" $(($(skips) - k0))
+
+# 4. The QEMU/VFIO test. Exit 77: it skipped (a prerequisite is missing; it said which).
 bash scripts/qemu-dma-test.sh 2>&1 | tee "$tmp/qemu.log"
 rc=${PIPESTATUS[0]}
 if [ "$rc" = 77 ]; then

@@ -13,6 +13,7 @@
 //! - [`peer`]: GPU memory for other devices (dma-buf export, registration cache).
 //! - [`mq`]: message queues in GPU memory and persistent GPU workers.
 //!
+//! [`info`] gathers what `gdr info` reports (libraries, GPUs, which backends work and why not).
 //! [`timing`] is the interleaved timer the auto copier calibrates with. The benchmarks, the
 //! host-centric baselines and their statistics are in the `gdr-bench` crate; the GPU-test skip
 //! gate is the dev-only `gdr-testing` crate.
@@ -22,6 +23,7 @@ pub use gdr_mem::copy;
 pub mod cuda;
 pub use gdr_mem as mem;
 pub mod dylib;
+pub mod info;
 pub mod mq;
 pub mod nvml;
 pub mod peer;

@@ -28,7 +28,7 @@ const ALL_GOOD: &str =
 /// What `gdr check --json` prints.
 #[derive(Serialize)]
 struct Report {
-    info: info::Info,
+    info: gdr::info::Info,
     gpu: usize,
     /// Whether `--gpu` has a working Vulkan mapping, which sanity and the latency table need.
     mapping_usable: bool,
@@ -38,7 +38,7 @@ struct Report {
 }
 
 pub fn run(args: Args) -> CmdResult {
-    let inf = info::gather();
+    let inf = gdr::info::gather();
     if !args.json {
         info::print(&inf);
     }

@@ -1,0 +1,421 @@
+#!/usr/bin/env python3
+"""gdr's Python calls beside vkgdr 0.1's, in one process on one GPU, and beside the Rust calls.
+
+vkgdr (PyPI, SARAO) allocates CUDA memory that the CPU maps and hands out its host pointer;
+its users copy with NumPy (``np.copyto`` on the mapping's ``__array_interface__``) or
+``ctypes.memmove``, and both are timed here, the faster one per size standing for vkgdr. gdr's
+side: ``Buffer.write``/``read_into`` (stream stores and loads on one thread) and the auto
+copier (mapping on 1..N threads, or the copy engine), and gdr's NumPy view of the mapping
+(``np.copyto``, vkgdr's own path: writes with no store fence, as vkgdr's; reads the slow path
+docs/python.md warns about), the fastest per size standing for gdr. Every path is checked for
+byte-exact results before it is timed.
+
+Timing: each call runs in a plain Python loop (``for _ in range(k): f(a, b)``) of k calls
+lasting about 200 us, rounds of every path in a shuffled order, for a time budget per size; a
+path's figure is the median per-call time over its rounds. The Python overhead of a gdr call is
+its per-call time less the loop's own per-iteration time less the Rust call's median from
+``gdr copylat`` (the same copy on the same GPU, timed by Rust, in the same run).
+
+Goals (issue 28): at least vkgdr's speed on small writes; 10x or more on reads from 1 KiB; 2x or
+more on writes from 1 MiB; Python overhead per small call (8 B, 64 B) within 0.3 us of Rust.
+
+Usage: bench_vkgdr.py [--gdr PATH | --copylat FILE] [--json OUT] [--budget S] [--max-read MiB]
+Exit status: 0 when it measured both (whatever the goals), 2 when vkgdr could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+import gdr
+
+LAT_SIZES = [8, 64, 1024, 4096]
+BW_SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+NUMPY_VIEW_MAX = 1 << 20  # reads through gdr's NumPy view beyond this only take time
+perf = time.perf_counter_ns
+
+
+def loop2(k: int, f: Callable, a: Any, b: Any) -> int:
+    t0 = perf()
+    for _ in range(k):
+        f(a, b)
+    return perf() - t0
+
+
+def loop3(k: int, f: Callable, a: Any, b: Any, c: Any) -> int:
+    t0 = perf()
+    for _ in range(k):
+        f(a, b, c)
+    return perf() - t0
+
+
+def empty_loop(k: int) -> int:
+    t0 = perf()
+    for _ in range(k):
+        pass
+    return perf() - t0
+
+
+class Op:
+    """One timed path: ``f(*args)`` per call."""
+
+    def __init__(self, name: str, f: Callable, *args: Any) -> None:
+        self.name, self.f, self.args = name, f, args
+        self.k = 1
+        self.samples: List[float] = []
+
+    def run(self, k: int) -> int:
+        if len(self.args) == 2:
+            return loop2(k, self.f, *self.args)
+        return loop3(k, self.f, *self.args)
+
+
+def measure(ops: Sequence[Op], budget_s: float, min_rounds: int = 3, max_rounds: int = 41
+            ) -> None:
+    """Fills each op's samples (us per call), interleaved round by round. The caller ran each
+    op once already (its check), which warmed it up."""
+    for op in ops:
+        once = max(op.run(1), 1)
+        op.k = int(min(max(200_000 // once, 1), 20_000))
+        op.samples = []
+    rng = random.Random(1)
+    start = time.monotonic()
+    rounds = 0
+    order = list(ops)
+    while rounds < max_rounds and (rounds < min_rounds or time.monotonic() - start < budget_s):
+        rng.shuffle(order)
+        for op in order:
+            op.samples.append(op.run(op.k) / op.k / 1000.0)
+        rounds += 1
+
+
+def median(xs: Sequence[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def loop_overhead_us() -> float:
+    k = 200_000
+    empty_loop(k)
+    return min(empty_loop(k) for _ in range(5)) / k / 1000.0
+
+
+def size_name(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def rust_figures(args: argparse.Namespace) -> Optional[List[Dict[str, Any]]]:
+    """`gdr copylat` rows (the Rust calls): from --copylat FILE or by running --gdr."""
+    if args.copylat:
+        with open(args.copylat) as f:
+            return json.load(f)
+    if args.gdr:
+        cmd = [args.gdr, "copylat", "--min-size", "8", "--max-size", "4K", "--budget-ms", "300",
+               "--json"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            why = r.stderr.strip()[-500:]
+            print(f"gdr copylat failed ({r.returncode}): {why}", file=sys.stderr)
+            return None
+        return json.loads(r.stdout)
+    return None
+
+
+class Vkgdr:
+    """vkgdr's memory as its users reach it: a NumPy view and the host address."""
+
+    def __init__(self, size: int) -> None:
+        import vkgdr  # noqa: PLC0415
+
+        self.module = vkgdr
+        # gdr.open(0) made GPU 0's primary context current on this thread.
+        self.handle = vkgdr.Vkgdr.open_current_context()
+        self.mem = vkgdr.RawMemory(self.handle, size)
+        self.coherent = bool(self.mem.is_coherent)
+        self.ptr = int(self.mem.__array_interface__["data"][0])
+        self.array = np.asarray(self.mem).view(np.uint8)
+        self.version = getattr(vkgdr, "__version__", "?")
+
+    def close(self) -> None:
+        self.array = None
+        self.mem.free()
+
+
+def check(name: str, got: bytes, want: bytes) -> None:
+    if got != want:
+        bad = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
+        raise SystemExit(f"{name}: wrong bytes (first difference at byte {bad})")
+
+
+def vk_sample(vk: "Vkgdr", want: np.ndarray, name: str) -> None:
+    """Checks vkgdr's memory against `want`: whole up to 4 MiB, else its first and last 64 KiB
+    and 16 windows of 4 KiB (plain loads of its mapping run at tens of MB/s)."""
+    n = want.size
+    if n <= 4 << 20:
+        check(name, vk.array[:n].tobytes(), want.tobytes())
+        return
+    rng = random.Random(n)
+    windows = [(0, 64 << 10), (n - (64 << 10), n)]
+    windows += [(o, o + 4096) for o in (rng.randrange(0, n - 4096) for _ in range(16))]
+    for a, b in windows:
+        check(f"{name} [{a}:{b}]", vk.array[a:b].tobytes(), want[a:b].tobytes())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gdr", help="the gdr CLI, to time the Rust calls (gdr copylat)")
+    ap.add_argument("--copylat", help="a `gdr copylat --json` file to take the Rust figures from")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--budget", type=float, default=0.6, help="seconds per size (default 0.6)")
+    ap.add_argument("--max-read", type=int, default=256,
+                    help="largest read timed on vkgdr's mapping, MiB (default 256)")
+    ap.add_argument("--device", type=int, default=0)
+    args = ap.parse_args()
+
+    gpu = gdr.open(args.device)
+    max_size = max(BW_SIZES)
+    buf = gpu.alloc(max_size, 4096)
+    t0 = time.monotonic()
+    auto = gpu.auto_copier()
+    if auto.calibrated_now:
+        print(f"(the auto copier calibrated in {time.monotonic() - t0:.0f} s)", file=sys.stderr)
+    gview = buf.numpy()
+    rng = np.random.default_rng(28)
+    src = rng.integers(0, 256, max_size, dtype=np.uint8)
+    dst = np.zeros(max_size, np.uint8)
+
+    vk: Optional[Vkgdr] = None
+    vk_error = None
+    try:
+        vk = Vkgdr(max_size)
+    except Exception as e:  # reported; gdr's side is still measured
+        vk_error = f"{type(e).__name__}: {e}"
+        print(f"vkgdr unavailable: {vk_error}", file=sys.stderr)
+
+    loop_us = loop_overhead_us()
+    rows: List[Dict[str, Any]] = []
+    for size in LAT_SIZES + BW_SIZES:
+        s, d = src[:size], dst[:size]
+        want = s.tobytes()
+        for direction in ("write", "read"):
+            ops: List[Op] = []
+            if direction == "write":
+                ops.append(Op("gdr", buf.write, s, 0))
+                ops.append(Op("gdr auto", auto.write, buf, s, 0))
+                if size <= NUMPY_VIEW_MAX:
+                    # vkgdr's own path on gdr's mapping: a NumPy copy, no fence (buf.fence()
+                    # makes such stores visible to the GPU; buf.write ends with one itself).
+                    ops.append(Op("gdr numpy view", np.copyto, gview[:size], s))
+                if vk is not None:
+                    vk_n = vk.array[:size]
+                    ops.append(Op("vkgdr numpy", np.copyto, vk_n, s))
+                    ops.append(Op("vkgdr memmove", ctypes.memmove, vk.ptr, s.ctypes.data, size))
+            else:
+                ops.append(Op("gdr", buf.read_into, d, 0))
+                ops.append(Op("gdr auto", auto.read_into, buf, d, 0))
+                if size <= NUMPY_VIEW_MAX:
+                    ops.append(Op("gdr numpy view", np.copyto, d, gview[:size]))
+                if vk is not None and size <= args.max_read << 20:
+                    vk_n = vk.array[:size]
+                    ops.append(Op("vkgdr numpy", np.copyto, d, vk_n))
+                    ops.append(Op("vkgdr memmove", ctypes.memmove, d.ctypes.data, vk.ptr, size))
+            # Each path once, checked, before it is timed.
+            poison = np.bitwise_not(s)
+            for op in ops:
+                if direction == "write":
+                    if op.name.startswith("gdr"):
+                        buf.write(poison)
+                    else:
+                        np.copyto(vk.array[:size], poison)
+                    op.run(1)
+                    if op.name.startswith("gdr"):
+                        buf.fence()
+                        check(f"{op.name} write {size}", buf.read(size), want)
+                    else:
+                        vk_sample(vk, s, f"{op.name} write {size}")
+                else:
+                    if op.name.startswith("gdr"):
+                        buf.write(s)
+                    else:
+                        np.copyto(vk.array[:size], s)
+                    d[:] = 0
+                    op.run(1)
+                    check(f"{op.name} read {size}", d.tobytes(), want)
+            measure(ops, args.budget)
+            med = {op.name: median(op.samples) for op in ops}
+            gdr_best = min(med[n] for n in ("gdr", "gdr auto", "gdr numpy view") if n in med)
+            vk_paths = [med[n] for n in ("vkgdr numpy", "vkgdr memmove") if n in med]
+            vk_best = min(vk_paths) if vk_paths else None
+            rows.append({
+                "direction": direction,
+                "size": size,
+                "median_us": med,
+                "rounds": {op.name: len(op.samples) for op in ops},
+                "gdr_us": med["gdr"],
+                "gdr_auto_us": med["gdr auto"],
+                "gdr_best_us": gdr_best,
+                "gdr_best_path": "gdr" if med["gdr"] <= med["gdr auto"] else "gdr auto",
+                "auto_path": auto.path(direction, size),
+                "vkgdr_best_us": vk_best,
+                "speedup": (vk_best / gdr_best) if vk_best else None,
+                "gdr_gbps": size / gdr_best / 1e3,
+                "vkgdr_gbps": (size / vk_best / 1e3) if vk_best else None,
+            })
+            print(f"\r{direction:5} {size_name(size):>8}", end="", file=sys.stderr, flush=True)
+    print("\r" + " " * 20 + "\r", end="", file=sys.stderr)
+
+    # The Rust calls of the same copies, and gdr's Python overhead over them.
+    rust = rust_figures(args)
+    overhead = []
+    if rust:
+        for r in rows:
+            if r["size"] not in (8, 64, 1024, 4096):
+                continue
+            rdir = "cpu->gpu" if r["direction"] == "write" else "gpu->cpu"
+            match = [x for x in rust if x["direction"] == rdir and x["size"] == r["size"]]
+            if match:
+                rust_us = match[0]["mapping_median_us"]
+                overhead.append({
+                    "direction": r["direction"],
+                    "size": r["size"],
+                    "python_us": r["gdr_us"],
+                    "loop_us": loop_us,
+                    "rust_us": rust_us,
+                    "overhead_us": r["gdr_us"] - loop_us - rust_us,
+                })
+
+    goals = evaluate(rows, overhead, vk is not None, rust is not None)
+    print_report(rows, overhead, goals, loop_us, vk)
+    result = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": gpu.name,
+        "bus_id": gpu.bus_id,
+        "cpu": cpu_model(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "gdr": gdr.__version__,
+        "vkgdr": vk.version if vk else None,
+        "vkgdr_error": vk_error,
+        "vkgdr_coherent": vk.coherent if vk else None,
+        "loop_us": loop_us,
+        "budget_s_per_size": args.budget,
+        "rows": rows,
+        "rust": rust,
+        "overhead": overhead,
+        "goals": goals,
+    }
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    if vk:
+        vk.close()
+    buf.close()
+    return 0 if vk is not None else 2
+
+
+def evaluate(rows, overhead, have_vk: bool, have_rust: bool) -> List[Dict[str, Any]]:
+    def pick(direction: str, sizes) -> List[Dict[str, Any]]:
+        return [r for r in rows
+                if r["direction"] == direction and r["size"] in sizes and r["speedup"]]
+
+    goals = []
+    if have_vk:
+        for name, direction, sizes, need in (
+            ("small writes at least vkgdr's speed", "write", (8, 64), 1.0),
+            ("reads from 1 KiB 10x vkgdr or more", "read",
+             [s for s in LAT_SIZES + BW_SIZES if s >= 1024], 10.0),
+            ("writes from 1 MiB 2x vkgdr or more", "write",
+             [s for s in BW_SIZES if s >= 1 << 20], 2.0),
+        ):
+            rs = pick(direction, sizes)
+            if not rs:
+                continue
+            worst = min(rs, key=lambda r: r["speedup"])
+            goals.append({
+                "goal": name,
+                "met": worst["speedup"] >= need,
+                "worst_size": worst["size"],
+                "worst_speedup": worst["speedup"],
+                "needed": need,
+                "detail": ", ".join(f"{size_name(r['size'])} {r['speedup']:.2f}x" for r in rs),
+            })
+    if have_rust and overhead:
+        small = [o for o in overhead if o["size"] in (8, 64)]
+        worst = max(small, key=lambda o: o["overhead_us"])
+        goals.append({
+            "goal": "Python overhead per small call within 0.3 us of Rust",
+            "met": worst["overhead_us"] <= 0.3,
+            "worst_size": worst["size"],
+            "worst_direction": worst["direction"],
+            "worst_overhead_us": worst["overhead_us"],
+            "needed": 0.3,
+            "detail": ", ".join(
+                f"{o['direction']} {size_name(o['size'])} +{o['overhead_us']:.3f} us" for o in small
+            ),
+        })
+    return goals
+
+
+def print_report(rows, overhead, goals, loop_us, vk) -> None:
+    head = ("dir", "size", "gdr us", "gdr auto", "auto path", "vk numpy", "vk memmove",
+            "gdr/np view", "vkgdr/gdr", "gdr GB/s", "vkgdr GB/s")
+    lines = [head]
+    for r in rows:
+        m = r["median_us"]
+        f = lambda k: f"{m[k]:.3f}" if k in m else "-"  # noqa: E731
+        lines.append((
+            r["direction"], size_name(r["size"]), f"{r['gdr_us']:.3f}", f("gdr auto"),
+            r["auto_path"], f("vkgdr numpy"), f("vkgdr memmove"), f("gdr numpy view"),
+            f"{r['speedup']:.2f}x" if r["speedup"] else "-",
+            f"{r['gdr_gbps']:.2f}", f"{r['vkgdr_gbps']:.2f}" if r["vkgdr_gbps"] else "-",
+        ))
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(head))]
+    for line in lines:
+        print("  ".join(str(c).rjust(w) for c, w in zip(line, widths)))
+    print(f"\nper-call medians in us; vkgdr/gdr = vkgdr's best path / gdr's best path; "
+          f"an empty Python loop iteration takes {loop_us * 1000:.1f} ns")
+    if vk is not None and not vk.coherent:
+        print("note: vkgdr reports its memory non-coherent; its paths ran without flushes")
+    if overhead:
+        print("\nPython overhead over the Rust call (gdr copylat, mapping, same run):")
+        for o in overhead:
+            print(f"  {o['direction']:5} {size_name(o['size']):>6}: "
+                  f"python {o['python_us']:.3f} us, "
+                  f"rust {o['rust_us']:.3f} us, loop {o['loop_us']:.3f} us -> "
+                  f"overhead {o['overhead_us']:+.3f} us")
+    print()
+    for g in goals:
+        state = "MET" if g["met"] else "NOT MET"
+        print(f"goal: {g['goal']}: {state} ({g['detail']})")
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

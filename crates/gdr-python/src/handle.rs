@@ -1,0 +1,232 @@
+//! What a `Buffer` and a `Pin` share: the hold on their memory, which `close()` lets go of, and
+//! the copies (stream stores and loads through the mapping) and NumPy views made through it.
+
+use crate::dtype::{self, DType};
+use crate::errors;
+use crate::mem::Mem;
+use crate::pybuf::HeldBuffer;
+use gdr::mem::{check_range, MappedMemory};
+use pyo3::exceptions::PyImportError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyDict, PyTuple};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Copies of at least this many bytes let other Python threads run meanwhile (detached from
+/// the interpreter); shorter ones keep it, since letting go and taking it back costs more than
+/// they do.
+pub(crate) const DETACH_AT: usize = 64 << 10;
+
+/// A Python object's hold on its memory.
+pub(crate) struct Handle {
+    mem: RwLock<Option<Arc<Mem>>>,
+    /// Set once `__cuda_array_interface__` was handed out: its consumers hold the Python object,
+    /// not the memory, so `close()` must keep the memory until the object is collected.
+    interface_given: AtomicBool,
+    kept: Mutex<Option<Arc<Mem>>>,
+    /// Bytes, kept for `len()` and `repr()` after close.
+    len: usize,
+}
+
+impl Handle {
+    pub(crate) fn new(mem: Arc<Mem>) -> Handle {
+        Handle {
+            len: mem.size(),
+            mem: RwLock::new(Some(mem)),
+            interface_given: AtomicBool::new(false),
+            kept: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The memory, for one operation; `what` names the object in the error when it is closed.
+    #[inline]
+    pub(crate) fn get(&self, what: &str) -> PyResult<Arc<Mem>> {
+        // The lock is let go before the error is made: making it may run Python (an import),
+        // and nothing may wait for the interpreter while holding the lock.
+        let mem = self.mem.read().unwrap_or_else(|p| p.into_inner()).clone();
+        mem.ok_or_else(|| errors::closed(what))
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.mem.read().unwrap_or_else(|p| p.into_inner()).is_none()
+    }
+
+    /// Calls `f` with the owner of the memory (a pinned tensor) when this handle is the only
+    /// holder of the memory; for the garbage collector's traversal, which must not block, run
+    /// Python or drop references (so nothing is cloned here).
+    pub(crate) fn with_sole_owner<R>(&self, f: impl FnOnce(&Py<PyAny>) -> R) -> Option<R> {
+        let guard = self.mem.try_read().ok()?;
+        let mem = guard.as_ref()?;
+        if Arc::strong_count(mem) != 1 {
+            return None;
+        }
+        mem.owner().map(f)
+    }
+
+    /// Notes that a `__cuda_array_interface__` was handed out.
+    pub(crate) fn interface_given(&self) {
+        self.interface_given.store(true, Ordering::Relaxed);
+    }
+
+    /// Lets go of the memory: it is freed now unless a view, a tensor or a copy in progress
+    /// still holds it (then when the last of them goes), or a `__cuda_array_interface__` was
+    /// handed out (then when this object is collected). Closing twice is allowed.
+    pub(crate) fn close(&self) {
+        let mem = self.mem.write().unwrap_or_else(|p| p.into_inner()).take();
+        if self.interface_given.load(Ordering::Relaxed) {
+            if let Some(m) = mem {
+                *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(m);
+            }
+        }
+        // Otherwise `mem` drops here, after the lock is released.
+    }
+}
+
+fn check(offset: usize, len: usize, size: usize) -> PyResult<()> {
+    check_range(offset, len, size).map_err(errors::access)
+}
+
+/// Writes the bytes of `data` at `offset` (stream stores, store fence).
+#[inline]
+pub(crate) fn write(
+    py: Python<'_>,
+    h: &Handle,
+    what: &str,
+    data: &Bound<'_, PyAny>,
+    offset: usize,
+    threads: usize,
+) -> PyResult<()> {
+    let src = HeldBuffer::readable(data)?;
+    let bytes = src.as_slice();
+    let mem = h.get(what)?;
+    let r = if bytes.len() >= DETACH_AT {
+        py.detach(|| mem.write(offset, bytes, threads))
+    } else {
+        mem.write(offset, bytes, threads)
+    };
+    r.map_err(errors::access)
+}
+
+/// Reads `size` bytes (all from `offset` when `None`) into a new `bytes` (stream loads).
+pub(crate) fn read<'py>(
+    py: Python<'py>,
+    h: &Handle,
+    what: &str,
+    size: Option<usize>,
+    offset: usize,
+    threads: usize,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let mem = h.get(what)?;
+    let total = mem.size();
+    let n = match size {
+        Some(n) => n,
+        None => total.checked_sub(offset).ok_or_else(|| {
+            errors::access(gdr::mem::AccessError::OutOfBounds {
+                offset,
+                len: 0,
+                size: total,
+            })
+        })?,
+    };
+    check(offset, n, total)?;
+    PyBytes::new_with(py, n, |dst| {
+        let r = if n >= DETACH_AT {
+            py.detach(|| mem.read(offset, dst, threads))
+        } else {
+            mem.read(offset, dst, threads)
+        };
+        r.map_err(errors::access)
+    })
+}
+
+/// Reads `len(out)` bytes at `offset` into the writable buffer `out`; returns the count.
+#[inline]
+pub(crate) fn read_into(
+    py: Python<'_>,
+    h: &Handle,
+    what: &str,
+    out: &Bound<'_, PyAny>,
+    offset: usize,
+    threads: usize,
+) -> PyResult<usize> {
+    let mut dst = HeldBuffer::writable(out)?;
+    let n = dst.len();
+    let slice = dst.as_mut_slice();
+    let mem = h.get(what)?;
+    let r = if n >= DETACH_AT {
+        py.detach(|| mem.read(offset, slice, threads))
+    } else {
+        mem.read(offset, slice, threads)
+    };
+    r.map_err(errors::access)?;
+    Ok(n)
+}
+
+/// A NumPy array over the CPU mapping itself (no copy): `shape` elements of `dtype` at
+/// `offset`. Its base object holds the memory.
+pub(crate) fn numpy_view<'py>(
+    py: Python<'py>,
+    mem: Arc<Mem>,
+    dtype: &Bound<'py, PyAny>,
+    shape: Option<&Bound<'py, PyAny>>,
+    offset: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let dt = DType::parse(dtype)?;
+    let typestr = dt.typestr().ok_or_else(|| {
+        pyo3::exceptions::PyValueError::new_err(format!("NumPy has no {} type", dt.name))
+    })?;
+    let size = mem.size();
+    check(offset, 0, size)?;
+    let shape = dtype::parse_shape(shape, size - offset, dt)?;
+    let nbytes = dtype::nbytes(&shape, dt)
+        .ok_or_else(|| pyo3::exceptions::PyOverflowError::new_err("shape too large"))?;
+    check(offset, nbytes, size)?;
+    let holder = Bound::new(
+        py,
+        ArrayInterface {
+            address: mem.cpu_ptr() as usize + offset,
+            shape,
+            typestr,
+            _mem: mem,
+        },
+    )?;
+    static ASARRAY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let asarray = ASARRAY
+        .get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+            let np = py.import("numpy").map_err(|e| {
+                PyImportError::new_err(format!("a NumPy view needs NumPy ({e}): pip install numpy"))
+            })?;
+            Ok(np.getattr("asarray")?.unbind())
+        })?
+        .bind(py);
+    asarray.call1((holder,))
+}
+
+/// The base object of a NumPy view: NumPy reads `__array_interface__` once and keeps this
+/// object, which keeps the memory.
+#[pyclass(frozen, module = "gdr", name = "_ArrayInterface")]
+pub(crate) struct ArrayInterface {
+    address: usize,
+    shape: Vec<usize>,
+    typestr: String,
+    _mem: Arc<Mem>,
+}
+
+#[pymethods]
+impl ArrayInterface {
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("version", 3)?;
+        d.set_item("shape", PyTuple::new(py, &self.shape)?)?;
+        d.set_item("typestr", &self.typestr)?;
+        d.set_item("data", (self.address, false))?;
+        d.set_item("strides", py.None())?;
+        Ok(d)
+    }
+}

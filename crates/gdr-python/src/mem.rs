@@ -1,0 +1,359 @@
+//! The memory behind every Python object of the package, shared through an `Arc`: a buffer,
+//! each typed view of it, each DLPack capsule and tensor made from it and each NumPy view hold
+//! one, so the memory and its CPU mapping go only when the last of them does, in whatever
+//! order Python collects them. No mapping outlives its memory.
+
+use gdr::bar::{MappedBuffer, Pinned, PinnedMapping};
+use gdr::cuda::DeviceMemory;
+use gdr::mem::{check_range, AccessError, Caching, MappedMemory};
+use pyo3::prelude::*;
+use std::alloc::Layout;
+use std::collections::BTreeMap;
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// One piece of CPU-mapped memory, and the Python object it belongs to when it is someone
+/// else's (a pinned tensor).
+pub(crate) struct Mem {
+    /// Declared before `owner`: the mapping and the pin go before the owner is let go, so the
+    /// owner's memory is never freed while it is mapped.
+    backing: Backing,
+    /// The object whose memory this is (a tensor or array that was pinned): kept alive while
+    /// the mapping exists, so its allocator cannot free or reuse the memory under it.
+    owner: Option<Py<PyAny>>,
+    /// CUDA device ordinal; `None` for host memory.
+    device: Option<usize>,
+}
+
+pub(crate) enum Backing {
+    /// Memory gdr allocated (Vulkan, BAR1-mapped, imported into CUDA).
+    Mapped(MappedBuffer),
+    /// Someone else's GPU memory, pinned and mapped.
+    Pinned(PinnedMap),
+    /// A range of memory gdr allocated (a tensor made from a gdr buffer, pinned): the buffer's
+    /// own mapping, no pin needed.
+    Within {
+        parent: Arc<Mem>,
+        offset: usize,
+        len: usize,
+    },
+    /// Ordinary host memory with the same Python surface, for tests of the Python layer on a
+    /// machine without a GPU (its DLPack device is the CPU).
+    Host(HostMem),
+}
+
+/// Live `Mem` values: for the tests of lifetimes (`_gdr._live_memories`).
+static LIVE_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// How many pieces of memory are alive (buffers, pins, their ranges), for tests that check
+/// that memory goes when, and only when, its last holder does.
+pub(crate) fn live_count() -> usize {
+    LIVE_COUNT.load(Ordering::SeqCst)
+}
+
+impl Mem {
+    fn make(backing: Backing, owner: Option<Py<PyAny>>, device: Option<usize>) -> Arc<Mem> {
+        LIVE_COUNT.fetch_add(1, Ordering::SeqCst);
+        Arc::new(Mem {
+            backing,
+            owner,
+            device,
+        })
+    }
+
+    /// Memory gdr allocated, registered so that a later pin of a tensor inside it finds it.
+    pub(crate) fn mapped(buf: MappedBuffer, device: usize) -> Arc<Mem> {
+        let mem = Mem::make(Backing::Mapped(buf), None, Some(device));
+        if let Some(start) = mem.device_ptr() {
+            registry().insert(start, (mem.size(), Arc::downgrade(&mem)));
+        }
+        mem
+    }
+
+    pub(crate) fn pinned(map: PinnedMap, owner: Option<Py<PyAny>>, device: usize) -> Arc<Mem> {
+        Mem::make(Backing::Pinned(map), owner, Some(device))
+    }
+
+    /// `len` bytes at `offset` of `parent` (checked), held for `owner`.
+    pub(crate) fn within(
+        parent: Arc<Mem>,
+        offset: usize,
+        len: usize,
+        owner: Option<Py<PyAny>>,
+    ) -> Result<Arc<Mem>, AccessError> {
+        check_range(offset, len, parent.size())?;
+        let device = parent.device;
+        Ok(Mem::make(
+            Backing::Within {
+                parent,
+                offset,
+                len,
+            },
+            owner,
+            device,
+        ))
+    }
+
+    pub(crate) fn host(len: usize) -> Arc<Mem> {
+        Mem::make(Backing::Host(HostMem::new(len)), None, None)
+    }
+
+    pub(crate) fn backing(&self) -> &Backing {
+        &self.backing
+    }
+
+    pub(crate) fn owner(&self) -> Option<&Py<PyAny>> {
+        self.owner.as_ref()
+    }
+
+    /// CUDA device ordinal; `None` for host memory.
+    pub(crate) fn device(&self) -> Option<usize> {
+        self.device
+    }
+
+    /// The CUDA device address of the first byte; `None` for host memory.
+    pub(crate) fn device_ptr(&self) -> Option<u64> {
+        match &self.backing {
+            Backing::Mapped(b) => Some(b.device_ptr()),
+            Backing::Pinned(p) => Some(p.addr()),
+            Backing::Within { parent, offset, .. } => {
+                parent.device_ptr().map(|p| p + *offset as u64)
+            }
+            Backing::Host(_) => None,
+        }
+    }
+
+    /// The gdr buffer this memory lies in and where, for the auto copier (which copies into
+    /// gdr's own buffers only).
+    pub(crate) fn mapped_buffer(&self) -> Option<(&MappedBuffer, usize)> {
+        match &self.backing {
+            Backing::Mapped(b) => Some((b, 0)),
+            Backing::Within { parent, offset, .. } => {
+                parent.mapped_buffer().map(|(b, o)| (b, o + offset))
+            }
+            Backing::Pinned(_) | Backing::Host(_) => None,
+        }
+    }
+
+    /// What kind of memory this is, for `repr` and `Pin.backend`.
+    pub(crate) fn kind(&self) -> &'static str {
+        match &self.backing {
+            Backing::Mapped(_) => "vulkan",
+            Backing::Pinned(p) => p.backend(),
+            Backing::Within { .. } => "buffer",
+            Backing::Host(_) => "host",
+        }
+    }
+
+    /// Writes `src` at `offset` on `threads` CPU threads (stream stores, then a store fence).
+    pub(crate) fn write(
+        &self,
+        offset: usize,
+        src: &[u8],
+        threads: usize,
+    ) -> Result<(), AccessError> {
+        if threads <= 1 {
+            return self.write_at(offset, src);
+        }
+        check_range(offset, src.len(), self.size())?;
+        // SAFETY: the range is inside the live mapping (checked; MappedMemory contract below),
+        // and src is a distinct buffer.
+        unsafe { gdr::copy::copy_to_mapping_parallel(self.cpu_ptr().add(offset), src, threads) };
+        Ok(())
+    }
+
+    /// Reads `dst.len()` bytes at `offset` on `threads` CPU threads (stream loads).
+    pub(crate) fn read(
+        &self,
+        offset: usize,
+        dst: &mut [u8],
+        threads: usize,
+    ) -> Result<(), AccessError> {
+        if threads <= 1 {
+            return self.read_at(offset, dst);
+        }
+        check_range(offset, dst.len(), self.size())?;
+        // SAFETY: the range is inside the live mapping, whose 64-byte lines around it are
+        // readable (MappedMemory contract below); dst is a distinct buffer.
+        unsafe { gdr::copy::copy_from_mapping_parallel(dst, self.cpu_ptr().add(offset), threads) };
+        Ok(())
+    }
+}
+
+impl Drop for Mem {
+    fn drop(&mut self) {
+        LIVE_COUNT.fetch_sub(1, Ordering::SeqCst);
+        // Unregistered before the fields drop: the buffer's range is freed (and may be handed
+        // out again, and registered, by another thread) only after this.
+        if matches!(self.backing, Backing::Mapped(_)) {
+            if let Some(start) = self.device_ptr() {
+                let mut reg = registry();
+                if reg.get(&start).is_some_and(|(_, w)| w.strong_count() == 0) {
+                    reg.remove(&start);
+                }
+            }
+        }
+    }
+}
+
+// SAFETY: every backing keeps its mapping alive while it lives: a MappedBuffer holds its block,
+// a PinnedMap its pin and mapping, `Within` an Arc of its parent (and the range was checked
+// against it), HostMem its allocation. The mappings are page-granular (Vulkan, dma-buf, gdrdrv)
+// or, for HostMem, whole 64-byte lines, so the lines around any range are readable. No Rust
+// reference to the bytes is handed out: Python reaches them through these copies, or through
+// raw addresses (NumPy, DLPack) whose holders keep the Arc.
+unsafe impl MappedMemory for Mem {
+    #[inline]
+    fn cpu_ptr(&self) -> *mut u8 {
+        match &self.backing {
+            Backing::Mapped(b) => b.cpu_ptr(),
+            Backing::Pinned(p) => p.mapping().cpu_ptr(),
+            // Within the parent's range (checked at construction).
+            Backing::Within { parent, offset, .. } => parent.cpu_ptr().wrapping_add(*offset),
+            Backing::Host(h) => h.ptr.as_ptr(),
+        }
+    }
+
+    #[inline]
+    fn size(&self) -> usize {
+        match &self.backing {
+            Backing::Mapped(b) => MappedMemory::size(b),
+            Backing::Pinned(p) => p.mapping().len(),
+            Backing::Within { len, .. } => *len,
+            Backing::Host(h) => h.len,
+        }
+    }
+
+    #[inline]
+    fn caching(&self) -> Caching {
+        match &self.backing {
+            Backing::Host(_) => Caching::WriteBack,
+            _ => Caching::WriteCombined,
+        }
+    }
+}
+
+/// Live gdr buffers by device address, so that pinning a tensor made from one (DLPack or
+/// `__cuda_array_interface__`) maps it through the buffer's own mapping.
+fn registry() -> std::sync::MutexGuard<'static, BTreeMap<u64, (usize, Weak<Mem>)>> {
+    static LIVE: Mutex<BTreeMap<u64, (usize, Weak<Mem>)>> = Mutex::new(BTreeMap::new());
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The live gdr buffer that holds `[addr, addr + len)`, and the offset of `addr` in it.
+pub(crate) fn find_buffer(addr: u64, len: usize) -> Option<(Arc<Mem>, usize)> {
+    let reg = registry();
+    let (&start, (size, weak)) = reg.range(..=addr).next_back()?;
+    let off = (addr - start) as usize;
+    check_range(off, len, *size).ok()?;
+    Some((weak.upgrade()?, off))
+}
+
+/// A pin of someone else's GPU memory together with its one CPU mapping.
+///
+/// `PinnedMapping` borrows its `Pinned`; both live here, the pin on the heap at an address that
+/// never changes, the mapping dropped first.
+pub(crate) struct PinnedMap {
+    mapping: ManuallyDrop<PinnedMapping<'static>>,
+    pinned: NonNull<Pinned>,
+}
+
+// SAFETY: PinnedMap owns a Pinned (Send + Sync) and its mapping (Send + Sync); the NonNull is
+// that owned box.
+unsafe impl Send for PinnedMap {}
+// SAFETY: as above; &PinnedMap gives only & access to both.
+unsafe impl Sync for PinnedMap {}
+
+impl PinnedMap {
+    /// Maps `pinned` for the CPU and keeps both.
+    pub(crate) fn new(pinned: Pinned) -> Result<PinnedMap, gdr::bar::PinError> {
+        let raw = Box::into_raw(Box::new(pinned));
+        // SAFETY: raw is a live heap allocation that is neither moved nor freed until drop,
+        // which drops the mapping first. The 'static borrow never leaves this struct:
+        // `mapping()` hands it out only for the lifetime of &self.
+        let pinned_ref: &'static Pinned = unsafe { &*raw };
+        match pinned_ref.map() {
+            Ok(mapping) => Ok(PinnedMap {
+                mapping: ManuallyDrop::new(mapping),
+                // SAFETY: Box::into_raw never returns null.
+                pinned: unsafe { NonNull::new_unchecked(raw) },
+            }),
+            Err(e) => {
+                // SAFETY: the failed map left no borrow of the pin; raw came from Box::into_raw.
+                drop(unsafe { Box::from_raw(raw) });
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn mapping(&self) -> &PinnedMapping<'_> {
+        &self.mapping
+    }
+
+    fn pinned(&self) -> &Pinned {
+        // SAFETY: the box lives until drop.
+        unsafe { self.pinned.as_ref() }
+    }
+
+    pub(crate) fn addr(&self) -> u64 {
+        self.pinned().addr()
+    }
+
+    /// Whether the pinned memory was freed under the pin (gdrdrv's callback).
+    pub(crate) fn freed(&self) -> bool {
+        self.pinned().callback_fired().unwrap_or(false)
+    }
+
+    /// The pinned range, rounded as the backend pinned it: (device address, bytes).
+    pub(crate) fn pinned_range(&self) -> (u64, u64) {
+        let p = self.pinned();
+        (p.start(), p.pinned_len())
+    }
+
+    pub(crate) fn backend(&self) -> &'static str {
+        self.pinned().backend().name()
+    }
+}
+
+impl Drop for PinnedMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping is dropped (unmapped) exactly once, before the pin it borrows;
+        // then the pin's box, made by Box::into_raw in new, is freed (unpinned) exactly once.
+        unsafe {
+            ManuallyDrop::drop(&mut self.mapping);
+            drop(Box::from_raw(self.pinned.as_ptr()));
+        }
+    }
+}
+
+/// Page-aligned host memory, zeroed, a whole number of 64-byte lines.
+pub(crate) struct HostMem {
+    ptr: NonNull<u8>,
+    len: usize,
+    layout: Layout,
+}
+
+// SAFETY: plain owned memory, reached only through raw-pointer copies.
+unsafe impl Send for HostMem {}
+// SAFETY: as above.
+unsafe impl Sync for HostMem {}
+
+impl HostMem {
+    fn new(len: usize) -> HostMem {
+        let layout = Layout::from_size_align(len.max(1).next_multiple_of(64), 4096)
+            .expect("a host test buffer's size fits a Layout");
+        // SAFETY: the layout's size is non-zero.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        HostMem { ptr, len, layout }
+    }
+}
+
+impl Drop for HostMem {
+    fn drop(&mut self) {
+        // SAFETY: allocated in new with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}

@@ -1,0 +1,80 @@
+"""`gdr topo` and `gdr info` as data, on the committed sysfs fixtures (no GPU needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+import gdr
+
+from conftest import fixtures_dir
+
+FIX = fixtures_dir()
+needs_fixtures = pytest.mark.skipif(FIX is None, reason="topology fixtures not found")
+
+
+def pairs(t):
+    return {(p["a_name"], p["b_name"]): (p["path"], p["verdict"]) for p in t["pairs"]}
+
+
+@needs_fixtures
+def test_topo_gives_each_pair_its_path_class_and_verdict():
+    t = gdr.topo(sysfs=str(FIX / "two-socket"))
+    assert [d["label"] for d in t["devices"]][:4] == ["GPU0", "GPU1", "GPU2", "GPU3"]
+    p = pairs(t)
+    assert p[("gpu0", "mlx5_0")] == ("PIX", "good")
+    assert p[("gpu0", "gpu1")] == ("NODE", "works-slower")
+    assert p[("gpu0", "gpu2")] == ("SYS", "poor-or-unsupported")
+    for pair in t["pairs"]:
+        assert pair["reasons"], pair
+
+
+@needs_fixtures
+def test_topo_sees_switches_and_acs():
+    assert pairs(gdr.topo(sysfs=str(FIX / "nested-switch")))[("gpu0", "gpu1")] == ("PIX", "good")
+    # ACS redirects peer traffic up to the root complex: no pair there is good.
+    acs = gdr.topo(sysfs=str(FIX / "iommu-acs"))
+    assert {v for _, v in pairs(acs).values()} == {"poor-or-unsupported"}
+
+
+@needs_fixtures
+def test_topo_all_shows_every_endpoint():
+    path = str(FIX / "h100")
+    gpu_view = gdr.topo(sysfs=path)
+    assert [d["label"] for d in gpu_view["devices"]] == ["GPU0", "NET0"]
+    assert len(gdr.topo(sysfs=path, all=True)["devices"]) >= 2
+    assert gdr.topo(sysfs=str(FIX / "dev-vm-no-gpu"))["pairs"] == []
+
+
+@needs_fixtures
+def test_topo_explain_walks_one_path():
+    e = gdr.topo_explain("gpu0", "gpu1", sysfs=str(FIX / "h200x2"))
+    assert (e["class"], e["verdict"]) == ("PHB", "works-slower")
+    assert e["hops"] and e["reasons"]
+    with pytest.raises(ValueError):
+        gdr.topo_explain("gpu0", "nosuchdevice", sysfs=str(FIX / "h200x2"))
+
+
+def test_topo_of_a_missing_tree_raises_gdr_error(tmp_path):
+    with pytest.raises(gdr.GdrError):
+        gdr.topo(sysfs=str(tmp_path / "nothing-here"))
+
+
+def test_topo_of_this_machine_is_data():
+    try:
+        t = gdr.topo()
+    except gdr.GdrError as e:  # a container without /sys/bus/pci
+        pytest.skip(f"no PCI tree here: {e}")
+    assert isinstance(t["devices"], list) and isinstance(t["pairs"], list)
+
+
+def test_info_accounts_for_every_library():
+    info = gdr.info()
+    for have, err in (
+        ("cuda_driver", "cuda_error"),
+        ("nvml_driver", "nvml_error"),
+        ("nvrtc", "nvrtc_error"),
+        ("vulkan_loader", "vulkan_loader_error"),
+        ("gdrdrv", "gdrdrv_error"),
+    ):
+        assert (info[have] is not None) or (info[err] is not None), have
+    assert isinstance(info["missing"], list) and isinstance(info["gpus"], list)

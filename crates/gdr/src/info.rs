@@ -1,0 +1,459 @@
+//! What this machine has for gdr, and which CPU-mapping backends work here (and why not): the
+//! data behind `gdr info`, for any front end (the CLI prints it, the Python package returns it
+//! as a dict). Gathering never fails: what fails is reported inside, and the `missing` list
+//! ([`missing`]) names every library that did not load and every backend that does not work,
+//! with why.
+
+use crate::bar::pin::BACKEND_ENV;
+use crate::bar::{PinBackend, Pinner, VulkanBackend};
+use crate::cuda::{self, sys, Context, Device, DeviceMemory};
+use serde::Serialize;
+
+#[derive(Serialize, Default)]
+pub struct Info {
+    pub cuda_driver: Option<String>,
+    pub cuda_error: Option<String>,
+    pub nvml_driver: Option<String>,
+    pub nvml_error: Option<String>,
+    pub nvrtc: Option<String>,
+    pub nvrtc_error: Option<String>,
+    /// The Vulkan loader's instance version (both Vulkan backends need the loader).
+    pub vulkan_loader: Option<String>,
+    pub vulkan_loader_error: Option<String>,
+    /// The gdrdrv kernel module's version (`/dev/gdrdrv`), for the gdrdrv pinning backend.
+    pub gdrdrv: Option<String>,
+    pub gdrdrv_error: Option<String>,
+    pub gpus: Vec<Gpu>,
+    /// What is missing for gdr to work, and how to get it: every library that did not load and
+    /// every mapping backend that does not work, each with why.
+    pub missing: Vec<String>,
+}
+
+#[derive(Serialize, Default)]
+pub struct Gpu {
+    pub index: usize,
+    pub name: String,
+    pub bus_id: String,
+    pub compute_capability: String,
+    pub memory_bytes: usize,
+    pub bar1_total: Option<u64>,
+    pub bar1_used: Option<u64>,
+    pub pcie: Option<String>,
+    /// Active NVLinks, from NVML: direct GPU links and links into an NVSwitch fabric.
+    pub nvlink: Option<crate::nvml::NvLinks>,
+    pub gpudirect_rdma: bool,
+    pub dma_buf: bool,
+    pub host_register: bool,
+    pub vmm: bool,
+    pub rdma_flush_writes_options: i32,
+    pub rdma_writes_ordering: i32,
+    pub backends: Vec<Backend>,
+}
+
+#[derive(Serialize)]
+pub struct Backend {
+    pub name: &'static str,
+    pub usable: bool,
+    pub detail: String,
+}
+
+/// Gathers everything `gdr info` prints; never fails (what fails is reported inside).
+pub fn gather() -> Info {
+    let mut info = Info::default();
+    match crate::nvml::driver_version() {
+        Ok(v) => info.nvml_driver = Some(v),
+        Err(e) => info.nvml_error = Some(e.to_string()),
+    }
+    match crate::cuda::nvrtc::version() {
+        Ok((a, b)) => info.nvrtc = Some(format!("{a}.{b}")),
+        Err(e) => info.nvrtc_error = Some(e.to_string()),
+    }
+    match crate::bar::vulkan::loader_version() {
+        Ok(v) => info.vulkan_loader = Some(v),
+        Err(e) => info.vulkan_loader_error = Some(e.to_string()),
+    }
+    match crate::bar::gdrdrv::GdrDrv::open() {
+        Ok(d) => info.gdrdrv = Some(d.version().driver.to_string()),
+        Err(e) => info.gdrdrv_error = Some(e.to_string()),
+    }
+    gather_gpus(&mut info);
+    info.missing = missing(&info);
+    info
+}
+
+fn gather_gpus(info: &mut Info) {
+    let drv = match cuda::driver() {
+        Ok(d) => d,
+        Err(e) => {
+            info.cuda_error = Some(e.to_string());
+            return;
+        }
+    };
+    info.cuda_driver = Some(drv.version_string());
+    let n = match Device::count() {
+        Ok(n) => n,
+        Err(e) => {
+            info.cuda_error = Some(e.to_string());
+            0
+        }
+    };
+    let nvml_gpus = crate::nvml::gpus().unwrap_or_default();
+    let nvlinks = crate::nvml::nvlink_report().unwrap_or_default();
+    for i in 0..n {
+        let Ok(dev) = Device::get(i) else { continue };
+        let attr = |a| dev.attribute(a).unwrap_or(0);
+        let mut g = Gpu {
+            index: i,
+            name: dev.name().unwrap_or_default(),
+            bus_id: dev.pci_bus_id().unwrap_or_default(),
+            compute_capability: dev
+                .compute_capability()
+                .map(|(a, b)| format!("{a}.{b}"))
+                .unwrap_or_default(),
+            memory_bytes: dev.total_mem().unwrap_or(0),
+            gpudirect_rdma: attr(sys::ATTR_GPU_DIRECT_RDMA_SUPPORTED) != 0,
+            dma_buf: attr(sys::ATTR_DMA_BUF_SUPPORTED) != 0,
+            host_register: attr(sys::ATTR_HOST_REGISTER_SUPPORTED) != 0,
+            vmm: attr(sys::ATTR_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) != 0,
+            rdma_flush_writes_options: attr(sys::ATTR_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS),
+            rdma_writes_ordering: attr(sys::ATTR_GPU_DIRECT_RDMA_WRITES_ORDERING),
+            ..Default::default()
+        };
+        if let Some(n) = nvml_gpus.iter().find(|n| n.bus_id == g.bus_id) {
+            g.bar1_total = n.bar1_total;
+            g.bar1_used = n.bar1_used;
+            if let (Some(a), Some(b)) = (n.pcie_gen, n.pcie_width) {
+                g.pcie = Some(format!(
+                    "gen{a} x{b} (max gen{} x{})",
+                    n.pcie_gen_max.unwrap_or(0),
+                    n.pcie_width_max.unwrap_or(0)
+                ));
+            }
+        }
+        g.nvlink = nvlinks
+            .iter()
+            .find(|l| l.bus_id == g.bus_id && l.active > 0)
+            .cloned();
+        g.backends = backends(dev);
+        info.gpus.push(g);
+    }
+}
+
+/// The mapping backends `gdr info` accounts for: the name of each one's row in
+/// [`Gpu::backends`], and how the "Missing:" list calls it.
+const BACKENDS: [(&str, &str); 4] = [
+    ("vulkan", "mapping backend vulkan (new BAR-mapped memory)"),
+    ("pin-gdrdrv", "pinning backend gdrdrv"),
+    ("pin-dmabuf", "pinning backend dmabuf"),
+    ("pin-vulkan", "pinning backend vulkan"),
+];
+
+/// The "Missing:" list: each library that did not load and each backend that works on no GPU
+/// (or not on every GPU), with why. Derived from the rest of `info` only.
+pub fn missing(info: &Info) -> Vec<String> {
+    let mut out = Vec::new();
+    match (&info.cuda_driver, &info.cuda_error) {
+        (None, Some(e)) => out.push(format!("CUDA driver: {e}")),
+        (Some(_), Some(e)) => out.push(format!("a usable GPU: {e}")),
+        _ if info.gpus.is_empty() => out.push("a GPU: the CUDA driver sees none".into()),
+        _ => {}
+    }
+    if let Some(e) = &info.nvml_error {
+        out.push(format!("NVML (BAR1, PCIe and NVLink details): {e}"));
+    }
+    if let Some(e) = &info.nvrtc_error {
+        out.push(format!(
+            "NVRTC (the GPU kernels of pplat, mq and serve): {e}"
+        ));
+    }
+    if let Some(e) = &info.vulkan_loader_error {
+        out.push(format!("Vulkan loader (both vulkan backends): {e}"));
+    }
+    if info.gpus.is_empty() {
+        // Nothing to probe the backends on: say what each one lacks on this machine.
+        let no_gpu = if info.cuda_driver.is_none() {
+            "needs a GPU (the CUDA driver did not load)"
+        } else {
+            "needs a GPU (the CUDA driver sees none)"
+        };
+        let loader = if info.vulkan_loader_error.is_some() {
+            " and the Vulkan loader (missing)"
+        } else {
+            ""
+        };
+        for (row, label) in BACKENDS {
+            let why = match row {
+                "pin-gdrdrv" => match &info.gdrdrv_error {
+                    Some(e) => format!("{no_gpu}; {e}"),
+                    None => no_gpu.to_string(),
+                },
+                "pin-dmabuf" => {
+                    format!("{no_gpu}, and CUDA driver 13.3+ for dma-buf mmap on discrete GPUs")
+                }
+                _ => format!("{no_gpu}{loader}"),
+            };
+            out.push(format!("{label}: {why}"));
+        }
+        return out;
+    }
+    for (row, label) in BACKENDS {
+        // GPUs on which the backend does not work, grouped by why.
+        let mut why: Vec<(String, Vec<usize>)> = Vec::new();
+        for g in &info.gpus {
+            let detail = match g.backends.iter().find(|b| b.name == row) {
+                Some(b) if b.usable => continue,
+                Some(b) => b.detail.clone(),
+                None => "not probed".to_string(),
+            };
+            match why.iter_mut().find(|(d, _)| *d == detail) {
+                Some((_, gpus)) => gpus.push(g.index),
+                None => why.push((detail, vec![g.index])),
+            }
+        }
+        for (detail, gpus) in why {
+            if gpus.len() == info.gpus.len() {
+                out.push(format!("{label}: {detail}"));
+            } else {
+                let list: Vec<String> = gpus.iter().map(|i| i.to_string()).collect();
+                out.push(format!("{label} on GPU {}: {detail}", list.join(", ")));
+            }
+        }
+    }
+    out
+}
+
+fn backends(dev: Device) -> Vec<Backend> {
+    let mut out = Vec::new();
+    let vulkan = (|| -> Result<String, Box<dyn std::error::Error>> {
+        let ctx = Context::new(dev)?;
+        let be = VulkanBackend::new(&ctx)?;
+        // Prove the path end to end: a write through the mapping, read back by the GPU.
+        let buf = be.alloc(64, 64)?;
+        let pattern: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+        buf.write(0, &pattern)?;
+        let mut back = vec![0u8; 64];
+        cuda::memcpy_dtoh(&mut back, &buf, 0)?;
+        if back != pattern {
+            return Err("data written through the mapping did not reach GPU memory".into());
+        }
+        let i = be.info();
+        Ok(format!(
+            "{} via Vulkan {} ({}), host-visible VRAM heap {:.1} GiB, device pointer {:#x}",
+            "usable",
+            i.api_version,
+            i.device_name,
+            i.heap_size as f64 / (1u64 << 30) as f64,
+            buf.device_ptr()
+        ))
+    })();
+    out.push(match vulkan {
+        Ok(d) => Backend {
+            name: "vulkan",
+            usable: true,
+            detail: d,
+        },
+        Err(e) => Backend {
+            name: "vulkan",
+            usable: false,
+            detail: e.to_string(),
+        },
+    });
+    // Pinning existing allocations: each backend proven or refused on a small allocation.
+    match Context::new(dev) {
+        Ok(ctx) => {
+            for st in Pinner::probe_all(&ctx) {
+                out.push(Backend {
+                    name: pin_name(st.backend),
+                    usable: st.usable,
+                    detail: st.reason,
+                });
+            }
+            let (usable, detail) = match Pinner::new(&ctx, None) {
+                Ok(p) => (
+                    true,
+                    format!(
+                        "{}: {} (override: {}=gdrdrv|dmabuf|vulkan)",
+                        p.backend(),
+                        p.reason(),
+                        BACKEND_ENV
+                    ),
+                ),
+                Err(e) => (false, e.to_string()),
+            };
+            out.push(Backend {
+                name: "pin-auto",
+                usable,
+                detail,
+            });
+        }
+        Err(e) => out.push(Backend {
+            name: "pin-auto",
+            usable: false,
+            detail: e.to_string(),
+        }),
+    }
+    out
+}
+
+fn pin_name(b: PinBackend) -> &'static str {
+    match b {
+        PinBackend::GdrDrv => "pin-gdrdrv",
+        PinBackend::DmaBuf => "pin-dmabuf",
+        PinBackend::Vulkan => "pin-vulkan",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The machine of the issue: no driver, no NVML, no NVRTC, no Vulkan loader, no gdrdrv.
+    fn bare_machine() -> Info {
+        Info {
+            cuda_error: Some("no libcuda.so.1 here".into()),
+            nvml_error: Some("no libnvidia-ml.so.1 here".into()),
+            nvrtc_error: Some("no libnvrtc.so here".into()),
+            vulkan_loader_error: Some("no libvulkan.so.1 here".into()),
+            gdrdrv_error: Some("no /dev/gdrdrv here".into()),
+            ..Default::default()
+        }
+    }
+
+    fn line<'a>(missing: &'a [String], prefix: &str) -> &'a str {
+        missing
+            .iter()
+            .find(|m| m.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in {missing:#?}"))
+    }
+
+    #[test]
+    fn a_bare_machine_lists_every_library_and_backend_with_why() {
+        let m = missing(&bare_machine());
+        assert!(line(&m, "CUDA driver: ").contains("no libcuda.so.1 here"));
+        assert!(line(&m, "NVML ").contains("no libnvidia-ml.so.1 here"));
+        assert!(line(&m, "NVRTC ").contains("no libnvrtc.so here"));
+        assert!(line(&m, "Vulkan loader ").contains("no libvulkan.so.1 here"));
+        let gdrdrv = line(&m, "pinning backend gdrdrv: ");
+        assert!(gdrdrv.contains("CUDA driver") && gdrdrv.contains("no /dev/gdrdrv here"));
+        assert!(line(&m, "pinning backend dmabuf: ").contains("13.3"));
+        for vk in ["pinning backend vulkan: ", "mapping backend vulkan "] {
+            let l = line(&m, vk);
+            assert!(
+                l.contains("CUDA driver") && l.contains("Vulkan loader"),
+                "{l}"
+            );
+        }
+        assert_eq!(m.len(), 8, "{m:#?}");
+    }
+
+    #[test]
+    fn what_is_there_is_not_listed_as_missing() {
+        let info = Info {
+            cuda_driver: Some("13.0".into()),
+            nvml_driver: Some("580.1".into()),
+            nvrtc: Some("13.0".into()),
+            vulkan_loader: Some("1.3.275".into()),
+            gdrdrv: Some("2.5".into()),
+            ..Default::default()
+        };
+        let m = missing(&info);
+        assert_eq!(m[0], "a GPU: the CUDA driver sees none");
+        for absent in ["CUDA driver:", "NVML", "NVRTC", "Vulkan loader"] {
+            assert!(!m.iter().any(|l| l.starts_with(absent)), "{absent}: {m:#?}");
+        }
+        // With the libraries there, a backend lacks only the GPU.
+        let l = line(&m, "pinning backend vulkan: ");
+        assert!(!l.contains("Vulkan loader"), "{l}");
+    }
+
+    fn gpu(index: usize, rows: &[(&'static str, bool, &str)]) -> Gpu {
+        Gpu {
+            index,
+            backends: rows
+                .iter()
+                .map(|&(name, usable, detail)| Backend {
+                    name,
+                    usable,
+                    detail: detail.into(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn backends_are_listed_once_per_reason_naming_the_gpus_only_when_not_all() {
+        let info = Info {
+            cuda_driver: Some("13.0".into()),
+            nvml_driver: Some("580.1".into()),
+            nvrtc: Some("13.0".into()),
+            vulkan_loader: Some("1.3.275".into()),
+            gpus: vec![
+                gpu(
+                    0,
+                    &[
+                        ("vulkan", true, "usable"),
+                        ("pin-gdrdrv", false, "module not loaded"),
+                        ("pin-dmabuf", true, "works"),
+                        ("pin-vulkan", false, "import refused"),
+                        ("pin-auto", true, "dmabuf"),
+                    ],
+                ),
+                gpu(
+                    1,
+                    &[
+                        ("vulkan", true, "usable"),
+                        ("pin-gdrdrv", false, "module not loaded"),
+                        ("pin-dmabuf", false, "errno 524"),
+                        ("pin-vulkan", false, "not in the ICD"),
+                        ("pin-auto", false, "none"),
+                    ],
+                ),
+            ],
+            ..Default::default()
+        };
+        let m = missing(&info);
+        assert_eq!(
+            m,
+            [
+                "pinning backend gdrdrv: module not loaded",
+                "pinning backend dmabuf on GPU 1: errno 524",
+                "pinning backend vulkan on GPU 0: import refused",
+                "pinning backend vulkan on GPU 1: not in the ICD",
+            ]
+        );
+    }
+
+    /// On whatever machine runs the tests: every library and backend is either there or in the
+    /// "Missing:" list with a reason (here, without a GPU, the bare-machine case for real).
+    #[test]
+    fn gather_accounts_for_every_library_and_backend() {
+        let info = gather();
+        let m = &info.missing;
+        let has = |prefix: &str| {
+            m.iter()
+                .any(|l| l.starts_with(prefix) && l.len() > prefix.len() + 2)
+        };
+        assert!(
+            info.cuda_driver.is_some() && info.cuda_error.is_none()
+                || has("CUDA driver: ")
+                || has("a usable GPU: "),
+            "{m:#?}"
+        );
+        assert!(info.nvml_driver.is_some() || has("NVML "), "{m:#?}");
+        assert!(info.nvrtc.is_some() || has("NVRTC "), "{m:#?}");
+        assert!(
+            info.vulkan_loader.is_some() || has("Vulkan loader "),
+            "{m:#?}"
+        );
+        assert!(info.gdrdrv.is_some() != info.gdrdrv_error.is_some());
+        for (row, label) in BACKENDS {
+            let everywhere = !info.gpus.is_empty()
+                && info
+                    .gpus
+                    .iter()
+                    .all(|g| g.backends.iter().any(|b| b.name == row && b.usable));
+            assert!(everywhere || has(label), "{label}: {m:#?}");
+        }
+    }
+}
