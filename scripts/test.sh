@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README.md), four parts:
 #   1. cargo test --workspace: every test; GPU tests skip where there is no GPU
-#      (GDR_REQUIRE_GPU=1 makes them fail instead);
+#      (GDR_REQUIRE_GPU=1 makes them fail instead); then every test binary again from /, as
+#      the GPU bundle runs them away from the source tree (only failures count there);
 #   2. libgdrapi installed as users install it (cargo cinstall) and the C programs built against
 #      it with pkg-config (scripts/capi-check.sh);
 #   3. the Python package installed as users install it (pip install ./crates/gdr-python into a
@@ -47,10 +48,45 @@ read -r p f < <(awk '/^test result: /{
 k=$(skips)
 tally "cargo test" "$rc" $((p - k)) "$f" "$k"
 
+# 1b. The same test binaries run from / instead of their crate's directory, as the GPU bundle
+# runs them: a test that opens a file relative to the working directory fails here. Only
+# failures count (the tests were counted above); their skips go to a log of their own.
+(
+  cargo test --workspace --no-run --message-format=json 2>/dev/null |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
+        print(m["executable"])
+' >"$tmp/test-binaries"
+  f=0 n=0
+  while read -r exe; do
+    n=$((n + 1))
+    if ! (cd / && GDR_SKIP_LOG=$tmp/skipped-from-root "$exe" -q >"$tmp/from-root.log" 2>&1); then
+      bf=$(awk '/^test result: /{for (i = 2; i <= NF; i++) if ($i ~ /^failed;?$/) s += $(i-1)} END {print s + 0}' "$tmp/from-root.log")
+      [ "$bf" = 0 ] && bf=1 # it broke before it could count
+      f=$((f + bf))
+      echo "test.sh: $(basename "$exe") failed when run from /:"
+      grep -E '^(test .* FAILED|---- |thread .* panicked)' "$tmp/from-root.log" | head -20 | sed 's/^/  /'
+    fi
+  done <"$tmp/test-binaries"
+  echo "test.sh: $n test binaries run from /: $f failed"
+  echo "$f" >"$tmp/from-root.failed"
+)
+f=$(cat "$tmp/from-root.failed" 2>/dev/null || echo 1)
+tally "tests run from /" 0 0 "$f" 0
+
 # 2. libgdrapi installed the way users install it, and C programs built against it with
 # pkg-config, as C99 and C++11.
 k0=$(skips)
-command -v pkg-config >/dev/null || { apt-get update && apt-get install -y pkgconf; }
+command -v pkg-config >/dev/null || {
+  echo "test.sh: pkg-config is missing: installing pkgconf with apt-get (once; network)"
+  apt-get update && apt-get install -y pkgconf
+}
 capi=$tmp/capi
 if bash scripts/install-capi.sh --prefix "$capi/prefix"; then
   PKG_CONFIG_PATH="$capi/prefix/lib/pkgconfig" bash scripts/capi-check.sh crates/gdr-capi/tests/c "$capi/build" |

@@ -710,7 +710,8 @@ pub extern "C" fn gdr_copy_to_mapping(
 ) -> c_int {
     guard("gdr_copy_to_mapping", || {
         if size == 0 {
-            return 0;
+            // Nothing to copy, but a made-up or unmapped handle is still EINVAL (gdrapi.h).
+            return with_mapped_range(mh, map_d_ptr.cast(), 0, || {});
         }
         if h_ptr.is_null() || map_d_ptr.is_null() {
             return libc::EINVAL;
@@ -736,7 +737,8 @@ pub extern "C" fn gdr_copy_from_mapping(
 ) -> c_int {
     guard("gdr_copy_from_mapping", || {
         if size == 0 {
-            return 0;
+            // Nothing to copy, but a made-up or unmapped handle is still EINVAL (gdrapi.h).
+            return with_mapped_range(mh, map_d_ptr.cast(), 0, || {});
         }
         if h_ptr.is_null() || map_d_ptr.is_null() {
             return libc::EINVAL;

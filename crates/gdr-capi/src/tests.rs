@@ -69,6 +69,15 @@ fn bad_handles_and_gdrs_are_refused() {
         gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), buf.as_ptr().cast(), 8),
         libc::EINVAL
     );
+    // Size 0 copies nothing, but the handle is checked all the same (it returned 0).
+    assert_eq!(
+        gdr_copy_to_mapping(mh, back.as_mut_ptr().cast(), buf.as_ptr().cast(), 0),
+        libc::EINVAL
+    );
+    assert_eq!(
+        gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), buf.as_ptr().cast(), 0),
+        libc::EINVAL
+    );
     let mut flag = 0;
     assert_eq!(gdr_get_callback_flag(bogus, mh, &mut flag), libc::EINVAL);
     let mut v = 0;

@@ -1,7 +1,27 @@
 //! `gdr`: the command-line tool. Thin subcommands over the gdr crates; each library error
 //! becomes one clear line on stderr and a non-zero exit code.
 
+/// `println!` for every subcommand, with write errors reported: std's panics with a backtrace
+/// when stdout cannot take the output (`gdr info > /dev/full`); this one says so in one line
+/// and exits 2 ([`out::write`]). Defined before `mod cmd` so that it shadows std's there.
+macro_rules! println {
+    () => {
+        $crate::out::write(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::out::write(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` with write errors reported, as [`println!`].
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::out::write(format_args!($($arg)*))
+    };
+}
+
 mod cmd;
+mod out;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -55,7 +75,16 @@ fn main() -> ExitCode {
     // panicking in print!.
     // SAFETY: setting a signal disposition to its default has no preconditions.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse_from(out::help_args(std::env::args_os())) {
+        Ok(cli) => cli,
+        // Help, version or a usage error: clap's text, with a failed write reported too.
+        Err(e) => {
+            if let Err(w) = e.print() {
+                out::fail(&w);
+            }
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
     let result = match cli.command {
         Command::Check(a) => cmd::check::run(a),
         Command::Info(a) => cmd::info::run(a),

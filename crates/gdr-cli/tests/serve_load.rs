@@ -223,3 +223,222 @@ fn an_idle_cpu_mode_server_uses_little_cpu() {
         r.wall
     );
 }
+
+/// Numbers that size buffers are refused in one line before anything is allocated: before,
+/// `--size 18446744073709551615` wrapped and grew to 23.5 GB, `--batch 100000` aborted
+/// after asking for 6.55 GB, `--threads 5000` panicked, and `serve --batch 100000` printed
+/// "ready" and then aborted.
+#[test]
+fn numbers_past_their_bounds_are_refused_in_one_line() {
+    let t = Duration::from_secs(20);
+    let load = |extra: &[&str]| {
+        let mut a = vec!["load", "--target", "127.0.0.1:9", "--no-server-stats"];
+        a.extend_from_slice(extra);
+        gdr(&a, t)
+    };
+    for (args, what) in [
+        (
+            &["--size", "18446744073709551615"][..],
+            "--size at most 65491",
+        ),
+        (
+            &["--app", "raw", "--size", "18446744073709551600"],
+            "--size at most 65491",
+        ),
+        (
+            &["--app", "vecadd", "--n", "18446744073709551615"],
+            "--n at most 8186",
+        ),
+        (&["--batch", "100000"], "--batch 100000: at most 1024"),
+        (&["--batch", "10000000"], "--batch 10000000: at most 1024"),
+        (&["--threads", "5000"], "--threads 5000: at most 1024"),
+        (&["--threads", "10000"], "--threads 10000: at most 1024"),
+        (&["--outstanding", "1000000"], "at most 65536"),
+        (&["--timeout-ms", "18446744073709551615"], "at most 60000"),
+        (
+            &["--app", "lenet", "--images", "100000000"],
+            "--images 100000000: at most 1048576",
+        ),
+        (&["--rate", "1e300"], "--rate"),
+        (&["--duration=-1"], "more than 0"),
+        (&["--duration", "0"], "more than 0"),
+    ] {
+        let r = load(args);
+        assert_one_error_line(&r, what);
+        assert!(
+            r.wall < Duration::from_secs(5),
+            "{args:?} took {:?}",
+            r.wall
+        );
+    }
+    let serve = |extra: &[&str]| {
+        let mut a = vec![
+            "serve",
+            "--mode",
+            "cpu",
+            "--listen",
+            "127.0.0.1:0",
+            "--duration",
+            "0.5",
+        ];
+        a.extend_from_slice(extra);
+        gdr(&a, t)
+    };
+    for (args, what) in [
+        (
+            &["--batch", "100000", "--max-payload", "65491"][..],
+            "--batch 100000: at most 1024",
+        ),
+        (&["--batch", "1000000"], "--batch 1000000: at most 1024"),
+        (&["--threads", "100000"], "--threads 100000: at most 1024"),
+        (&["--max-payload", "65492"], "65492"),
+        (
+            &["--gpus", &vec!["0"; 65].join(",")],
+            "--gpus 65: at most 64",
+        ),
+        // Each within its bound, together past any machine's memory: 16 GiB rings per queue
+        // pair, 1024 pairs.
+        (
+            &[
+                "--threads",
+                "1024",
+                "--slots",
+                "131072",
+                "--max-payload",
+                "65491",
+            ],
+            "would take",
+        ),
+        // GPU-only options mean nothing to the CPU mode.
+        (&["--warps", "4"], "--warps"),
+        (&["--cluster", "2"], "--cluster"),
+        (&["--rx-format", "words"], "--rx-format"),
+        (&["--profile"], "--profile"),
+    ] {
+        let r = serve(args);
+        assert_one_error_line(&r, what);
+        assert!(!r.stderr.contains("ready"), "{args:?}: {}", r.stderr);
+    }
+}
+
+/// `--app-file` reads a regular file of at most 1 MiB: /dev/zero read until memory ran out and
+/// a FIFO blocked forever. A CUDA app in the CPU mode is refused at start, not answered with
+/// an error status for every request after "ready".
+#[test]
+fn app_files_that_never_end_or_need_a_gpu_are_refused_at_start() {
+    let t = Duration::from_secs(20);
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("app.cu");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let big = dir.path().join("big.cu");
+    std::fs::write(&big, vec![b' '; (1 << 20) + 1]).unwrap();
+    let user = dir.path().join("user.cu");
+    std::fs::write(
+        &user,
+        "__device__ unsigned int gdr_serve_app(const gdr_serve_group &g, const unsigned char \
+         *req, unsigned int len, unsigned char *resp, unsigned int cap) { return 0; }\n",
+    )
+    .unwrap();
+    for (file, mode, what) in [
+        ("/dev/zero", "gpu-queue", "not a regular file"),
+        (fifo.to_str().unwrap(), "gpu-queue", "not a regular file"),
+        (
+            big.to_str().unwrap(),
+            "gpu-queue",
+            "longer than 1048576 bytes",
+        ),
+        (
+            dir.path().to_str().unwrap(),
+            "gpu-queue",
+            "not a regular file",
+        ),
+        (user.to_str().unwrap(), "cpu", "runs only on a GPU"),
+    ] {
+        let r = gdr(
+            &[
+                "serve",
+                "--mode",
+                mode,
+                "--listen",
+                "127.0.0.1:0",
+                "--app-file",
+                file,
+            ],
+            t,
+        );
+        assert_one_error_line(&r, what);
+        assert!(!r.stderr.contains("ready"), "{}", r.stderr);
+        assert!(r.wall < Duration::from_secs(5), "{file}: {:?}", r.wall);
+    }
+}
+
+/// `gdr load` reports in words (before: `Closed { outstanding: 1 }`, `Echo { size: 64 }`), and
+/// `--rate 0.5 --duration 1` sends its first request at once instead of nothing.
+#[test]
+fn load_reports_in_words_and_a_slow_rate_still_sends() {
+    let mut server = Command::new(common::gdr_bin())
+        .args([
+            "serve",
+            "--mode",
+            "cpu",
+            "--listen",
+            "127.0.0.1:0",
+            "--duration",
+            "20",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("gdr serve runs");
+    let mut err = std::io::BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+    // `gdr serve: ready on 127.0.0.1:PORT: app echo ...`
+    let addr = line
+        .split("ready on ")
+        .nth(1)
+        .and_then(|r| r.split(": ").next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    let r = gdr(
+        &[
+            "load",
+            "--target",
+            &addr,
+            "--no-server-stats",
+            "--duration",
+            "0.3",
+        ],
+        Duration::from_secs(20),
+    );
+    let r2 = gdr(
+        &[
+            "load",
+            "--target",
+            &addr,
+            "--no-server-stats",
+            "--rate",
+            "0.5",
+            "--duration",
+            "1",
+        ],
+        Duration::from_secs(20),
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.starts_with(
+            "gdr load: closed loop, 1 outstanding per thread, echo of 64 B, 1 thread(s)"
+        ),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("errors 0 "), "{}", r.stdout);
+    assert!(!r.stdout.contains('{'), "{}", r.stdout);
+    assert_eq!(r2.code, Some(0), "{}{}", r2.stdout, r2.stderr);
+    assert!(r2.stdout.contains("sent 1  ok 1 "), "{}", r2.stdout);
+}

@@ -56,7 +56,11 @@ fn host_fill(path: &str, seed: u64) -> Result<String, String> {
     let expect = words(seed, SALT_TO_PEER, HALF / 4);
     img.extend(to_bytes(&expect.iter().map(|w| !w).collect::<Vec<_>>()));
     std::fs::write(path, &img).map_err(|e| format!("{path}: {e}"))?;
-    Ok(format!("{} bytes", img.len()))
+    Ok(format!(
+        "wrote the {} bytes behind ivshmem: the guest's source half, and a poisoned half for it \
+         to overwrite",
+        img.len()
+    ))
 }
 
 fn host_check(path: &str, seed: u64) -> Result<String, String> {
@@ -208,7 +212,8 @@ fn guest(dev: &str, peer: &str, seed: u64) -> Report {
             return Err(format!("expected an interrupt per edu transfer: {st:?}"));
         }
         Ok(format!(
-            "{} bytes verified word by word; {} submissions, {} interrupts, {:?} of DMA",
+            "{} bytes verified word by word; {} submissions, {} interrupts, {:.2?} of DMA in \
+             guest time (QEMU's -icount clock, not the host's: it runs ahead of wall time)",
             st.bytes / 2,
             st.submissions,
             st.interrupts,

@@ -51,5 +51,5 @@ pub use info::{PciError, PciInfo};
 pub use path::{Hop, HopKind, PathClass, PeerPath};
 pub use report::{PairReport, Report};
 pub use sysfs::{Sysfs, SysfsError};
-pub use topology::{HostBridge, Switch, TopoError, Topology, Warning};
+pub use topology::{HostBridge, Pairs, Switch, TopoError, Topology, Warning};
 pub use verdict::{Reason, Severity, Verdict};

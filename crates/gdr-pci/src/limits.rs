@@ -22,3 +22,15 @@ pub const MAX_LINK_HOPS: usize = 40;
 
 /// Warnings kept at most; past this they are counted in one last warning.
 pub const MAX_WARNINGS: usize = 256;
+
+/// Device pairs judged at most by one call ([`Topology::pairs`](super::Topology::pairs) and
+/// the report and verdict list built on it); the rest are counted and named in a warning. Each
+/// pair costs a path walk and a few hundred bytes of JSON, so the work stays linear in the
+/// devices shown. A real machine's GPU view has a few hundred pairs (8 GPUs with 16 NICs and
+/// drives: 8 x 23 + ...), and `--all` on a large host a few thousand.
+pub const MAX_PAIRS: usize = 16384;
+
+/// Devices the text matrix shows at most (its rows and columns): 64 columns are already about
+/// 400 characters wide. Past it the matrix covers the first ones, says so, and the device list
+/// and the verdicts go on for all of them.
+pub const MAX_MATRIX_DEVICES: usize = 64;

@@ -2,6 +2,7 @@
 //! hop-by-hop explanation of one path.
 
 use super::device::{format_size, Device, DeviceClass};
+use super::limits::MAX_MATRIX_DEVICES;
 use super::path::{HopKind, PeerPath};
 use super::verdict::{Severity, Verdict};
 use super::Topology;
@@ -33,6 +34,10 @@ pub fn matrix(topo: &Topology, devices: &[&Device]) -> String {
         out.push_str("no devices to show\n");
         return out;
     }
+    // Rows and columns for the first MAX_MATRIX_DEVICES only: the matrix grows with the
+    // square of the devices; the device list below covers all of them.
+    let all = devices;
+    let devices = &all[..all.len().min(MAX_MATRIX_DEVICES)];
     let labels: Vec<&str> = devices.iter().map(|d| d.label.as_str()).collect();
     let w = labels.iter().map(|l| l.len()).max().unwrap_or(4).max(4) + 2;
     let cells: Vec<Vec<String>> = devices
@@ -87,10 +92,18 @@ pub fn matrix(topo: &Topology, devices: &[&Device]) -> String {
         out.push_str(line.trim_end());
         out.push('\n');
     }
+    if all.len() > devices.len() {
+        let _ = writeln!(
+            out,
+            "(matrix shown for the first {MAX_MATRIX_DEVICES} of {} devices; `gdr topo --explain \
+             A B` gives any pair)",
+            all.len()
+        );
+    }
     out.push('\n');
     out.push_str(LEGEND);
     out.push_str("\n\n");
-    out.push_str(&device_list(devices));
+    out.push_str(&device_list(all));
     out
 }
 
@@ -141,18 +154,17 @@ pub fn device_list(devices: &[&Device]) -> String {
     out
 }
 
-/// Verdict lines for pairs that involve a GPU (all pairs when there is no GPU).
+/// Verdict lines for pairs that involve a GPU (all pairs when there is no GPU), at most
+/// [`MAX_PAIRS`](crate::limits::MAX_PAIRS) of them, then a line that counts the rest.
 pub fn verdicts(topo: &Topology, devices: &[&Device]) -> String {
-    let any_gpu = devices.iter().any(|d| d.class == DeviceClass::Gpu);
     let mut out = String::from("Peer-to-peer verdicts:\n");
     let mut n = 0;
-    for p in topo.pairs(devices) {
+    let pairs = topo.gpu_pairs(devices);
+    let note = pairs.left_out_note();
+    for p in pairs {
         let (Some(a), Some(b)) = (topo.device(p.a), topo.device(p.b)) else {
             continue;
         };
-        if any_gpu && a.class != DeviceClass::Gpu && b.class != DeviceClass::Gpu {
-            continue;
-        }
         n += 1;
         let why: Vec<&str> = p
             .reasons
@@ -174,6 +186,9 @@ pub fn verdicts(topo: &Topology, devices: &[&Device]) -> String {
     }
     if n == 0 {
         out.push_str("  (no pairs)\n");
+    }
+    if let Some(note) = note {
+        let _ = writeln!(out, "  ({note})");
     }
     out
 }

@@ -6,6 +6,7 @@
 
 use super::device::Device;
 use super::path::PathClass;
+use super::topology::Pairs;
 use super::verdict::{Reason, Verdict};
 use super::{Bdf, HostBridge, Switch, Topology};
 use serde::Serialize;
@@ -20,8 +21,11 @@ pub struct Report<'a> {
     pub devices: Vec<&'a Device>,
     /// Every bridge, so that a reader can rebuild the tree from `parent`.
     pub bridges: Vec<&'a Device>,
-    /// Every unordered pair of `devices`.
+    /// The pairs of `devices` asked for: every unordered pair, or (the GPU view) those with a
+    /// GPU on one side; at most [`MAX_PAIRS`](crate::limits::MAX_PAIRS).
     pub pairs: Vec<PairReport>,
+    /// Pairs asked for but not judged, past the limit (a warning says so too).
+    pub pairs_left_out: usize,
     pub warnings: Vec<String>,
 }
 
@@ -38,10 +42,11 @@ pub struct PairReport {
     pub findings: Vec<Reason>,
 }
 
-pub(crate) fn build<'a>(topo: &'a Topology, devices: &[&'a Device]) -> Report<'a> {
+pub(crate) fn build<'a>(topo: &'a Topology, devices: &[&'a Device], pairs: Pairs) -> Report<'a> {
     let name = |b: Bdf| topo.device(b).map(|d| d.name()).unwrap_or_default();
-    let pairs = topo
-        .pairs(devices)
+    let left_out = pairs.left_out;
+    let note = pairs.left_out_note();
+    let pairs = pairs
         .into_iter()
         .map(|p| PairReport {
             a: p.a,
@@ -63,6 +68,12 @@ pub(crate) fn build<'a>(topo: &'a Topology, devices: &[&'a Device]) -> Report<'a
         devices: devices.to_vec(),
         bridges: topo.devices().iter().filter(|d| d.is_bridge()).collect(),
         pairs,
-        warnings: topo.warnings().iter().map(|w| w.to_string()).collect(),
+        pairs_left_out: left_out,
+        warnings: topo
+            .warnings()
+            .iter()
+            .map(|w| w.to_string())
+            .chain(note)
+            .collect(),
     }
 }

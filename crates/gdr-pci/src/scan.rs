@@ -90,6 +90,7 @@ pub(crate) fn scan(fs: &Sysfs) -> Result<Topology, TopoError> {
     })?;
 
     let mut raws = Vec::new();
+    let mut seen: HashMap<PathBuf, Bdf> = HashMap::new();
     for name in entries {
         let rel = bus.join(&name);
         let Ok(bdf) = name.parse::<Bdf>() else {
@@ -105,10 +106,23 @@ pub(crate) fn scan(fs: &Sysfs) -> Result<Topology, TopoError> {
                 continue;
             }
         };
-        if let Err(why) = target_problem(fs, &dir) {
-            w.push(&rel, format!("{why}; device skipped"));
+        let resolved = match target_problem(fs, &dir) {
+            Ok(r) => r,
+            Err(why) => {
+                w.push(&rel, format!("{why}; device skipped"));
+                continue;
+            }
+        };
+        // One directory is one function: a second address leading to it (a hand-made or
+        // hostile tree; the kernel never does this) would be read and paired again.
+        if let Some(&first) = seen.get(&resolved) {
+            w.push(
+                &rel,
+                format!("leads to the same directory as {first}; device skipped"),
+            );
             continue;
         }
+        seen.insert(resolved, bdf);
         raws.push(read_device(fs, bdf, dir, &mut w));
     }
 
@@ -186,15 +200,19 @@ pub(crate) fn scan(fs: &Sysfs) -> Result<Topology, TopoError> {
         );
     }
 
+    // Class names by device, in one pass each: a tree of thousands of devices and names
+    // stays linear.
+    let by_device = |links: &[(String, Bdf)]| {
+        let mut m: HashMap<Bdf, Vec<String>> = HashMap::new();
+        for (n, b) in links {
+            m.entry(*b).or_default().push(n.clone());
+        }
+        m
+    };
+    let (rdma, nvme, net) = (by_device(&rdma), by_device(&nvme), by_device(&net));
     let mut devices: Vec<Device> = Vec::with_capacity(raws.len());
     for (i, r) in raws.into_iter().enumerate() {
-        let names_of = |links: &[(String, Bdf)]| -> Vec<String> {
-            links
-                .iter()
-                .filter(|(_, b)| *b == r.bdf)
-                .map(|(n, _)| n.clone())
-                .collect()
-        };
+        let names_of = |m: &HashMap<Bdf, Vec<String>>| m.get(&r.bdf).cloned().unwrap_or_default();
         let ib = names_of(&rdma);
         let nv = names_of(&nvme);
         let class = classify(r.class_code, r.vendor, !ib.is_empty(), !nv.is_empty());
@@ -252,9 +270,10 @@ pub(crate) fn scan(fs: &Sysfs) -> Result<Topology, TopoError> {
 }
 
 /// Whether the directory a link points at can be read; if not, what to say.
-fn target_problem(fs: &Sysfs, target: &Path) -> Result<(), String> {
+/// Where it leads inside the tree when it can be read.
+fn target_problem(fs: &Sysfs, target: &Path) -> Result<PathBuf, String> {
     match fs.resolve_dir(target) {
-        Ok(_) => Ok(()),
+        Ok(p) => Ok(p),
         Err(e) if e.is_not_found() => Err(format!("dangling link to {}", target.display())),
         // A loop names where it turns.
         Err(e @ SysfsError::LinkLoop(_)) => Err(e.to_string()),
@@ -670,21 +689,33 @@ fn assign_labels(devices: &mut [Device]) {
 
 /// Host bridges with their NUMA node (taken from the devices below; root ports first).
 fn build_host_bridges(devices: &[Device], listed: Vec<String>) -> Vec<HostBridge> {
-    let mut names: Vec<String> = listed;
+    // Per host bridge: the NUMA node of its first root device that has one, else of any
+    // device below it; in one pass over the devices.
+    let mut numa: HashMap<&str, (Option<u32>, Option<u32>)> = HashMap::new();
     for d in devices {
-        if !names.contains(&d.host_bridge) {
+        let e = numa.entry(d.host_bridge.as_str()).or_default();
+        if d.parent.is_none() && e.0.is_none() {
+            e.0 = d.numa;
+        }
+        if e.1.is_none() {
+            e.1 = d.numa;
+        }
+    }
+    let mut names: Vec<String> = listed;
+    let mut seen: std::collections::HashSet<String> = names.iter().cloned().collect();
+    for d in devices {
+        if seen.insert(d.host_bridge.clone()) {
             names.push(d.host_bridge.clone());
         }
     }
     names.sort_by_key(|n| parse_host_bridge(n));
+    names.dedup();
     names
         .into_iter()
         .map(|name| {
-            let below = || devices.iter().filter(|d| d.host_bridge == name);
-            let numa = below()
-                .filter(|d| d.parent.is_none())
-                .find_map(|d| d.numa)
-                .or_else(|| below().find_map(|d| d.numa));
+            let numa = numa
+                .get(name.as_str())
+                .and_then(|(root, any)| root.or(*any));
             let (domain, bus) = parse_host_bridge(&name).unwrap_or((0, 0));
             HostBridge {
                 name,

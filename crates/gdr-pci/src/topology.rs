@@ -3,6 +3,7 @@
 
 use crate::bdf::Bdf;
 use crate::device::{Device, DeviceClass, PortType};
+use crate::limits::MAX_PAIRS;
 use crate::path::{self, PeerPath};
 use crate::report::{self, Report};
 use crate::scan;
@@ -70,6 +71,34 @@ pub enum TopoError {
     },
 }
 
+/// Device pairs with their paths, at most [`MAX_PAIRS`]; `left_out` more were asked for.
+#[derive(Debug, Clone, Default)]
+pub struct Pairs {
+    pub paths: Vec<PeerPath>,
+    pub left_out: usize,
+}
+
+impl Pairs {
+    /// The sentence for a warning when pairs were left out.
+    pub fn left_out_note(&self) -> Option<String> {
+        (self.left_out > 0).then(|| {
+            format!(
+                "{} pairs left out: at most {MAX_PAIRS} are judged at once (ask for one with \
+                 --explain A B)",
+                self.left_out
+            )
+        })
+    }
+}
+
+impl IntoIterator for Pairs {
+    type Item = PeerPath;
+    type IntoIter = std::vec::IntoIter<PeerPath>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.paths.into_iter()
+    }
+}
+
 /// The PCI tree of one machine (or capture), with names, and optional NVLink counts.
 #[derive(Debug, Clone)]
 pub struct Topology {
@@ -77,6 +106,7 @@ pub struct Topology {
     devices: Vec<Device>,
     host_bridges: Vec<HostBridge>,
     index: HashMap<Bdf, usize>,
+    host_index: HashMap<String, usize>,
     nvlinks: HashMap<(Bdf, Bdf), u32>,
     iommu_groups_present: bool,
     warnings: Vec<Warning>,
@@ -106,11 +136,17 @@ impl Topology {
             .enumerate()
             .map(|(i, d)| (d.bdf, i))
             .collect();
+        let host_index = host_bridges
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (h.name.clone(), i))
+            .collect();
         Self {
             root,
             devices,
             host_bridges,
             index,
+            host_index,
             nvlinks: HashMap::new(),
             iommu_groups_present,
             warnings,
@@ -135,7 +171,7 @@ impl Topology {
     }
 
     pub fn host_bridge(&self, name: &str) -> Option<&HostBridge> {
-        self.host_bridges.iter().find(|h| h.name == name)
+        self.host_index.get(name).map(|&i| &self.host_bridges[i])
     }
 
     pub fn warnings(&self) -> &[Warning] {
@@ -144,19 +180,19 @@ impl Topology {
 
     /// The PCIe switches: every upstream port with its downstream ports.
     pub fn switches(&self) -> Vec<Switch> {
+        // Downstream ports by parent, in one pass: a tree of thousands of ports stays linear.
+        let mut below: HashMap<Bdf, Vec<Bdf>> = HashMap::new();
+        for d in &self.devices {
+            if let (Some(p), PortType::SwitchDownstream) = (d.parent, d.port_type) {
+                below.entry(p).or_default().push(d.bdf);
+            }
+        }
         self.devices
             .iter()
             .filter(|d| d.port_type == PortType::SwitchUpstream)
             .map(|u| Switch {
                 upstream: u.bdf,
-                downstream: self
-                    .devices
-                    .iter()
-                    .filter(|d| {
-                        d.parent == Some(u.bdf) && d.port_type == PortType::SwitchDownstream
-                    })
-                    .map(|d| d.bdf)
-                    .collect(),
+                downstream: below.remove(&u.bdf).unwrap_or_default(),
                 host_bridge: u.host_bridge.clone(),
             })
             .collect()
@@ -283,14 +319,44 @@ impl Topology {
         Ok(path::compute(self, ia, ib))
     }
 
-    /// [`Topology::path`] for every unordered pair of `devices`.
-    pub fn pairs(&self, devices: &[&Device]) -> Vec<PeerPath> {
-        let mut out = Vec::new();
+    /// [`Topology::path`] for every unordered pair of `devices`, the first
+    /// [`MAX_PAIRS`] of them in order; [`Pairs::left_out`] counts the rest.
+    pub fn pairs(&self, devices: &[&Device]) -> Pairs {
+        self.pairs_where(devices, false)
+    }
+
+    /// The pairs a verdict is asked for in the GPU view: every pair of `devices` with a GPU on
+    /// at least one side (every pair when none of them is a GPU), at most [`MAX_PAIRS`].
+    pub fn gpu_pairs(&self, devices: &[&Device]) -> Pairs {
+        let any_gpu = devices.iter().any(|d| d.class == DeviceClass::Gpu);
+        self.pairs_where(devices, any_gpu)
+    }
+
+    /// Pairs (i < j) of `devices`, with a GPU on one side when `gpu_side`, computed until
+    /// [`MAX_PAIRS`] and past it only counted, by arithmetic: a hostile tree can list 16384
+    /// GPUs.
+    fn pairs_where(&self, devices: &[&Device], gpu_side: bool) -> Pairs {
+        let is_gpu = |d: &Device| d.class == DeviceClass::Gpu;
+        // Positions of the GPUs: a device that is not one pairs only with them.
+        let gpus: Vec<usize> = (0..devices.len()).filter(|&i| is_gpu(devices[i])).collect();
+        let mut out = Pairs::default();
         for (i, a) in devices.iter().enumerate() {
-            for b in &devices[i + 1..] {
-                if let (Some(&ia), Some(&ib)) = (self.index.get(&a.bdf), self.index.get(&b.bdf)) {
-                    out.push(path::compute(self, ia, ib));
-                }
+            let partners: Box<dyn Iterator<Item = usize>> = if !gpu_side || is_gpu(a) {
+                Box::new(i + 1..devices.len())
+            } else {
+                let first = gpus.partition_point(|&g| g <= i);
+                Box::new(gpus[first..].iter().copied())
+            };
+            let asked = partners.size_hint().0;
+            let room = MAX_PAIRS - out.paths.len();
+            out.left_out += asked.saturating_sub(room);
+            for j in partners.take(room) {
+                let (Some(&ia), Some(&ib)) =
+                    (self.index.get(&a.bdf), self.index.get(&devices[j].bdf))
+                else {
+                    continue;
+                };
+                out.paths.push(path::compute(self, ia, ib));
             }
         }
         out
@@ -313,9 +379,16 @@ impl Topology {
         v
     }
 
-    /// The JSON-ready report over `devices` (all their pairs) plus every bridge.
+    /// The JSON-ready report over `devices` (their pairs as [`Topology::pairs`] gives them)
+    /// plus every bridge.
     pub fn report<'a>(&'a self, devices: &[&'a Device]) -> Report<'a> {
-        report::build(self, devices)
+        report::build(self, devices, self.pairs(devices))
+    }
+
+    /// [`Topology::report`] with the pairs of [`Topology::gpu_pairs`]: what `gdr topo --json`
+    /// writes for its default view.
+    pub fn gpu_report<'a>(&'a self, devices: &[&'a Device]) -> Report<'a> {
+        report::build(self, devices, self.gpu_pairs(devices))
     }
 
     pub(crate) fn index_of(&self, bdf: Bdf) -> Option<usize> {

@@ -850,7 +850,7 @@ fn h100_firecracker_vm() {
         "{notes:?}"
     );
     // Every pair is PHB: one root complex, no bridges.
-    for p in topo.pairs(&topo.endpoints()) {
+    for p in topo.pairs(&topo.endpoints()).paths {
         assert_eq!((p.class, p.verdict), (PathClass::Phb, Verdict::WorksSlower));
     }
 

@@ -66,7 +66,12 @@ fn json_has_the_documented_shape_on_every_fixture() {
             } else {
                 topo.gpu_view()
             };
-            let text = serde_json::to_string(&topo.report(&shown)).unwrap();
+            let report = if all {
+                topo.report(&shown)
+            } else {
+                topo.gpu_report(&shown)
+            };
+            let text = serde_json::to_string(&report).unwrap();
             let v: Value = serde_json::from_str(&text).unwrap();
             let devices = v["devices"].as_array().expect("devices array");
             assert_eq!(devices.len(), shown.len());
@@ -77,8 +82,18 @@ fn json_has_the_documented_shape_on_every_fixture() {
                 .iter()
                 .for_each(check_device);
             let pairs = v["pairs"].as_array().expect("pairs array");
+            // --all: every pair; the GPU view: the pairs with a GPU on one side (every pair
+            // where there is no GPU).
             let n = devices.len();
-            assert_eq!(pairs.len(), n * n.saturating_sub(1) / 2, "{root:?}");
+            let every = n * n.saturating_sub(1) / 2;
+            let m = n - gpus.len();
+            let asked = if all || gpus.is_empty() {
+                every
+            } else {
+                every - m * m.saturating_sub(1) / 2
+            };
+            assert_eq!(pairs.len(), asked, "{root:?}");
+            assert_eq!(v["pairs_left_out"], 0);
             let bdfs: Vec<&str> = devices.iter().map(|d| d["bdf"].as_str().unwrap()).collect();
             for p in pairs {
                 assert!(

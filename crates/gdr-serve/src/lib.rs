@@ -10,6 +10,7 @@ pub mod apps;
 pub mod exec;
 pub mod gpu;
 pub mod lenet;
+pub mod limits;
 pub mod load;
 pub mod net;
 pub mod run;

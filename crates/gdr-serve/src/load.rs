@@ -45,13 +45,13 @@ pub enum Payload {
 
 impl Payload {
     /// Bytes of one request datagram (header included).
+    /// Saturates: a size near `usize::MAX` must not wrap to a small one and pass the check.
     pub fn request_bytes(&self) -> usize {
-        wire::HEADER_LEN
-            + match *self {
-                Payload::Echo { size } | Payload::Raw { size, .. } => size,
-                Payload::Vecadd { n } => n.saturating_mul(8),
-                Payload::Lenet { .. } => lenet::IMAGE_BYTES,
-            }
+        wire::HEADER_LEN.saturating_add(match *self {
+            Payload::Echo { size } | Payload::Raw { size, .. } => size,
+            Payload::Vecadd { n } => n.saturating_mul(8),
+            Payload::Lenet { .. } => lenet::IMAGE_BYTES,
+        })
     }
 
     /// Refuses a payload whose request would not fit in one UDP datagram of at most `max`
@@ -71,6 +71,30 @@ impl Payload {
              datagram (at most {max} bytes): {largest}",
             wire::HEADER_LEN
         )))
+    }
+}
+
+impl std::fmt::Display for LoadMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadMode::Closed { outstanding } => {
+                write!(f, "closed loop, {outstanding} outstanding per thread")
+            }
+            LoadMode::Open { rate } => write!(f, "open loop, {rate} requests/s"),
+        }
+    }
+}
+
+impl std::fmt::Display for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Payload::Echo { size } => write!(f, "echo of {size} B"),
+            Payload::Lenet { seed, images } => {
+                write!(f, "lenet, {images} distinct images (seed {seed})")
+            }
+            Payload::Vecadd { n } => write!(f, "vecadd of {n} pairs"),
+            Payload::Raw { app, size } => write!(f, "{size} B to app {app}"),
+        }
     }
 }
 
@@ -363,25 +387,83 @@ fn diff(
     serde_json::from_value(out.into()).unwrap_or_default()
 }
 
+impl LoadConfig {
+    /// Every number within its bound ([`crate::limits`]) and the buffers within memory,
+    /// before anything is allocated.
+    pub fn check(&self) -> Result<(), ServeError> {
+        use crate::limits::*;
+        if self.threads == 0 || self.batch == 0 {
+            return Err(ServeError::Config(
+                "--threads and --batch must be at least 1".into(),
+            ));
+        }
+        at_most(
+            "threads",
+            self.threads,
+            MAX_THREADS,
+            "one socket and one polling thread each",
+        )?;
+        at_most(
+            "batch",
+            self.batch,
+            MAX_BATCH,
+            "the kernel sends and receives at most 1024 datagrams a call",
+        )?;
+        match self.mode {
+            LoadMode::Closed { outstanding: 0 } => {
+                return Err(ServeError::Config(
+                    "--outstanding must be at least 1".into(),
+                ))
+            }
+            LoadMode::Closed { outstanding } => at_most(
+                "outstanding",
+                outstanding,
+                MAX_OUTSTANDING,
+                "per thread; a server queue holds far fewer",
+            )?,
+            LoadMode::Open { rate } => {
+                if !(rate > 0.0 && rate <= MAX_RATE) {
+                    return Err(ServeError::Config(format!(
+                        "--rate {rate}: must be more than 0 and at most {MAX_RATE:e} requests per \
+                         second"
+                    )));
+                }
+            }
+        }
+        if self.timeout > std::time::Duration::from_millis(MAX_TIMEOUT_MS) {
+            return Err(ServeError::Config(format!(
+                "--timeout-ms {}: at most {MAX_TIMEOUT_MS} (a minute)",
+                self.timeout.as_millis()
+            )));
+        }
+        if let Payload::Lenet { images, .. } = self.payload {
+            at_most(
+                "images",
+                images,
+                MAX_IMAGES,
+                "distinct images; more change nothing",
+            )?;
+        }
+        // An oversized request would fail every send (EMSGSIZE), not measure anything.
+        self.payload.check_fits(max_datagram(self.target))?;
+        let images = match self.payload {
+            Payload::Lenet { images, .. } => images as u64 * 1024,
+            _ => 0,
+        };
+        check_memory(
+            "the client threads' buffers",
+            thread_bytes(self.threads, self.batch, RECV_BUF).saturating_add(images),
+            "fewer --threads or a smaller --batch",
+        )
+    }
+}
+
+/// Bytes of one client receive buffer: the largest UDP datagram, so that no answer is cut.
+const RECV_BUF: usize = 65536;
+
 /// Runs the load; `stop` ends sending early (SIGINT).
 pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<LoadReport, ServeError> {
-    if cfg.threads == 0 || cfg.batch == 0 {
-        return Err(ServeError::Config(
-            "threads and batch must be at least 1".into(),
-        ));
-    }
-    if let LoadMode::Closed { outstanding: 0 } = cfg.mode {
-        return Err(ServeError::Config(
-            "--outstanding must be at least 1".into(),
-        ));
-    }
-    if let LoadMode::Open { rate } = cfg.mode {
-        if !(rate > 0.0 && rate.is_finite()) {
-            return Err(ServeError::Config(format!("bad rate {rate}")));
-        }
-    }
-    // Up front: an oversized request would fail every send (EMSGSIZE), not measure anything.
-    cfg.payload.check_fits(max_datagram(cfg.target))?;
+    cfg.check()?;
     let before = if cfg.server_stats {
         server_counters(cfg.target, Duration::from_millis(500))
     } else {
@@ -393,13 +475,24 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<LoadReport, ServeError
         let hs: Vec<_> = (0..cfg.threads)
             .map(|t| {
                 let gen = gen.clone();
-                s.spawn(move || client_thread(cfg, &gen, t, stop))
+                std::thread::Builder::new()
+                    .name(format!("load-{t}"))
+                    .spawn_scoped(s, move || client_thread(cfg, &gen, t, stop))
+                    .inspect_err(|_| {
+                        // The threads started so far stop sending; they still drain.
+                        stop.store(true, Ordering::Relaxed)
+                    })
             })
             .collect();
         hs.into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(ServeError::Backend("load thread panicked".into())))
+            .map(|h| match h {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| Err(ServeError::Backend("load thread panicked".into()))),
+                Err(e) => Err(ServeError::Io(
+                    format!("cannot start {} client threads", cfg.threads),
+                    e,
+                )),
             })
             .collect()
     });
@@ -454,7 +547,7 @@ fn client_thread(
         .map_err(|e| ServeError::Io(format!("connect {}", cfg.target), e))?;
     let fd = sock.as_raw_fd();
     let mut tx = SendBatch::new(cfg.batch);
-    let mut rx = RecvBatch::new(cfg.batch, 65536);
+    let mut rx = RecvBatch::new(cfg.batch, RECV_BUF);
     let mut out = ThreadResult::default();
     let mut outstanding: HashMap<u64, Instant> = HashMap::new();
     let mut next_seq = 0u64;
@@ -486,12 +579,20 @@ fn client_thread(
             break;
         }
         // Send.
+        let mut sent_now = false;
         if sending {
             let want = match cfg.mode {
                 LoadMode::Closed { outstanding: n } => n.saturating_sub(outstanding.len()),
                 LoadMode::Open { .. } => {
-                    let due = (now.duration_since(start).as_secs_f64() * per_thread_rate) as u64;
-                    due.saturating_sub(next_seq) as usize
+                    // The k-th request of all is due at k / rate, the first at once (a rate
+                    // below one per second over a short run still sends); thread t sends
+                    // numbers t, t + T, ...
+                    let phase = t as f64 / cfg.threads as f64;
+                    let elapsed = now.duration_since(start).as_secs_f64();
+                    let due = (elapsed * per_thread_rate + 1.0 - phase).max(0.0) as u64;
+                    let due = due.saturating_sub(next_seq);
+                    (due.min(usize::MAX as u64) as usize)
+                        .min(crate::limits::MAX_UNANSWERED.saturating_sub(outstanding.len()))
                 }
             };
             let want = want.min(cfg.batch);
@@ -500,6 +601,7 @@ fn client_thread(
                 None => want,
             };
             if want > 0 {
+                sent_now = true;
                 let t_send = Instant::now();
                 for _ in 0..want {
                     let id = id_base | next_seq;
@@ -566,6 +668,11 @@ fn client_thread(
         }
         if n == 0 && !sending {
             std::thread::sleep(Duration::from_micros(20));
+        } else if n == 0 && !sent_now {
+            // Nothing came and nothing was due: let the other threads run. Alone on a core
+            // this returns at once; with more threads than cores (up to 1024) it keeps a
+            // short run short instead of spinning every thread through its time slice.
+            std::thread::yield_now();
         }
     }
     out.send_elapsed = send_end.duration_since(start);

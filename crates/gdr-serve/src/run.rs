@@ -2,12 +2,13 @@
 //! started, stopped by a flag, drained, the workers stopped. Used by `gdr serve` and the GPU
 //! tests.
 
-use crate::apps::App;
+use crate::apps::{App, AppKind};
 use crate::exec::{cpu_workers, split_queues, Executor};
 use crate::gpu::{launch_workers, worker_stages, GpuShape, HostCentricExec};
 use crate::server::{ServeReport, Server, ServerConfig};
 use crate::ServeError;
 use gdr::cuda::Context;
+use gdr::mq::layout::Geometry;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -81,6 +82,62 @@ impl Default for ServeOptions {
     }
 }
 
+impl ServeOptions {
+    /// Every number within its bound ([`crate::limits`]), the buffers and (CPU mode) the
+    /// queues within this machine's memory, and the app runnable in the mode: all before
+    /// anything is allocated or announced ready.
+    pub fn check(&self, app: &App) -> Result<(), ServeError> {
+        use crate::limits::*;
+        if self.threads == 0 || self.gpus.is_empty() || self.server.batch == 0 {
+            return Err(ServeError::Config(
+                "need at least one thread, one GPU (--gpus) and a --batch of at least 1".into(),
+            ));
+        }
+        at_most(
+            "threads",
+            self.threads,
+            MAX_THREADS,
+            "network threads, one core each",
+        )?;
+        at_most(
+            "batch",
+            self.server.batch,
+            MAX_BATCH,
+            "the kernel sends and receives at most 1024 datagrams a call",
+        )?;
+        at_most(
+            "gpus",
+            self.gpus.len(),
+            MAX_QUEUE_SETS,
+            "entries; the largest nodes have 16 GPUs",
+        )?;
+        at_most("streams", self.streams, MAX_STREAMS, "per thread and GPU")?;
+        if self.mode == Mode::Cpu && matches!(app.kind(), AppKind::User { .. }) {
+            return Err(ServeError::Config(format!(
+                "{}: a CUDA app (--app-file) runs only on a GPU; --mode cpu serves echo, lenet \
+                 and vecadd",
+                app.name()
+            )));
+        }
+        // Receive buffers: one batch of the largest request per network thread.
+        let cap = app.max_request() + self.server.framing.header_len() + 1;
+        let mut need = thread_bytes(self.threads, self.server.batch, cap);
+        let mut lower = "fewer --threads or a smaller --batch or --max-payload";
+        if self.mode == Mode::Cpu {
+            // One queue pair per network thread and queue set, in plain memory, each served
+            // by a CPU worker thread.
+            let g = Geometry::new(self.shape.slots, app.slot_payload() as u32)
+                .map_err(|e| ServeError::Config(format!("--slots: {e}")))?;
+            let pairs = (self.threads * self.gpus.len()) as u64;
+            let per = (g.rx_bytes() + g.tx_bytes()) as u64 + thread_bytes(1, 0, 0);
+            need = need.saturating_add(pairs.saturating_mul(per));
+            lower =
+                "fewer --threads or --gpus entries, or smaller --slots, --batch or --max-payload";
+        }
+        check_memory("the server's buffers and queues", need, lower)
+    }
+}
+
 /// Builds the backends, serves until `stop` (or for `o.duration` once ready), drains and
 /// tears down. `on_ready` gets the bound address once requests can be served. The report's
 /// `setup_s` is the time from this call to ready; its `elapsed_s` the serving time after.
@@ -90,11 +147,7 @@ pub fn serve(
     stop: &AtomicBool,
     on_ready: &mut dyn FnMut(SocketAddr),
 ) -> Result<ServeReport, ServeError> {
-    if o.threads == 0 || o.gpus.is_empty() {
-        return Err(ServeError::Config(
-            "need at least one thread and one GPU".into(),
-        ));
-    }
+    o.check(app)?;
     let t_setup = Instant::now();
     let mut setup_s = 0.0;
     let mut on_ready = |addr| {

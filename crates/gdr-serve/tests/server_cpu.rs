@@ -517,3 +517,160 @@ fn a_failing_submit_answers_app_failed_and_stops_the_thread() {
     let c = server.counters();
     assert_eq!((c.accepted, c.abandoned), (0, 1));
 }
+
+/// Every number that sizes a buffer or a table is refused past its bound, up front, with a
+/// line that names the option and the bound; before, `--size 18446744073709551615` wrapped
+/// `16 + size` and grew to 23.5 GB, `--batch 100000` asked for 6.55 GB and aborted, and
+/// `--threads 5000` panicked.
+#[test]
+fn load_numbers_past_their_bounds_are_refused_before_allocating() {
+    use gdr_serve::limits::{MAX_BATCH, MAX_THREADS};
+    let no = AtomicBool::new(false);
+    let target = closed_port();
+    let base = LoadConfig {
+        target,
+        duration: Duration::from_millis(100),
+        server_stats: false,
+        ..Default::default()
+    };
+    let refused = |cfg: LoadConfig| {
+        common::bounded(Duration::from_secs(10), || load::run(&cfg, &no))
+            .map(|_| ())
+            .expect_err("refused")
+            .to_string()
+    };
+    for payload in [
+        Payload::Echo { size: usize::MAX },
+        Payload::Raw {
+            app: 9,
+            size: usize::MAX - 15,
+        },
+    ] {
+        let e = refused(LoadConfig {
+            payload,
+            ..base.clone()
+        });
+        assert!(e.contains("--size at most 65491"), "{e}");
+    }
+    let e = refused(LoadConfig {
+        payload: Payload::Vecadd { n: usize::MAX },
+        ..base.clone()
+    });
+    assert!(e.contains("--n at most 8186"), "{e}");
+    for batch in [MAX_BATCH + 1, 100_000, 10_000_000] {
+        let e = refused(LoadConfig {
+            batch,
+            ..base.clone()
+        });
+        assert!(
+            e.starts_with(&format!("--batch {batch}: at most 1024")),
+            "{e}"
+        );
+    }
+    for threads in [MAX_THREADS + 1, 5000, 10_000] {
+        let e = refused(LoadConfig {
+            threads,
+            ..base.clone()
+        });
+        assert!(
+            e.starts_with(&format!("--threads {threads}: at most 1024")),
+            "{e}"
+        );
+    }
+    let e = refused(LoadConfig {
+        mode: LoadMode::Closed {
+            outstanding: usize::MAX,
+        },
+        ..base.clone()
+    });
+    assert!(
+        e.contains("--outstanding") && e.contains("at most 65536"),
+        "{e}"
+    );
+    let e = refused(LoadConfig {
+        timeout: Duration::from_secs(3600),
+        ..base.clone()
+    });
+    assert!(e.starts_with("--timeout-ms 3600000: at most 60000"), "{e}");
+    let e = refused(LoadConfig {
+        payload: Payload::Lenet {
+            seed: 1,
+            images: usize::MAX,
+        },
+        ..base.clone()
+    });
+    assert!(
+        e.contains("--images") && e.contains("at most 1048576"),
+        "{e}"
+    );
+    for rate in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e12] {
+        let e = refused(LoadConfig {
+            mode: LoadMode::Open { rate },
+            ..base.clone()
+        });
+        assert!(e.starts_with("--rate "), "{e}");
+    }
+    // Within the bounds but past this machine's memory: the product of threads and batch
+    // (68 GiB of buffers; a host with more than twice that would run it).
+    let need = gdr_serve::limits::thread_bytes(MAX_THREADS, MAX_BATCH, 65536);
+    if gdr_serve::limits::available_memory().is_some_and(|m| need > m / 2) {
+        let e = refused(LoadConfig {
+            threads: MAX_THREADS,
+            batch: MAX_BATCH,
+            ..base.clone()
+        });
+        assert!(
+            e.starts_with("the client threads' buffers would take 69632 MiB, more than half"),
+            "{e}"
+        );
+    }
+}
+
+/// An open loop sends its first request at once: `--rate 0.5 --duration 1` sent nothing and
+/// reported failure.
+#[test]
+fn a_slow_open_loop_sends_its_first_request_at_once() {
+    let app = App::builtin("echo", 1, 1024).unwrap();
+    let (rep, _) = with_server(&app, 1, 1, 64, quick_cfg(), |addr, _, _| {
+        let cfg = LoadConfig {
+            target: addr,
+            mode: LoadMode::Open { rate: 0.5 },
+            duration: Duration::from_secs(1),
+            server_stats: false,
+            verify: true,
+            ..Default::default()
+        };
+        load::run(&cfg, &AtomicBool::new(false)).unwrap()
+    });
+    assert_eq!((rep.sent, rep.ok, rep.verified), (1, 1, 1), "{rep:?}");
+    assert!(rep.failure().is_none(), "{rep:?}");
+    // Two threads share the rate: thread 1's first request is due at 1 / rate = 2 s, after
+    // the run.
+    let (rep, _) = with_server(&app, 1, 1, 64, quick_cfg(), |addr, _, _| {
+        let cfg = LoadConfig {
+            target: addr,
+            mode: LoadMode::Open { rate: 0.5 },
+            duration: Duration::from_secs(1),
+            threads: 2,
+            server_stats: false,
+            ..Default::default()
+        };
+        load::run(&cfg, &AtomicBool::new(false)).unwrap()
+    });
+    assert_eq!((rep.sent, rep.ok), (1, 1), "{rep:?}");
+}
+
+/// What `gdr load` prints of its mode and payload is words, not Rust's debug forms.
+#[test]
+fn load_mode_and_payload_read_as_words() {
+    assert_eq!(
+        LoadMode::Closed { outstanding: 1 }.to_string(),
+        "closed loop, 1 outstanding per thread"
+    );
+    assert_eq!(
+        LoadMode::Open { rate: 1000.0 }.to_string(),
+        "open loop, 1000 requests/s"
+    );
+    assert_eq!(Payload::Echo { size: 64 }.to_string(), "echo of 64 B");
+    assert_eq!(Payload::Raw { app: 9, size: 3 }.to_string(), "3 B to app 9");
+}

@@ -196,6 +196,14 @@ pub fn missing(info: &Info) -> Vec<String> {
         }
         return out;
     }
+    // A backend that fails for a library listed above says so instead of repeating the
+    // library's reason (each reason once).
+    let libraries = [
+        ("the CUDA driver", &info.cuda_error),
+        ("NVML", &info.nvml_error),
+        ("NVRTC", &info.nvrtc_error),
+        ("the Vulkan loader", &info.vulkan_loader_error),
+    ];
     for (row, label) in BACKENDS {
         // GPUs on which the backend does not work, grouped by why.
         let mut why: Vec<(String, Vec<usize>)> = Vec::new();
@@ -204,6 +212,13 @@ pub fn missing(info: &Info) -> Vec<String> {
                 Some(b) if b.usable => continue,
                 Some(b) => b.detail.clone(),
                 None => "not probed".to_string(),
+            };
+            let detail = match libraries.iter().find(|(_, e)| {
+                e.as_ref()
+                    .is_some_and(|e| !e.is_empty() && detail.contains(e.as_str()))
+            }) {
+                Some((lib, _)) => format!("needs {lib} (missing, see above)"),
+                None => detail,
             };
             match why.iter_mut().find(|(d, _)| *d == detail) {
                 Some((_, gpus)) => gpus.push(g.index),

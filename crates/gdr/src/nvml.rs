@@ -17,6 +17,9 @@ pub enum NvmlError {
         code: i32,
         text: String,
     },
+    /// A device count past [`MAX_DEVICES`](crate::cuda::MAX_DEVICES): a broken or fake NVML.
+    #[error("{call} reported {value} devices, which no working driver reports")]
+    Implausible { call: &'static str, value: u64 },
 }
 
 type Ret = c_int;
@@ -165,6 +168,12 @@ fn handles(a: &Api) -> Result<Vec<Dev>, NvmlError> {
     let mut n = 0;
     // SAFETY: out-pointer to a live local.
     a.check("nvmlDeviceGetCount", unsafe { (a.count)(&mut n) })?;
+    if n as usize > crate::cuda::MAX_DEVICES {
+        return Err(NvmlError::Implausible {
+            call: "nvmlDeviceGetCount",
+            value: n.into(),
+        });
+    }
     (0..n)
         .map(|i| {
             let mut d: Dev = std::ptr::null_mut();

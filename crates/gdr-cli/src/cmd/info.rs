@@ -16,42 +16,52 @@ fn gib(b: u64) -> String {
     format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
 }
 
+/// What a status line says of something that is not there: the reason, unless the Missing
+/// list below gives it already (each reason is printed once).
+fn absent(info: &Info, prefix: &str, why: Option<&String>) -> String {
+    match why {
+        Some(w) if !w.is_empty() && info.missing.iter().any(|m| m.contains(w.as_str())) => {
+            format!("{prefix} (why: under Missing below)")
+        }
+        Some(w) => format!("{prefix}: {w}"),
+        None => prefix.to_string(),
+    }
+}
+
 pub fn print(info: &Info) {
+    let na = "not available";
     println!(
         "CUDA driver:  {}",
-        info.cuda_driver.clone().unwrap_or_else(|| format!(
-            "not available: {}",
-            info.cuda_error.clone().unwrap_or_default()
-        ))
+        info.cuda_driver
+            .clone()
+            .unwrap_or_else(|| absent(info, na, info.cuda_error.as_ref()))
     );
     println!(
         "NVIDIA driver: {}",
-        info.nvml_driver.clone().unwrap_or_else(|| format!(
-            "NVML not available: {}",
-            info.nvml_error.clone().unwrap_or_default()
+        info.nvml_driver.clone().unwrap_or_else(|| absent(
+            info,
+            "NVML not available",
+            info.nvml_error.as_ref()
         ))
     );
     println!(
         "NVRTC:        {}",
-        info.nvrtc.clone().unwrap_or_else(|| format!(
-            "not available: {}",
-            info.nvrtc_error.clone().unwrap_or_default()
-        ))
+        info.nvrtc
+            .clone()
+            .unwrap_or_else(|| absent(info, na, info.nvrtc_error.as_ref()))
     );
     println!(
         "Vulkan loader: {}",
-        info.vulkan_loader.clone().unwrap_or_else(|| format!(
-            "not available: {}",
-            info.vulkan_loader_error.clone().unwrap_or_default()
+        info.vulkan_loader.clone().unwrap_or_else(|| absent(
+            info,
+            na,
+            info.vulkan_loader_error.as_ref()
         ))
     );
     println!(
         "gdrdrv:       {}",
         info.gdrdrv.as_ref().map_or_else(
-            || format!(
-                "not available: {}",
-                info.gdrdrv_error.clone().unwrap_or_default()
-            ),
+            || absent(info, na, info.gdrdrv_error.as_ref()),
             |v| format!("driver {v}")
         )
     );
@@ -95,11 +105,21 @@ pub fn print(info: &Info) {
         );
         println!("  CPU-mapping backends:");
         for b in &g.backends {
+            // A backend that does not work: its reason once, under Missing, when it is there
+            // (the line names it, or it names the reason of a line there).
+            let listed = |m: &String| {
+                let reason = m.split_once(": ").map_or(m.as_str(), |(_, r)| r);
+                m.contains(&b.detail) || b.detail.contains(reason)
+            };
+            let detail = if !b.usable && info.missing.iter().any(listed) {
+                "(why: under Missing below)"
+            } else {
+                b.detail.as_str()
+            };
             println!(
-                "    {:<10} {}  {}",
+                "    {:<10} {}  {detail}",
                 b.name,
                 if b.usable { "yes" } else { "no " },
-                b.detail
             );
         }
     }

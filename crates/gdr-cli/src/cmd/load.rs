@@ -24,40 +24,43 @@ pub struct Args {
     /// App id for --app raw
     #[arg(long, default_value_t = gdr_serve::apps::ID_USER)]
     app_id: u16,
-    /// Payload bytes (echo, raw); header and payload must fit in one UDP datagram
+    /// Payload bytes (echo, raw); header and payload must fit in one UDP datagram (at most
+    /// 65491 over IPv4)
     #[arg(long, default_value_t = 64)]
     size: usize,
     /// f32 pairs per vecadd request (at most 8186: one UDP datagram)
     #[arg(long, default_value_t = 64)]
     n: usize,
-    /// Distinct lenet images
+    /// Distinct lenet images (at most 1048576)
     #[arg(long, default_value_t = 256)]
     images: usize,
     /// LeNet weight seed (must match the server's for --verify)
     #[arg(long, default_value_t = gdr_serve::apps::DEFAULT_SEED)]
     seed: u32,
-    /// Closed loop: requests outstanding per thread
+    /// Closed loop: requests outstanding per thread (at most 65536)
     #[arg(long, default_value_t = 1)]
     outstanding: usize,
-    /// Open loop: requests per second in total (overrides --outstanding)
+    /// Open loop: requests per second in total, more than 0 and at most 1e9; the first is
+    /// sent at once (overrides --outstanding)
     #[arg(long)]
     rate: Option<f64>,
-    /// Seconds of sending (at most a day)
+    /// Seconds of sending, more than 0 and at most a day
     #[arg(long, default_value_t = 5.0)]
     duration: f64,
     /// Stop after this many requests in total
     #[arg(long)]
     requests: Option<u64>,
-    /// Client threads (one socket each)
+    /// Client threads (one socket each; at most 1024, and their buffers within half the free
+    /// memory)
     #[arg(long, default_value_t = 1)]
     threads: usize,
-    /// A request unanswered this long is lost (ms)
+    /// A request unanswered this long is lost (ms, at most 60000)
     #[arg(long, default_value_t = 1000)]
     timeout_ms: u64,
     /// Check every answer (echo bytes, vecadd sums, lenet logits against the CPU reference)
     #[arg(long)]
     verify: bool,
-    /// Datagrams per sendmmsg/recvmmsg
+    /// Datagrams per sendmmsg/recvmmsg (at most 1024, the kernel's limit per call)
     #[arg(long, default_value_t = 32)]
     batch: usize,
     /// Do not ask the server for its counters (a server answers them only with --stats)
@@ -82,10 +85,7 @@ pub fn run(a: Args) -> CmdResult {
         },
         other => return Err(format!("unknown app {other:?} (echo, lenet, vecadd, raw)").into()),
     };
-    let duration = super::seconds("duration", a.duration)?;
-    if duration.is_zero() {
-        return Err("--duration must be more than 0 seconds".into());
-    }
+    let duration = super::positive_seconds("duration", a.duration)?;
     let cfg = LoadConfig {
         target: a.target,
         payload,
@@ -121,15 +121,21 @@ pub fn run(a: Args) -> CmdResult {
 
 fn print_report(r: &LoadReport) {
     println!(
-        "gdr load: {:?}, {:?}, {} thread(s), {:.2} s",
+        "gdr load: {}, {}, {} thread(s), {:.2} s",
         r.mode.expect("set by run"),
         r.payload.as_ref().expect("set by run"),
         r.threads,
         r.elapsed_s
     );
+    let errors = if r.errors.is_empty() {
+        "0".to_string()
+    } else {
+        let each: Vec<String> = r.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        format!("{} ({})", r.errors.values().sum::<u64>(), each.join(", "))
+    };
     println!(
-        "  sent {}  ok {}  errors {:?}  lost {}  stray {}  client drops {}",
-        r.sent, r.ok, r.errors, r.lost, r.stray, r.client_drops
+        "  sent {}  ok {}  errors {errors}  lost {}  stray {}  client drops {}",
+        r.sent, r.ok, r.lost, r.stray, r.client_drops
     );
     if r.send_failed + r.refused > 0 {
         println!(

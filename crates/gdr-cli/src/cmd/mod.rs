@@ -42,6 +42,16 @@ pub fn seconds(name: &str, s: f64) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs_f64(s))
 }
 
+/// [`seconds`] for a `--NAME` that must be more than 0 (a run of no time measures nothing).
+pub fn positive_seconds(name: &str, s: f64) -> Result<std::time::Duration, String> {
+    if !(s.is_finite() && s > 0.0) {
+        return Err(format!(
+            "--{name} {s:?}: must be a finite number of seconds, more than 0"
+        ));
+    }
+    seconds(name, s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,5 +78,14 @@ mod tests {
             let e = seconds("duration", bad).expect_err("refused");
             assert!(e.starts_with("--duration "), "{e}");
         }
+        // Where 0 is refused, the message does not say 0 is allowed.
+        for bad in [-1.0, 0.0, f64::NAN] {
+            let e = positive_seconds("duration", bad).expect_err("refused");
+            assert!(e.ends_with("more than 0"), "{e}");
+        }
+        assert_eq!(
+            positive_seconds("duration", 0.5),
+            Ok(std::time::Duration::from_millis(500))
+        );
     }
 }

@@ -15,13 +15,15 @@ pub struct Args {
     /// App: echo, lenet, vecadd (or --app-file)
     #[arg(long, default_value = "echo")]
     app: String,
-    /// A user app: CUDA C defining gdr_serve_app (see docs/serve.md)
+    /// A user app: CUDA C defining gdr_serve_app (see docs/serve.md); a regular file of at
+    /// most 1 MiB; GPU modes only
     #[arg(long)]
     app_file: Option<std::path::PathBuf>,
     /// Wire id of the user app
     #[arg(long, default_value_t = gdr_serve::apps::ID_USER)]
     app_id: u16,
-    /// Largest request payload for echo, vecadd and user apps (bytes)
+    /// Largest request payload for echo, vecadd and user apps (bytes, at most 65491: one UDP
+    /// datagram)
     #[arg(long, default_value_t = 1024)]
     max_payload: usize,
     /// Repeat each request's computation N times (a heavier app, same answers)
@@ -36,14 +38,14 @@ pub struct Args {
     /// Address to listen on (the default is loopback only; 0.0.0.0:PORT for every interface)
     #[arg(long, default_value = gdr_serve::run::DEFAULT_LISTEN)]
     listen: std::net::SocketAddr,
-    /// GPU ordinals sharing the load (round robin), comma-separated (--mode cpu: no GPU is
-    /// used; each entry is one more CPU queue set)
+    /// GPU ordinals sharing the load (round robin), comma-separated, at most 64 (--mode cpu:
+    /// no GPU is used; each entry is one more CPU queue set)
     #[arg(long, value_delimiter = ',', default_value = "0")]
     gpus: Vec<usize>,
-    /// Network threads (CPU cores on the data path)
+    /// Network threads (CPU cores on the data path; at most 1024)
     #[arg(long, default_value_t = 1)]
     threads: usize,
-    /// Datagrams per recvmmsg/sendmmsg
+    /// Datagrams per recvmmsg/sendmmsg (at most 1024, the kernel's limit per call)
     #[arg(long, default_value_t = 32)]
     batch: usize,
     /// Slots per GPU queue (power of two)
@@ -81,7 +83,7 @@ pub struct Args {
     /// Queue placement: lynx, host, gpu, crossed
     #[arg(long, default_value = "lynx")]
     placement: String,
-    /// Host-centric: requests in flight (streams) per thread and GPU
+    /// Host-centric: requests in flight (streams) per thread and GPU (at most 1024)
     #[arg(long, default_value_t = 4)]
     streams: usize,
     /// Wire framing: gdr, or sockperf (sockperf's 14-byte header in front, returned)
@@ -123,7 +125,7 @@ pub fn run(a: Args) -> CmdResult {
         .transpose()?;
     let app = match &a.app_file {
         Some(p) => {
-            let src = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            let src = App::read_source(p)?;
             let name = p
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -150,6 +152,24 @@ pub fn run(a: Args) -> CmdResult {
     };
     if a.batch == 0 || a.max_in_flight == 0 || a.streams == 0 {
         return Err("--batch, --max-in-flight and --streams must be at least 1".into());
+    }
+    if mode == Mode::Cpu {
+        // Options of the GPU workers mean nothing here: refused, not ignored.
+        let given = [
+            ("--warps", a.warps.is_some()),
+            ("--cluster", a.cluster.is_some()),
+            ("--rx-format", a.rx_format.is_some()),
+            ("--blocks-per-queue", a.blocks_per_queue != 1),
+            ("--profile", a.profile),
+            ("--no-resident", a.no_resident),
+        ];
+        if let Some((name, _)) = given.iter().find(|(_, g)| *g) {
+            return Err(format!(
+                "{name} shapes the GPU workers; --mode cpu runs none (leave it out, or use \
+                 --mode gpu-queue)"
+            )
+            .into());
+        }
     }
     let opts = ServeOptions {
         listen: a.listen,

@@ -8,15 +8,19 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 #[command(
-    about = "PCIe topology: path class and peer-to-peer verdict for every device pair",
-    long_about = "PCIe topology: path class and peer-to-peer verdict for every device pair.\n\n\
+    about = "PCIe topology: path class and peer-to-peer verdict for device pairs",
+    long_about = "PCIe topology: path class and peer-to-peer verdict for device pairs.\n\n\
                   Prints a matrix like `nvidia-smi topo -m` over the GPUs and the devices that \
                   exchange data with them (NICs, RDMA NICs, NVMe, FPGAs), each GPU's CPU and NUMA \
                   affinity, and a verdict per GPU pair: good, works-slower or \
-                  poor-or-unsupported. Run as root to see ACS state (it lives in config space)."
+                  poor-or-unsupported. Run as root to see ACS state (it lives in config space).\n\n\
+                  Bounded for any tree: the matrix shows at most 64 devices, and at most 16384 \
+                  pairs are judged (the GPU view: pairs with a GPU on one side; --all: every \
+                  pair); past either bound a line says what was left out."
 )]
 pub struct Args {
-    /// Show every PCIe endpoint, not only GPUs and their peer devices
+    /// Show every PCIe endpoint, not only GPUs and their peer devices, and judge every pair
+    /// of them (at most 16384 pairs; a warning counts the rest)
     #[arg(long)]
     all: bool,
 
@@ -30,8 +34,8 @@ pub struct Args {
     #[arg(long, value_name = "DIR", default_value = "/sys")]
     sysfs: PathBuf,
 
-    /// Write JSON instead of text: {"devices":[..],"pairs":[..],..}, or one pair with its hops
-    /// together with --explain
+    /// Write JSON instead of text: {"devices":[..],"pairs":[..],"pairs_left_out":N,..}, or one
+    /// pair with its hops together with --explain
     #[arg(long)]
     json: bool,
 
@@ -125,7 +129,21 @@ pub fn run(args: Args) -> CmdResult {
         topo.gpu_view()
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&topo.report(&shown))?);
+        // The default view's pairs are those with a GPU; --all asks for every pair. Both are
+        // bounded (gdr_pci::limits::MAX_PAIRS), with a warning in the JSON past the bound.
+        let report = if args.all {
+            topo.report(&shown)
+        } else {
+            topo.gpu_report(&shown)
+        };
+        if report.pairs_left_out > 0 {
+            eprintln!(
+                "gdr: warning: {} pairs left out of the JSON: at most {} are judged at once",
+                report.pairs_left_out,
+                gdr::topo::limits::MAX_PAIRS
+            );
+        }
+        println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
     if shown.is_empty() {

@@ -13,14 +13,30 @@ pub struct Device {
     pub(super) raw: sys::CUdevice,
 }
 
+/// Devices one process sees at most: the largest nodes have a few dozen GPUs. A driver that
+/// reports more (or fewer than none) is refused instead of sizing loops and tables.
+pub const MAX_DEVICES: usize = 1024;
+
+/// A device count from a driver, checked: 0..=[`MAX_DEVICES`].
+pub(crate) fn plausible_count(call: &'static str, n: i64) -> Result<usize> {
+    usize::try_from(n)
+        .ok()
+        .filter(|&n| n <= MAX_DEVICES)
+        .ok_or(CudaError::Implausible { call, value: n })
+}
+
 impl Device {
+    /// Devices the driver sees: 0 without any, an error for a count no driver reports.
     pub fn count() -> Result<usize> {
         let d = driver()?;
         let mut n: c_int = 0;
         // SAFETY: out-pointer to a live local.
         match unsafe { (d.api.device_get_count)(&mut n) } {
             sys::CUDA_ERROR_NO_DEVICE => Ok(0),
-            rc => d.check("cuDeviceGetCount", rc).map(|_| n as usize),
+            rc => {
+                d.check("cuDeviceGetCount", rc)?;
+                plausible_count("cuDeviceGetCount", n.into())
+            }
         }
     }
 

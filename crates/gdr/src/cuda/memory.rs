@@ -146,7 +146,10 @@ pub fn pointer_device(addr: u64) -> Result<usize> {
             addr,
         )
     })?;
-    Ok(ordinal.max(0) as usize)
+    usize::try_from(ordinal).map_err(|_| CudaError::Implausible {
+        call: "cuPointerGetAttribute(DEVICE_ORDINAL)",
+        value: ordinal.into(),
+    })
 }
 
 /// Page-locked host memory mapped into the GPU's address space (`cuMemHostAlloc` with

@@ -18,7 +18,7 @@ mod stream;
 pub mod sys;
 pub mod vmm;
 
-pub use device::{Context, CurrentContextGuard, Device};
+pub use device::{Context, CurrentContextGuard, Device, MAX_DEVICES};
 pub use external::ExternalMemory;
 pub use graph::Graph;
 pub use memory::{

@@ -31,6 +31,10 @@ pub enum CudaError {
         len: usize,
         size: usize,
     },
+    /// The driver reported a number no driver reports (a device count below 0 or past
+    /// [`MAX_DEVICES`](super::MAX_DEVICES), a negative ordinal): a broken or fake libcuda.
+    #[error("{call} reported {value}, which no working driver reports (a broken or fake libcuda)")]
+    Implausible { call: &'static str, value: i64 },
     #[error("kernel name {0:?} contains a NUL byte")]
     BadName(String),
     #[error(transparent)]
