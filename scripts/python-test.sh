@@ -18,7 +18,8 @@ fi
 py=${PYTHON:-python3}
 "$py" -m venv "$venv" || { echo "python-test: cannot make a virtual environment with $py"; exit 1; }
 "$venv/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-echo "python-test: pip install ./crates/gdr-python[test]"
+echo "python-test: pip install ./crates/gdr-python[test] into a fresh virtual environment" \
+  "(network: maturin, pytest and NumPy from PyPI; the extension compiles, about a minute)"
 if ! "$venv/bin/python" -m pip install --quiet "./crates/gdr-python[test]"; then
   echo "python-test: pip install ./crates/gdr-python failed"
   exit 1
