@@ -26,7 +26,7 @@ pub struct VmmSource {
 
 fn failed(e: CudaError) -> SourceError {
     match e.code() {
-        Some(cuda::sys::CUDA_ERROR_OUT_OF_MEMORY) => SourceError::OutOfMemory,
+        Some(CudaError::OUT_OF_MEMORY) => SourceError::OutOfMemory,
         code => SourceError::Failed {
             code,
             what: e.to_string(),
@@ -50,7 +50,7 @@ impl VmmSource {
             return Ok(g.clone());
         }
         let n = usize::try_from(ordinal).map_err(|_| SourceError::Failed {
-            code: Some(cuda::sys::CUDA_ERROR_INVALID_VALUE),
+            code: Some(CudaError::INVALID_VALUE),
             what: format!("device {ordinal}"),
         })?;
         let device = Device::get(n).map_err(failed)?;
@@ -100,11 +100,11 @@ impl VmmSource {
             Err(e) => Err(e.to_string()),
         };
         attr(
-            cuda::sys::ATTR_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+            cuda::Attribute::VirtualMemoryManagementSupported,
             "CUDA virtual memory management (cuMemCreate)",
         )?;
         attr(
-            cuda::sys::ATTR_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+            cuda::Attribute::HandleTypePosixFdSupported,
             "POSIX-fd handles for cuMemCreate memory",
         )?;
         let chunk = self

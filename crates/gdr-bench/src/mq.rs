@@ -203,7 +203,7 @@ pub fn queue_stages(
     iters: usize,
 ) -> Result<GpuStages, MqError> {
     let (_, (cycles, batches)) = round_trips(ctx, placement, rx_words, size, iters, true)?;
-    let khz = ctx.device().attribute(gdr::cuda::sys::ATTR_CLOCK_RATE)? as f64;
+    let khz = ctx.device().attribute(gdr::cuda::Attribute::ClockRateKhz)? as f64;
     let per = |c: u64| c as f64 / batches.max(1) as f64 / khz * 1e6;
     Ok(GpuStages {
         recv_ns: per(cycles[0]),

@@ -41,7 +41,7 @@ fn gdr(args: &[&str], stdout: Stdio, env: &[(&str, &Path)], limit: Duration) -> 
 /// doing anything, except `cuDeviceGetCount`, which reports -5 devices. The names come from
 /// gdr's own table of the driver API (compiled in: the tests run where the source is not).
 fn negative_count_libcuda(dir: &Path) {
-    const SYS: &str = include_str!("../../gdr/src/cuda/sys.rs");
+    const SYS: &str = include_str!("../../gdr-cuda/src/sys.rs");
     let mut names: Vec<&str> = SYS
         .split('"')
         .skip(1)

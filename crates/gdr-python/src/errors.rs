@@ -6,7 +6,7 @@
 //! is missing and how to get it.
 
 use gdr::bar::{BarError, PinError};
-use gdr::cuda::{sys, CudaError};
+use gdr::cuda::CudaError;
 use gdr::mem::AccessError;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -73,9 +73,7 @@ impl Exc {
 pub(crate) fn cuda(e: CudaError) -> PyErr {
     let kind = match &e {
         CudaError::Load(_) | CudaError::NoDevice | CudaError::BadOrdinal { .. } => Exc::Unavailable,
-        CudaError::Driver { code, .. } if *code == sys::CUDA_ERROR_OUT_OF_MEMORY => {
-            Exc::OutOfMemory
-        }
+        e if e.is_out_of_memory() => Exc::OutOfMemory,
         CudaError::OutOfBounds { .. } => Exc::Bounds,
         _ => Exc::Cuda,
     };

@@ -64,7 +64,7 @@ pub fn resident_shared_mem(ctx: &Context, app: &App, shape: &GpuShape) -> Result
     }
     let optin = ctx
         .device()
-        .attribute(gdr::cuda::sys::ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+        .attribute(gdr::cuda::Attribute::MaxSharedMemoryPerBlockOptin)?;
     let optin = u32::try_from(optin).unwrap_or(0);
     Ok(if want + STATIC_SMEM_MAX <= optin {
         want
@@ -248,7 +248,7 @@ pub fn worker_stages(
 ) -> Result<Vec<WorkerStages>, ServeError> {
     let khz = ctx
         .device()
-        .attribute(gdr::cuda::sys::ATTR_CLOCK_RATE)?
+        .attribute(gdr::cuda::Attribute::ClockRateKhz)?
         .max(1) as f64;
     Ok(workers
         .queues()

@@ -6,7 +6,7 @@
 
 use crate::bar::pin::BACKEND_ENV;
 use crate::bar::{PinBackend, Pinner, VulkanBackend};
-use crate::cuda::{self, sys, Context, Device, DeviceMemory};
+use crate::cuda::{self, Attribute, Context, Device, DeviceMemory};
 use serde::Serialize;
 
 #[derive(Serialize, Default)]
@@ -111,12 +111,12 @@ fn gather_gpus(info: &mut Info) {
                 .map(|(a, b)| format!("{a}.{b}"))
                 .unwrap_or_default(),
             memory_bytes: dev.total_mem().unwrap_or(0),
-            gpudirect_rdma: attr(sys::ATTR_GPU_DIRECT_RDMA_SUPPORTED) != 0,
-            dma_buf: attr(sys::ATTR_DMA_BUF_SUPPORTED) != 0,
-            host_register: attr(sys::ATTR_HOST_REGISTER_SUPPORTED) != 0,
-            vmm: attr(sys::ATTR_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) != 0,
-            rdma_flush_writes_options: attr(sys::ATTR_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS),
-            rdma_writes_ordering: attr(sys::ATTR_GPU_DIRECT_RDMA_WRITES_ORDERING),
+            gpudirect_rdma: attr(Attribute::GpuDirectRdmaSupported) != 0,
+            dma_buf: attr(Attribute::DmaBufSupported) != 0,
+            host_register: attr(Attribute::HostRegisterSupported) != 0,
+            vmm: attr(Attribute::VirtualMemoryManagementSupported) != 0,
+            rdma_flush_writes_options: attr(Attribute::GpuDirectRdmaFlushWritesOptions),
+            rdma_writes_ordering: attr(Attribute::GpuDirectRdmaWritesOrdering),
             ..Default::default()
         };
         if let Some(n) = nvml_gpus.iter().find(|n| n.bus_id == g.bus_id) {

@@ -3,8 +3,8 @@
 //! Layers, from the bottom:
 //! - [`mem`] (the gdr-mem crate): the [`mem::MappedMemory`] trait through which the CPU
 //!   touches every mapping of device memory, and the copy routines for write-combined BARs.
-//! - [`cuda`], [`nvml`]: the CUDA driver API, NVRTC and NVML, loaded at run time by [`dylib`]
-//!   (no link-time dependency), wrapped in a thin safe layer.
+//! - [`cuda`], [`nvml`] (the gdr-cuda crate): the CUDA driver API, NVRTC and NVML, loaded at
+//!   run time by [`dylib`] (no link-time dependency), a thin safe layer over a private sys layer.
 //! - [`copy`]: copy routines for CPU mappings of GPU memory (gdr-mem's, re-exported).
 //! - [`bar`]: GPU memory that the CPU maps directly through the GPU's BAR1, and the auto
 //!   copier.
@@ -19,13 +19,12 @@
 //! gate is the dev-only `gdr-testing` crate.
 
 pub mod bar;
-pub use gdr_mem::copy;
-pub mod cuda;
+pub use gdr_cuda as cuda;
+pub use gdr_cuda::{dylib, nvml};
 pub use gdr_mem as mem;
-pub mod dylib;
+pub use gdr_mem::copy;
 pub mod info;
 pub mod mq;
-pub mod nvml;
 pub mod peer;
 pub mod timing;
 pub use gdr_pci as topo;

@@ -337,21 +337,10 @@ fn pin_vulkan(be: &VulkanBackend, addr: u64, size: u64) -> Result<Pinned, PinErr
     // Whether the memory can be exported at all comes first: for plain cudaMalloc memory that
     // is the real cause, whatever the range (UCX pins the 64 KiB pages around a small buffer,
     // which run past a cudaMalloc allocation but not past a cuMemCreate chunk).
-    let (handle, posix) = vmm::retain_handle(base).map_err(|e| PinError::NotExportable {
+    let fd = vmm::export_allocation(base).map_err(|e| PinError::NotExportable {
         addr,
-        cumemcreate: false,
-        why: format!("not cuMemCreate memory: {e}"),
-    })?;
-    let fd = if posix {
-        vmm::export_handle(handle).map_err(|e| e.to_string())
-    } else {
-        Err("it was created without a POSIX-fd handle type".to_string())
-    };
-    vmm::release_handle(handle);
-    let fd = fd.map_err(|why| PinError::NotExportable {
-        addr,
-        cumemcreate: true,
-        why,
+        cumemcreate: !matches!(e, vmm::NotExportable::NotVmm(_)),
+        why: e.to_string(),
     })?;
     if addr + size > base + alloc_size {
         return Err(PeerError::OutsideAllocation {

@@ -14,7 +14,7 @@ use super::queue::{init_rings, QueuePair, QueueParts, WorkerLink};
 use super::{MemoryKind, QueueConfig, DEVICE_HEADER};
 use crate::bar::VulkanBackend;
 use crate::cuda::{
-    sys, Context, DeviceBuffer, DeviceMemory, HostBuffer, LaunchConfig, Module, Stream,
+    Attribute, Context, DeviceBuffer, DeviceMemory, HostBuffer, LaunchConfig, Module, Stream,
 };
 use std::ffi::c_void;
 use std::mem::{offset_of, size_of};
@@ -332,7 +332,7 @@ impl GpuWorkers {
         ctx.bind()?;
         // Every worker block must be resident at once: workers wait on each other (in-order
         // retire) and on the host, so a block that never gets an SM would stall its queue.
-        let sms = ctx.device().attribute(sys::ATTR_MULTIPROCESSOR_COUNT)? as u64;
+        let sms = ctx.device().attribute(Attribute::MultiprocessorCount)? as u64;
         let blocks = cfg.queues as u64 * cfg.blocks_per_queue as u64;
         if blocks > sms {
             return Err(MqError::Config(format!(
@@ -585,5 +585,5 @@ impl Drop for GpuWorkers {
 
 /// Number of SMs, for sizing worker sets.
 pub fn sm_count(ctx: &Context) -> Result<u32, MqError> {
-    Ok(ctx.device().attribute(sys::ATTR_MULTIPROCESSOR_COUNT)? as u32)
+    Ok(ctx.device().attribute(Attribute::MultiprocessorCount)? as u32)
 }

@@ -38,21 +38,6 @@ unsafe impl RingMemory for MappedBuffer {
     }
 }
 
-// SAFETY: cuMemHostAlloc memory is page aligned, len bytes, valid at that address while the
-// buffer lives. Its slice accessors are for buffers not shared this way: once handed to a ring
-// (or a device) the CPU reaches it only through copies and atomics.
-unsafe impl MappedMemory for HostBuffer {
-    fn cpu_ptr(&self) -> *mut u8 {
-        self.host_ptr()
-    }
-    fn size(&self) -> usize {
-        DeviceMemory::len(self)
-    }
-    fn caching(&self) -> Caching {
-        Caching::WriteBack
-    }
-}
-
 // SAFETY: device_ptr is the DEVICEMAP alias of the same page-aligned memory.
 unsafe impl RingMemory for HostBuffer {
     fn gpu_addr(&self) -> u64 {

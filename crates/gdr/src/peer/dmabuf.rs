@@ -8,9 +8,9 @@
 //! mapping first and falls back to the driver's choice when that is refused (the H100 here
 //! answers `CUDA_ERROR_NOT_SUPPORTED`), saying which one it got.
 
-use crate::cuda::{self, sys, Context, CudaError, DeviceMemory};
+use crate::cuda::{self, Context, CudaError, DeviceMemory};
 use std::fmt;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Why an export failed.
@@ -54,9 +54,7 @@ impl PeerError {
     /// Whether the driver ran out of memory or mapping space (BAR1) for the export.
     pub fn is_out_of_memory(&self) -> bool {
         match self {
-            PeerError::Export { source, .. } | PeerError::Cuda(source) => {
-                source.code() == Some(sys::CUDA_ERROR_OUT_OF_MEMORY)
-            }
+            PeerError::Export { source, .. } | PeerError::Cuda(source) => source.is_out_of_memory(),
             _ => false,
         }
     }
@@ -95,53 +93,10 @@ static PCIE_REFUSED: AtomicBool = AtomicBool::new(false);
 
 /// The `[base, base + size)` of the CUDA allocation containing `addr`.
 pub fn allocation_range(addr: u64) -> Result<(u64, u64), PeerError> {
-    let d = cuda::driver()?;
-    let (mut base, mut size) = (0u64, 0usize);
-    // SAFETY: out-pointers to live locals; the address is only looked up.
-    d.check("cuMemGetAddressRange", unsafe {
-        (d.api.mem_get_address_range)(&mut base, &mut size, addr)
-    })
-    .map_err(|source| PeerError::NotDeviceMemory { addr, source })?;
-    Ok((base, size as u64))
+    cuda::allocation_range(addr).map_err(|source| PeerError::NotDeviceMemory { addr, source })
 }
 
-/// CUDA's unique id of the allocation at `addr` (`CU_POINTER_ATTRIBUTE_BUFFER_ID`): never reused
-/// in the process, so a different id at the same address means the memory was reallocated.
-/// `Ok(None)` when no allocation lives there (`CUDA_ERROR_INVALID_VALUE`).
-pub fn buffer_id(addr: u64) -> Result<Option<u64>, CudaError> {
-    let d = cuda::driver()?;
-    let mut id = 0u64;
-    // SAFETY: the BUFFER_ID attribute is an unsigned long long written to the out-pointer.
-    let rc = unsafe {
-        (d.api.pointer_get_attribute)(
-            (&mut id as *mut u64).cast(),
-            sys::POINTER_ATTRIBUTE_BUFFER_ID,
-            addr,
-        )
-    };
-    match rc {
-        sys::CUDA_ERROR_INVALID_VALUE => Ok(None),
-        rc => d
-            .check("cuPointerGetAttribute(BUFFER_ID)", rc)
-            .map(|()| Some(id)),
-    }
-}
-
-/// Makes CUDA memory operations on the allocation at `addr` synchronous
-/// (`CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`), as the GPUDirect RDMA guide asks for memory that a
-/// third party reads or writes.
-pub fn set_sync_memops(addr: u64) -> Result<(), CudaError> {
-    let d = cuda::driver()?;
-    let one: u32 = 1;
-    // SAFETY: SYNC_MEMOPS takes a pointer to an unsigned int; `one` outlives the call.
-    d.check("cuPointerSetAttribute(SYNC_MEMOPS)", unsafe {
-        (d.api.pointer_set_attribute)(
-            (&one as *const u32).cast(),
-            sys::POINTER_ATTRIBUTE_SYNC_MEMOPS,
-            addr,
-        )
-    })
-}
+pub use cuda::{buffer_id, set_sync_memops};
 
 /// A dma-buf file descriptor exported for a range of CUDA memory. The descriptor closes when
 /// the value drops (importers that took their own reference keep the memory pinned).
@@ -237,28 +192,12 @@ impl DmaBuf {
         size: u64,
         sync_memops: bool,
     ) -> Result<DmaBuf, PeerError> {
-        let d = cuda::driver()?;
         let len = end - start;
-        let call = |flags: u64| -> Result<OwnedFd, CudaError> {
-            let mut fd: std::ffi::c_int = -1;
-            // SAFETY: for the dma-buf handle type the out-parameter is an int; the range is
-            // host-page aligned.
-            d.check("cuMemGetHandleForAddressRange", unsafe {
-                (d.api.mem_get_handle_for_address_range)(
-                    (&mut fd as *mut std::ffi::c_int).cast(),
-                    start,
-                    len as usize,
-                    sys::MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
-                    flags,
-                )
-            })?;
-            // SAFETY: the driver returned a new descriptor that nobody else owns.
-            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-        };
+        let call = |pcie: bool| cuda::dma_buf_fd(start, len, pcie);
         let mut mapping = DmaBufMapping::Default;
         let mut result = Err(None);
         if !PCIE_REFUSED.load(Ordering::Relaxed) {
-            match call(sys::MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE) {
+            match call(true) {
                 Ok(fd) => {
                     mapping = DmaBufMapping::Pcie;
                     result = Ok(fd);
@@ -266,11 +205,11 @@ impl DmaBuf {
                 Err(e)
                     if matches!(
                         e.code(),
-                        Some(sys::CUDA_ERROR_NOT_SUPPORTED | sys::CUDA_ERROR_INVALID_VALUE)
+                        Some(CudaError::NOT_SUPPORTED | CudaError::INVALID_VALUE)
                     ) =>
                 {
                     // Refused as a flag, or the range itself is bad: the plain call tells.
-                    if e.code() == Some(sys::CUDA_ERROR_NOT_SUPPORTED) {
+                    if e.is_not_supported() {
                         PCIE_REFUSED.store(true, Ordering::Relaxed);
                     }
                 }
@@ -280,8 +219,8 @@ impl DmaBuf {
         let fd = match result {
             Ok(fd) => fd,
             Err(Some(source)) => return Err(PeerError::Export { start, len, source }),
-            Err(None) => call(0).map_err(|source| {
-                if source.code() == Some(sys::CUDA_ERROR_NOT_SUPPORTED) {
+            Err(None) => call(false).map_err(|source| {
+                if source.is_not_supported() {
                     PeerError::Unsupported(source)
                 } else {
                     PeerError::Export { start, len, source }
@@ -386,7 +325,7 @@ mod tests {
             len: 4096,
             source: CudaError::Driver {
                 call: "x",
-                code: sys::CUDA_ERROR_OUT_OF_MEMORY,
+                code: CudaError::OUT_OF_MEMORY,
                 name: String::new(),
                 text: String::new(),
             },

@@ -12,7 +12,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 /// GPUDirect RDMA capable where the device allows it (so it can be exported as a dma-buf too).
 fn props(dev: Device) -> sys::CUmemAllocationProp {
     let rdma = dev
-        .attribute(sys::ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED)
+        .attribute_raw(sys::ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED)
         .unwrap_or(0)
         != 0;
     sys::CUmemAllocationProp {
@@ -181,8 +181,36 @@ impl VmmBuffer {
     }
 }
 
+/// Why the allocation at an address cannot be shared as a POSIX file descriptor.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NotExportable {
+    /// It is not `cuMemCreate` memory (`cuMemAlloc`/`cudaMalloc` memory has no handle).
+    #[error("not cuMemCreate memory: {0}")]
+    NotVmm(super::CudaError),
+    /// `cuMemCreate` memory made without a POSIX-fd handle type.
+    #[error("it was created without a POSIX-fd handle type")]
+    NoPosixFd,
+    /// The driver refused the export.
+    #[error("{0}")]
+    Export(super::CudaError),
+}
+
+/// A new POSIX file descriptor naming the whole `cuMemCreate` allocation mapped at `addr`
+/// (its first byte: `cuMemGetAddressRange` gives it), for importing it elsewhere (Vulkan,
+/// another process).
+pub fn export_allocation(addr: u64) -> std::result::Result<OwnedFd, NotExportable> {
+    let (handle, posix) = retain_handle(addr).map_err(NotExportable::NotVmm)?;
+    let fd = if posix {
+        export_handle(handle).map_err(NotExportable::Export)
+    } else {
+        Err(NotExportable::NoPosixFd)
+    };
+    release_handle(handle);
+    fd
+}
+
 /// Exports an allocation handle made with a POSIX-fd handle type.
-pub(crate) fn export_handle(handle: sys::CUmemGenericAllocationHandle) -> Result<OwnedFd> {
+fn export_handle(handle: sys::CUmemGenericAllocationHandle) -> Result<OwnedFd> {
     let d = driver()?;
     let mut fd: std::ffi::c_int = -1;
     // SAFETY: for the POSIX-fd type the out-parameter is an int.
@@ -200,7 +228,7 @@ pub(crate) fn export_handle(handle: sys::CUmemGenericAllocationHandle) -> Result
 
 /// What the VMM API says about the allocation mapped at `addr`: its handle (retained: release
 /// with [`release_handle`]) and whether it was created exportable as a POSIX fd.
-pub(crate) fn retain_handle(addr: u64) -> Result<(sys::CUmemGenericAllocationHandle, bool)> {
+fn retain_handle(addr: u64) -> Result<(sys::CUmemGenericAllocationHandle, bool)> {
     let d = driver()?;
     let mut handle = 0;
     // SAFETY: out-pointer to a live local; the address is only looked up.
@@ -234,7 +262,7 @@ pub(crate) fn retain_handle(addr: u64) -> Result<(sys::CUmemGenericAllocationHan
 }
 
 /// Drops the reference [`retain_handle`] took.
-pub(crate) fn release_handle(handle: sys::CUmemGenericAllocationHandle) {
+fn release_handle(handle: sys::CUmemGenericAllocationHandle) {
     if let Ok(d) = driver() {
         // SAFETY: the caller retained this handle once and gives that reference back.
         unsafe { (d.api.mem_release)(handle) };

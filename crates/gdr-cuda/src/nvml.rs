@@ -17,7 +17,7 @@ pub enum NvmlError {
         code: i32,
         text: String,
     },
-    /// A device count past [`MAX_DEVICES`](crate::cuda::MAX_DEVICES): a broken or fake NVML.
+    /// A device count past [`MAX_DEVICES`](crate::MAX_DEVICES): a broken or fake NVML.
     #[error("{call} reported {value} devices, which no working driver reports")]
     Implausible { call: &'static str, value: u64 },
 }
@@ -130,7 +130,7 @@ impl Api {
 fn normalize_bus_id(raw: &[c_char]) -> String {
     // SAFETY: NVML NUL-terminates bus ids within the array.
     let s = unsafe { CStr::from_ptr(raw.as_ptr()) }.to_string_lossy();
-    match s.parse::<crate::topo::Bdf>() {
+    match s.parse::<gdr_pci::Bdf>() {
         Ok(bdf) => bdf.to_string(),
         Err(_) => s.to_lowercase(),
     }
@@ -168,7 +168,7 @@ fn handles(a: &Api) -> Result<Vec<Dev>, NvmlError> {
     let mut n = 0;
     // SAFETY: out-pointer to a live local.
     a.check("nvmlDeviceGetCount", unsafe { (a.count)(&mut n) })?;
-    if n as usize > crate::cuda::MAX_DEVICES {
+    if n as usize > crate::MAX_DEVICES {
         return Err(NvmlError::Implausible {
             call: "nvmlDeviceGetCount",
             value: n.into(),

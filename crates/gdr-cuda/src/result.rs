@@ -42,6 +42,13 @@ pub enum CudaError {
 }
 
 impl CudaError {
+    /// `CUDA_ERROR_INVALID_VALUE`.
+    pub const INVALID_VALUE: i32 = sys::CUDA_ERROR_INVALID_VALUE;
+    /// `CUDA_ERROR_OUT_OF_MEMORY`.
+    pub const OUT_OF_MEMORY: i32 = sys::CUDA_ERROR_OUT_OF_MEMORY;
+    /// `CUDA_ERROR_NOT_SUPPORTED`.
+    pub const NOT_SUPPORTED: i32 = sys::CUDA_ERROR_NOT_SUPPORTED;
+
     /// The raw `CUresult` if this is a driver error.
     pub fn code(&self) -> Option<i32> {
         match self {
@@ -49,13 +56,28 @@ impl CudaError {
             _ => None,
         }
     }
+
+    /// Whether the driver ran out of memory.
+    pub fn is_out_of_memory(&self) -> bool {
+        self.code() == Some(Self::OUT_OF_MEMORY)
+    }
+
+    /// Whether the driver refused the call as not supported here.
+    pub fn is_not_supported(&self) -> bool {
+        self.code() == Some(Self::NOT_SUPPORTED)
+    }
+
+    /// Whether the driver refused an argument.
+    pub fn is_invalid_value(&self) -> bool {
+        self.code() == Some(Self::INVALID_VALUE)
+    }
 }
 
 pub type Result<T, E = CudaError> = std::result::Result<T, E>;
 
 /// The loaded and initialised driver.
 pub struct Driver {
-    pub api: sys::DriverApi,
+    pub(crate) api: sys::DriverApi,
     version: i32,
 }
 

@@ -252,3 +252,18 @@ impl Drop for HostBuffer {
         }
     }
 }
+
+// SAFETY: cuMemHostAlloc memory is page aligned, len bytes, valid at that address while the
+// buffer lives. Its slice accessors are for buffers not shared this way: once handed to a ring
+// (or a device) the CPU reaches it only through copies and atomics.
+unsafe impl gdr_mem::MappedMemory for HostBuffer {
+    fn cpu_ptr(&self) -> *mut u8 {
+        self.host_ptr()
+    }
+    fn size(&self) -> usize {
+        DeviceMemory::len(self)
+    }
+    fn caching(&self) -> gdr_mem::Caching {
+        gdr_mem::Caching::WriteBack
+    }
+}

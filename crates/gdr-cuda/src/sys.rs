@@ -24,7 +24,6 @@ pub type CUgraphExec = *mut c_void;
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
 pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
-pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
 pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
 pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
@@ -60,19 +59,14 @@ pub const FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
 pub const FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: c_int = 11;
 
 // CUpointer_attribute values.
-pub const POINTER_ATTRIBUTE_CONTEXT: c_int = 1;
-pub const POINTER_ATTRIBUTE_MEMORY_TYPE: c_int = 2;
 pub const POINTER_ATTRIBUTE_SYNC_MEMOPS: c_int = 6;
 pub const POINTER_ATTRIBUTE_BUFFER_ID: c_int = 7;
 pub const POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_int = 9;
-pub const POINTER_ATTRIBUTE_RANGE_START_ADDR: c_int = 11;
-pub const POINTER_ATTRIBUTE_RANGE_SIZE: c_int = 12;
 
 // cuMemHostAlloc / cuMemHostRegister flags.
 pub const MEMHOSTALLOC_PORTABLE: c_uint = 0x1;
 pub const MEMHOSTALLOC_DEVICEMAP: c_uint = 0x2;
 pub const MEMHOSTALLOC_WRITECOMBINED: c_uint = 0x4;
-pub const MEMHOSTREGISTER_DEVICEMAP: c_uint = 0x2;
 
 // Streams, events, graphs.
 pub const STREAM_NON_BLOCKING: c_uint = 0x1;
@@ -93,7 +87,6 @@ pub const MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: c_int = 1;
 pub const MEM_LOCATION_TYPE_DEVICE: c_int = 1;
 pub const MEM_ACCESS_FLAGS_PROT_READWRITE: c_int = 3;
 pub const MEM_ALLOC_GRANULARITY_MINIMUM: c_int = 0;
-pub const MEM_HANDLE_TYPE_NONE: c_int = 0;
 
 /// `CUmemLocation`: 8 bytes.
 #[repr(C)]

@@ -6,6 +6,75 @@ use std::ffi::{c_char, c_int, CStr};
 use std::fmt;
 use std::sync::Arc;
 
+/// The device attributes gdr and its users read (`CU_DEVICE_ATTRIBUTE_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Attribute {
+    /// Streaming multiprocessors.
+    MultiprocessorCount,
+    /// The SM clock's peak rate, kHz (what `clock64` counts at full speed).
+    ClockRateKhz,
+    /// Shared memory a block may opt in to, bytes.
+    MaxSharedMemoryPerBlockOptin,
+    /// GPUDirect RDMA supported.
+    GpuDirectRdmaSupported,
+    /// GPUDirect RDMA with CUDA VMM (`cuMemCreate`) memory supported.
+    GpuDirectRdmaWithVmmSupported,
+    /// `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS` (a bit mask).
+    GpuDirectRdmaFlushWritesOptions,
+    /// `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING`.
+    GpuDirectRdmaWritesOrdering,
+    /// dma-buf export (`cuMemGetHandleForAddressRange`) supported.
+    DmaBufSupported,
+    /// `cuMemHostRegister` supported.
+    HostRegisterSupported,
+    /// Virtual memory management (`cuMemCreate`, `cuMemMap`) supported.
+    VirtualMemoryManagementSupported,
+    /// `cuMemCreate` memory can be made exportable as a POSIX file descriptor.
+    HandleTypePosixFdSupported,
+    /// The device can read pageable host memory directly.
+    PageableMemoryAccess,
+    /// Stream memory operations (`cuStreamWaitValue32`...) supported.
+    StreamMemOps,
+    /// An integrated GPU (sharing memory with the CPU).
+    Integrated,
+    /// The device can map host memory (`cuMemHostGetDevicePointer`).
+    CanMapHostMemory,
+    /// Unified addressing with the host.
+    UnifiedAddressing,
+}
+
+impl Attribute {
+    fn raw(self) -> c_int {
+        match self {
+            Attribute::MultiprocessorCount => sys::ATTR_MULTIPROCESSOR_COUNT,
+            Attribute::ClockRateKhz => sys::ATTR_CLOCK_RATE,
+            Attribute::MaxSharedMemoryPerBlockOptin => sys::ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            Attribute::GpuDirectRdmaSupported => sys::ATTR_GPU_DIRECT_RDMA_SUPPORTED,
+            Attribute::GpuDirectRdmaWithVmmSupported => {
+                sys::ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED
+            }
+            Attribute::GpuDirectRdmaFlushWritesOptions => {
+                sys::ATTR_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS
+            }
+            Attribute::GpuDirectRdmaWritesOrdering => sys::ATTR_GPU_DIRECT_RDMA_WRITES_ORDERING,
+            Attribute::DmaBufSupported => sys::ATTR_DMA_BUF_SUPPORTED,
+            Attribute::HostRegisterSupported => sys::ATTR_HOST_REGISTER_SUPPORTED,
+            Attribute::VirtualMemoryManagementSupported => {
+                sys::ATTR_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+            }
+            Attribute::HandleTypePosixFdSupported => {
+                sys::ATTR_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+            }
+            Attribute::PageableMemoryAccess => sys::ATTR_PAGEABLE_MEMORY_ACCESS,
+            Attribute::StreamMemOps => sys::ATTR_CAN_USE_STREAM_MEM_OPS_V1,
+            Attribute::Integrated => sys::ATTR_INTEGRATED,
+            Attribute::CanMapHostMemory => sys::ATTR_CAN_MAP_HOST_MEMORY,
+            Attribute::UnifiedAddressing => sys::ATTR_UNIFIED_ADDRESSING,
+        }
+    }
+}
+
 /// A CUDA device (by ordinal).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Device {
@@ -74,8 +143,13 @@ impl Device {
             .into_owned())
     }
 
-    /// A `CU_DEVICE_ATTRIBUTE_*` value (see [`sys`] for the ones gdr names).
-    pub fn attribute(&self, attr: c_int) -> Result<i32> {
+    /// A device attribute's value.
+    pub fn attribute(&self, attr: Attribute) -> Result<i32> {
+        self.attribute_raw(attr.raw())
+    }
+
+    /// A `CU_DEVICE_ATTRIBUTE_*` value by number.
+    pub(crate) fn attribute_raw(&self, attr: c_int) -> Result<i32> {
         let d = driver()?;
         let mut v = 0;
         // SAFETY: out-pointer to a live local.
@@ -110,9 +184,9 @@ impl Device {
     pub fn pci_bus_id(&self) -> Result<String> {
         Ok(format!(
             "{:04x}:{:02x}:{:02x}.0",
-            self.attribute(sys::ATTR_PCI_DOMAIN_ID)?,
-            self.attribute(sys::ATTR_PCI_BUS_ID)?,
-            self.attribute(sys::ATTR_PCI_DEVICE_ID)?
+            self.attribute_raw(sys::ATTR_PCI_DOMAIN_ID)?,
+            self.attribute_raw(sys::ATTR_PCI_BUS_ID)?,
+            self.attribute_raw(sys::ATTR_PCI_DEVICE_ID)?
         ))
     }
 
@@ -129,8 +203,8 @@ impl Device {
 
     pub fn compute_capability(&self) -> Result<(i32, i32)> {
         Ok((
-            self.attribute(sys::ATTR_COMPUTE_CAPABILITY_MAJOR)?,
-            self.attribute(sys::ATTR_COMPUTE_CAPABILITY_MINOR)?,
+            self.attribute_raw(sys::ATTR_COMPUTE_CAPABILITY_MAJOR)?,
+            self.attribute_raw(sys::ATTR_COMPUTE_CAPABILITY_MINOR)?,
         ))
     }
 }
