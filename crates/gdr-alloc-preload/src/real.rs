@@ -7,8 +7,10 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
-pub type CUresult = c_int;
-pub type CUdeviceptr = u64;
+// The driver API's own names, as gdr-cuda's (private) sys layer spells them too: kept to this
+// library, so the workspace's public types stay one name, one definition.
+pub(crate) type CUresult = c_int;
+pub(crate) type CUdeviceptr = u64;
 pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
 pub const CUDA_SUCCESS: CUresult = 0;

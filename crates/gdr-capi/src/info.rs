@@ -86,7 +86,7 @@ pub extern "C" fn gdr_get_attribute(g: *mut c_void, attr: c_int, v: *mut c_int) 
             let drv = gdr.first_pinner().and_then(|p| p.gdrdrv());
             match (attr, drv) {
                 (ATTR_USE_PERSISTENT_MAPPING | ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE, Some(d)) => d
-                    .get_attr(gdr::bar::gdrdrv::Attr(attr as u32))
+                    .get_attr(gdr::bar::GdrDrvAttr(attr as u32))
                     .map(|x| x as c_int)
                     .map_err(|e| {
                         log!(Level::Error, "gdr_get_attribute({attr}): {e}");

@@ -360,8 +360,8 @@ fn pin(g: *mut c_void, addr: c_ulong, size: usize, handle: *mut GdrMh) -> c_int 
         Ok(Some(p)) => p,
     };
     let addr = addr as u64;
-    let pinned: Box<Pinned> = match pinner.pin(addr, size as u64) {
-        Ok(p) => Box::new(p),
+    let pinned: Pinned = match pinner.pin(addr, size as u64) {
+        Ok(p) => p,
         Err(e @ (PinError::NotExportable { .. } | PinError::MmapRefused { .. })) => {
             refusal(addr, size, pinner.backend(), &e);
             return libc::ENOTSUP;
@@ -559,7 +559,7 @@ fn map(g: *mut c_void, mh: GdrMh, size: usize, flags: c_int) -> Result<*mut u8, 
         );
         return Err(libc::EINVAL);
     }
-    let host_page = gdr::peer::dmabuf::host_page_size() as usize;
+    let host_page = gdr::host_page_size() as usize;
     let _current = gdr::cuda::CurrentContextGuard::save().ok();
     let mut out = Err(libc::EINVAL);
     let rc = with_handle(g, mh, |h| {
@@ -593,23 +593,17 @@ fn map(g: *mut c_void, mh: GdrMh, size: usize, flags: c_int) -> Result<*mut u8, 
         }
         let va = h.window.va;
         let cpu = match &mut h.kind {
-            Kind::Pin { map, pin, .. } => {
-                let p: &Pinned = pin;
-                // SAFETY: the Box keeps the pin at a fixed address until the handle drops, and
-                // the handle drops `map` before `pin` (field order; gdr_unmap clears it first).
-                let p: &'static Pinned = unsafe { &*(p as *const Pinned) };
-                match p.map() {
-                    Ok(m) => {
-                        let cpu = m.base_ptr().wrapping_add((va - p.start()) as usize);
-                        *map = Some(m);
-                        cpu
-                    }
-                    Err(e) => {
-                        log!(Level::Error, "gdr_map: {e}");
-                        return libc::EIO;
-                    }
+            Kind::Pin { map, pin } => match pin.map() {
+                Ok(m) => {
+                    let cpu = m.base_ptr().wrapping_add((va - pin.start()) as usize);
+                    *map = Some(m);
+                    cpu
                 }
-            }
+                Err(e) => {
+                    log!(Level::Error, "gdr_map: {e}");
+                    return libc::EIO;
+                }
+            },
             Kind::Alloc { buf, mapped } => {
                 *mapped = true;
                 buf.host_ptr()

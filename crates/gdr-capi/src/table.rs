@@ -11,9 +11,9 @@
 //! the mappings. A `pthread_atfork` child handler raises [`forked`], and every entry point checks
 //! it before touching the lock (which another thread of the parent may have held at the fork).
 
-use gdr::bar::gdrdrv::GPU_PAGE_SIZE;
 use gdr::bar::{MappedBuffer, PinBackend, Pinned, PinnedMapping, Pinner, VulkanBackend};
 use gdr::cuda::{Context, DeviceMemory};
+use gdr::GPU_PAGE_SIZE;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Once, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -44,11 +44,12 @@ impl Gdr {
 }
 
 pub(crate) enum Kind {
-    /// An existing range pinned. `map` borrows `pin` (boxed, so its address is stable) and is
-    /// declared first so that it drops first.
+    /// An existing range pinned, and its mapping while gdr_map holds one. The mapping holds
+    /// the pin too, so dropping them in any order unmaps before it unpins; `map` is declared
+    /// first so that it drops first all the same.
     Pin {
-        map: Option<PinnedMapping<'static>>,
-        pin: Box<Pinned>,
+        map: Option<PinnedMapping>,
+        pin: Pinned,
     },
     /// Memory from `gdr_alloc_mapped`: mapped from birth; `mapped` tracks gdr_map/gdr_unmap.
     Alloc { buf: MappedBuffer, mapped: bool },
@@ -92,7 +93,7 @@ impl Handle {
         let window = match &kind {
             Kind::Pin { pin, .. } => {
                 let page = if pin.backend() == PinBackend::DmaBuf {
-                    gdr::peer::dmabuf::host_page_size() as u32
+                    gdr::host_page_size() as u32
                 } else {
                     GPU_PAGE_SIZE as u32
                 };

@@ -43,31 +43,31 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// First run: what this machine has, then sanity and a short latency table on a GPU
-    Check(cmd::check::Args),
+    Check(cmd::check::CheckArgs),
     /// GPUs, drivers, BAR1, PCIe links, and which CPU-mapping backends work here (and why not)
-    Info(cmd::info::Args),
+    Info(cmd::info::InfoArgs),
     /// Validate data through the CPU mapping against cuMemcpy (exit code 1 on any failure)
-    Sanity(cmd::sanity::Args),
+    Sanity(cmd::sanity::SanityArgs),
     /// Copy latency by size: mapping vs cuMemcpy vs the auto copier
-    Copylat(cmd::copylat::Args),
+    Copylat(cmd::copylat::CopylatArgs),
     /// Copy bandwidth by size and thread count: mapping vs copy engine vs the auto copier
-    Copybw(cmd::copybw::Args),
+    Copybw(cmd::copybw::CopybwArgs),
     /// CPU<->GPU ping-pong with a persistent GPU thread vs the host-centric round trip
-    Pplat(cmd::pplat::Args),
+    Pplat(cmd::pplat::PplatArgs),
     /// PCIe topology: path class and peer-to-peer verdict for every device pair
-    Topo(cmd::topo::Args),
+    Topo(cmd::topo::TopoArgs),
     /// User-space PCIe DMA engines (XDMA, QEMU edu) through VFIO
-    Dma(cmd::dma::Args),
+    Dma(cmd::dma::DmaArgs),
     /// Message queues to persistent GPU workers: `gdr mq bench`
-    Mq(cmd::mq::Args),
+    Mq(cmd::mq::MqArgs),
     /// Cost of export/pin, map, unmap, unpin by size for each backend, and the cache's hit/miss
-    Apiperf(cmd::apiperf::Args),
+    Apiperf(cmd::apiperf::ApiperfArgs),
     /// UDP server whose requests go straight into GPU queues (or the host-centric baseline)
-    Serve(cmd::serve::Args),
+    Serve(cmd::serve::ServeArgs),
     /// Load generator for `gdr serve`: closed or open loop, loss and latency percentiles
-    Load(cmd::load::Args),
+    Load(cmd::load::LoadArgs),
     /// Run a program with gdr's allocator preloaded: its cudaMalloc memory becomes mappable
-    Run(cmd::run::Args),
+    Run(cmd::run::RunArgs),
 }
 
 fn main() -> ExitCode {

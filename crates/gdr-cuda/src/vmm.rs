@@ -3,7 +3,7 @@
 //!
 //! Such an allocation has a shareable handle that other APIs can import (Vulkan, another
 //! process), which plain `cuMemAlloc` memory lacks; gdr uses it to give existing CUDA memory a
-//! CPU mapping through Vulkan (see `bar::pin`).
+//! CPU mapping through Vulkan (see `gdr::bar::Pinner`).
 
 use super::{driver, sys, Context, Device, DeviceMemory, Result};
 use std::os::fd::{FromRawFd, OwnedFd};

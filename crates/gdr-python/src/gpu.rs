@@ -3,7 +3,7 @@
 use crate::buffer::Buffer;
 use crate::errors;
 use crate::handle::DETACH_AT;
-use crate::mem::{self, Mem, PinnedMap};
+use crate::mem::{self, Mem};
 use crate::pin::{self, Pin};
 use crate::pybuf::HeldBuffer;
 use gdr::bar::auto::{self, Direction};
@@ -163,7 +163,7 @@ impl Gpu {
         }
         let pinner = self.pinner(py)?;
         let map = py
-            .detach(move || PinnedMap::new(pinner.pin(addr, len as u64)?))
+            .detach(move || pinner.pin(addr, len as u64)?.map())
             .map_err(errors::pin)?;
         Ok(Pin::new(Mem::pinned(map, owner, self.ordinal)))
     }

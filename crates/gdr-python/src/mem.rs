@@ -3,13 +3,12 @@
 //! one, so the memory and its CPU mapping go only when the last of them does, in whatever
 //! order Python collects them. No mapping outlives its memory.
 
-use gdr::bar::{MappedBuffer, Pinned, PinnedMapping};
+use gdr::bar::{MappedBuffer, PinnedMapping};
 use gdr::cuda::DeviceMemory;
 use gdr::mem::{check_range, AccessError, Caching, MappedMemory};
 use pyo3::prelude::*;
 use std::alloc::Layout;
 use std::collections::BTreeMap;
-use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -30,8 +29,8 @@ pub(crate) struct Mem {
 pub(crate) enum Backing {
     /// Memory gdr allocated (Vulkan, BAR1-mapped, imported into CUDA).
     Mapped(MappedBuffer),
-    /// Someone else's GPU memory, pinned and mapped.
-    Pinned(PinnedMap),
+    /// Someone else's GPU memory, pinned and mapped (the mapping holds its pin).
+    Pinned(PinnedMapping),
     /// A range of memory gdr allocated (a tensor made from a gdr buffer, pinned): the buffer's
     /// own mapping, no pin needed.
     Within {
@@ -72,7 +71,7 @@ impl Mem {
         mem
     }
 
-    pub(crate) fn pinned(map: PinnedMap, owner: Option<Py<PyAny>>, device: usize) -> Arc<Mem> {
+    pub(crate) fn pinned(map: PinnedMapping, owner: Option<Py<PyAny>>, device: usize) -> Arc<Mem> {
         Mem::make(Backing::Pinned(map), owner, Some(device))
     }
 
@@ -117,7 +116,7 @@ impl Mem {
     pub(crate) fn device_ptr(&self) -> Option<u64> {
         match &self.backing {
             Backing::Mapped(b) => Some(b.device_ptr()),
-            Backing::Pinned(p) => Some(p.addr()),
+            Backing::Pinned(p) => Some(p.pinned().addr()),
             Backing::Within { parent, offset, .. } => {
                 parent.device_ptr().map(|p| p + *offset as u64)
             }
@@ -141,7 +140,7 @@ impl Mem {
     pub(crate) fn kind(&self) -> &'static str {
         match &self.backing {
             Backing::Mapped(_) => "vulkan",
-            Backing::Pinned(p) => p.backend(),
+            Backing::Pinned(p) => p.pinned().backend().name(),
             Backing::Within { .. } => "buffer",
             Backing::Host(_) => "host",
         }
@@ -199,7 +198,7 @@ impl Drop for Mem {
 }
 
 // SAFETY: every backing keeps its mapping alive while it lives: a MappedBuffer holds its block,
-// a PinnedMap its pin and mapping, `Within` an Arc of its parent (and the range was checked
+// a PinnedMapping the pin under it, `Within` an Arc of its parent (and the range was checked
 // against it), HostMem its allocation. The mappings are page-granular (Vulkan, dma-buf, gdrdrv)
 // or, for HostMem, whole 64-byte lines, so the lines around any range are readable. No Rust
 // reference to the bytes is handed out: Python reaches them through these copies, or through
@@ -209,7 +208,7 @@ unsafe impl MappedMemory for Mem {
     fn cpu_ptr(&self) -> *mut u8 {
         match &self.backing {
             Backing::Mapped(b) => b.cpu_ptr(),
-            Backing::Pinned(p) => p.mapping().cpu_ptr(),
+            Backing::Pinned(p) => p.cpu_ptr(),
             // Within the parent's range (checked at construction).
             Backing::Within { parent, offset, .. } => parent.cpu_ptr().wrapping_add(*offset),
             Backing::Host(h) => h.ptr.as_ptr(),
@@ -220,7 +219,7 @@ unsafe impl MappedMemory for Mem {
     fn size(&self) -> usize {
         match &self.backing {
             Backing::Mapped(b) => MappedMemory::size(b),
-            Backing::Pinned(p) => p.mapping().len(),
+            Backing::Pinned(p) => p.len(),
             Backing::Within { len, .. } => *len,
             Backing::Host(h) => h.len,
         }
@@ -249,83 +248,6 @@ pub(crate) fn find_buffer(addr: u64, len: usize) -> Option<(Arc<Mem>, usize)> {
     let off = (addr - start) as usize;
     check_range(off, len, *size).ok()?;
     Some((weak.upgrade()?, off))
-}
-
-/// A pin of someone else's GPU memory together with its one CPU mapping.
-///
-/// `PinnedMapping` borrows its `Pinned`; both live here, the pin on the heap at an address that
-/// never changes, the mapping dropped first.
-pub(crate) struct PinnedMap {
-    mapping: ManuallyDrop<PinnedMapping<'static>>,
-    pinned: NonNull<Pinned>,
-}
-
-// SAFETY: PinnedMap owns a Pinned (Send + Sync) and its mapping (Send + Sync); the NonNull is
-// that owned box.
-unsafe impl Send for PinnedMap {}
-// SAFETY: as above; &PinnedMap gives only & access to both.
-unsafe impl Sync for PinnedMap {}
-
-impl PinnedMap {
-    /// Maps `pinned` for the CPU and keeps both.
-    pub(crate) fn new(pinned: Pinned) -> Result<PinnedMap, gdr::bar::PinError> {
-        let raw = Box::into_raw(Box::new(pinned));
-        // SAFETY: raw is a live heap allocation that is neither moved nor freed until drop,
-        // which drops the mapping first. The 'static borrow never leaves this struct:
-        // `mapping()` hands it out only for the lifetime of &self.
-        let pinned_ref: &'static Pinned = unsafe { &*raw };
-        match pinned_ref.map() {
-            Ok(mapping) => Ok(PinnedMap {
-                mapping: ManuallyDrop::new(mapping),
-                // SAFETY: Box::into_raw never returns null.
-                pinned: unsafe { NonNull::new_unchecked(raw) },
-            }),
-            Err(e) => {
-                // SAFETY: the failed map left no borrow of the pin; raw came from Box::into_raw.
-                drop(unsafe { Box::from_raw(raw) });
-                Err(e)
-            }
-        }
-    }
-
-    pub(crate) fn mapping(&self) -> &PinnedMapping<'_> {
-        &self.mapping
-    }
-
-    fn pinned(&self) -> &Pinned {
-        // SAFETY: the box lives until drop.
-        unsafe { self.pinned.as_ref() }
-    }
-
-    pub(crate) fn addr(&self) -> u64 {
-        self.pinned().addr()
-    }
-
-    /// Whether the pinned memory was freed under the pin (gdrdrv's callback).
-    pub(crate) fn freed(&self) -> bool {
-        self.pinned().callback_fired().unwrap_or(false)
-    }
-
-    /// The pinned range, rounded as the backend pinned it: (device address, bytes).
-    pub(crate) fn pinned_range(&self) -> (u64, u64) {
-        let p = self.pinned();
-        (p.start(), p.pinned_len())
-    }
-
-    pub(crate) fn backend(&self) -> &'static str {
-        self.pinned().backend().name()
-    }
-}
-
-impl Drop for PinnedMap {
-    fn drop(&mut self) {
-        // SAFETY: the mapping is dropped (unmapped) exactly once, before the pin it borrows;
-        // then the pin's box, made by Box::into_raw in new, is freed (unpinned) exactly once.
-        unsafe {
-            ManuallyDrop::drop(&mut self.mapping);
-            drop(Box::from_raw(self.pinned.as_ptr()));
-        }
-    }
 }
 
 /// Page-aligned host memory, zeroed, a whole number of 64-byte lines.

@@ -212,7 +212,7 @@ impl Pin {
     fn pinned_range(&self) -> PyResult<(u64, u64)> {
         let mem = self.h.get(WHAT)?;
         Ok(match mem.backing() {
-            Backing::Pinned(p) => p.pinned_range(),
+            Backing::Pinned(p) => (p.pinned().start(), p.pinned().pinned_len()),
             _ => (mem.device_ptr().unwrap_or(0), mem.size() as u64),
         })
     }
@@ -223,7 +223,7 @@ impl Pin {
     fn freed(&self) -> PyResult<bool> {
         let mem = self.h.get(WHAT)?;
         Ok(match mem.backing() {
-            Backing::Pinned(p) => p.freed(),
+            Backing::Pinned(p) => p.pinned().callback_fired().unwrap_or(false),
             _ => false,
         })
     }

@@ -4,8 +4,7 @@
 //! ([`missing`]) names every library that did not load and every backend that does not work,
 //! with why.
 
-use crate::bar::pin::BACKEND_ENV;
-use crate::bar::{PinBackend, Pinner, VulkanBackend};
+use crate::bar::{GdrDrv, PinBackend, Pinner, VulkanBackend, BACKEND_ENV};
 use crate::cuda::{self, Attribute, Context, Device, DeviceMemory};
 use serde::Serialize;
 
@@ -68,11 +67,11 @@ pub fn gather() -> Info {
         Ok((a, b)) => info.nvrtc = Some(format!("{a}.{b}")),
         Err(e) => info.nvrtc_error = Some(e.to_string()),
     }
-    match crate::bar::vulkan::loader_version() {
+    match crate::bar::loader_version() {
         Ok(v) => info.vulkan_loader = Some(v),
         Err(e) => info.vulkan_loader_error = Some(e.to_string()),
     }
-    match crate::bar::gdrdrv::GdrDrv::open() {
+    match GdrDrv::open() {
         Ok(d) => info.gdrdrv = Some(d.version().driver.to_string()),
         Err(e) => info.gdrdrv_error = Some(e.to_string()),
     }

@@ -16,7 +16,8 @@ use std::ptr::NonNull;
 use std::sync::Mutex;
 
 use gdr::bar::gdrdrv::{
-    Attr, DeviceFile, GdrDrv, GdrDrvError, Handle, MappingType, PinFlags, Version, API_VERSION,
+    DeviceFile, GdrDrv, GdrDrvAttr, GdrDrvError, Handle, MappingType, PinFlags, Version,
+    API_VERSION,
 };
 use rand::Rng;
 
@@ -25,7 +26,7 @@ fn map_raw<F: DeviceFile>(
     drv: &GdrDrv<F>,
     h: Handle,
     size: usize,
-) -> Result<gdr::bar::gdrdrv::BarMapping<'_, F>, GdrDrvError> {
+) -> Result<gdr::bar::gdrdrv::GdrDrvMapping<'_, F>, GdrDrvError> {
     // SAFETY: the stand-in backs its "BAR" with its own memory, which an unpin does not free,
     // so a mapping outliving its pin here reads stale test bytes, nothing worse.
     unsafe { drv.map(h, size) }
@@ -459,15 +460,21 @@ fn requested_mapping_type_is_used() {
 #[test]
 fn attributes() {
     let drv = open_fake(FakeGdrdrv::new());
-    assert_eq!(drv.get_attr(Attr::USE_PERSISTENT_MAPPING).unwrap(), 0);
-    assert_eq!(drv.get_attr(Attr::SUPPORT_PIN_FLAG_FORCE_PCIE).unwrap(), 1);
-    let err = drv.get_attr(Attr(99)).unwrap_err();
+    assert_eq!(drv.get_attr(GdrDrvAttr::USE_PERSISTENT_MAPPING).unwrap(), 0);
+    assert_eq!(
+        drv.get_attr(GdrDrvAttr::SUPPORT_PIN_FLAG_FORCE_PCIE)
+            .unwrap(),
+        1
+    );
+    let err = drv.get_attr(GdrDrvAttr(99)).unwrap_err();
     assert!(
         matches!(err, GdrDrvError::Ioctl { op: "GET_ATTR", .. }),
         "{err:?}"
     );
     let old = open_fake(FakeGdrdrv::with_version((2 << 16) | 3, false, false));
-    let err = old.get_attr(Attr::USE_PERSISTENT_MAPPING).unwrap_err();
+    let err = old
+        .get_attr(GdrDrvAttr::USE_PERSISTENT_MAPPING)
+        .unwrap_err();
     assert!(
         matches!(err, GdrDrvError::Unsupported { op: "GET_ATTR" }),
         "{err:?}"

@@ -4,11 +4,10 @@
 //! The tests share one lock: they count this process's open file descriptors before and after,
 //! which only means something when no other test opens or closes one meanwhile.
 
-use gdr::bar::pin::{vulkan_import_outcome, ENOTSUPP};
-use gdr::bar::{PinBackend, PinError, Pinner};
-use gdr::cuda::{self, vmm::VmmBuffer, Context, DeviceBuffer, DeviceMemory};
+use gdr::bar::{vulkan_import_outcome, PinBackend, PinError, Pinner, ENOTSUPP};
+use gdr::cuda::{self, buffer_id, vmm::VmmBuffer, Context, DeviceBuffer, DeviceMemory};
+use gdr::host_page_size;
 use gdr::mem::AccessError;
-use gdr::peer::dmabuf::{buffer_id, host_page_size};
 use gdr::peer::{dmabuf_cache, CacheError, DmaBuf, PeerError, Tracked};
 use gdr_testing::gpu_context;
 use rand::{Rng, RngCore};

@@ -26,7 +26,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub struct ApiperfArgs {
     #[command(flatten)]
     pub gpu: GpuArg,
     /// Smallest size (bytes; K/M/G suffixes)
@@ -211,7 +211,7 @@ fn cache(ctx: &Context, size: usize, iters: usize, out: &mut Vec<Row>) -> Result
     Ok(())
 }
 
-pub fn run(args: Args) -> CmdResult {
+pub fn run(args: ApiperfArgs) -> CmdResult {
     if args.min_size > args.max_size {
         return Err("--min-size is larger than --max-size".into());
     }

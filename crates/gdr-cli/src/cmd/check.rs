@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub struct CheckArgs {
     #[command(flatten)]
     pub gpu: gpu::GpuArg,
     /// Print JSON instead of text: `info`, then `sanity` and `latency` (null where no GPU
@@ -32,12 +32,12 @@ struct Report {
     gpu: usize,
     /// Whether `--gpu` has a working Vulkan mapping, which sanity and the latency table need.
     mapping_usable: bool,
-    sanity: Option<sanity::Report>,
-    latency: Option<Vec<copylat::Row>>,
+    sanity: Option<sanity::SanityReport>,
+    latency: Option<Vec<copylat::CopylatRow>>,
     verdict: &'static str,
 }
 
-pub fn run(args: Args) -> CmdResult {
+pub fn run(args: CheckArgs) -> CmdResult {
     let inf = gdr::info::gather();
     if !args.json {
         info::print(&inf);
@@ -95,7 +95,7 @@ pub fn run(args: Args) -> CmdResult {
 }
 
 /// Prints the verdict (text) or the whole report (JSON), and returns `code`.
-fn finish(args: &Args, rep: &Report, code: ExitCode) -> CmdResult {
+fn finish(args: &CheckArgs, rep: &Report, code: ExitCode) -> CmdResult {
     if args.json {
         println!("{}", serde_json::to_string_pretty(rep)?);
     } else {

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub struct CopybwArgs {
     #[command(flatten)]
     pub gpu: GpuArg,
     /// Copy sizes (comma separated)
@@ -49,7 +49,7 @@ fn gbps(size: usize, us: f64) -> f64 {
     size as f64 / us / 1e3
 }
 
-pub fn run(args: Args) -> CmdResult {
+pub fn run(args: CopybwArgs) -> CmdResult {
     if args.sizes.is_empty() || args.sizes.contains(&0) {
         return Err("--sizes needs sizes of at least 1 byte".into());
     }

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub struct CopylatArgs {
     #[command(flatten)]
     pub gpu: GpuArg,
     /// Smallest size (powers of two from here)
@@ -29,7 +29,7 @@ pub struct Args {
 }
 
 #[derive(Serialize)]
-pub struct Row {
+pub struct CopylatRow {
     pub direction: &'static str,
     pub size: usize,
     pub mapping_median_us: f64,
@@ -110,7 +110,7 @@ pub fn measure(
     budget: Duration,
     progress: bool,
     raw: Option<&RawLog>,
-) -> Result<Vec<Row>, Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<Vec<CopylatRow>, Box<dyn std::error::Error + Send + Sync>> {
     let max = *sizes.iter().max().unwrap_or(&1);
     let buf = be.alloc(max, 4096)?;
     let threads = std::thread::available_parallelism()
@@ -157,7 +157,7 @@ pub fn measure(
                 Timed::Path(p) => p,
                 _ => unreachable!("filtered to paths"),
             };
-            rows.push(Row {
+            rows.push(CopylatRow {
                 direction: dir_name(dir),
                 size,
                 mapping_median_us: map.median,
@@ -184,7 +184,7 @@ pub fn measure(
     Ok(rows)
 }
 
-pub fn print(rows: &[Row]) {
+pub fn print(rows: &[CopylatRow]) {
     let mut t = Table::new(&[
         "direction",
         "size",
@@ -224,7 +224,7 @@ pub fn print(rows: &[Row]) {
     }
 }
 
-pub fn run(args: Args) -> CmdResult {
+pub fn run(args: CopylatArgs) -> CmdResult {
     if args.min_size > args.max_size {
         return Err(format!(
             "--min-size {} is larger than --max-size {}",
@@ -255,8 +255,8 @@ pub fn run(args: Args) -> CmdResult {
         let panels: Vec<Panel> = ["cpu->gpu", "gpu->cpu"]
             .into_iter()
             .map(|dir| {
-                let rs: Vec<&Row> = rows.iter().filter(|r| r.direction == dir).collect();
-                let line = |name: &str, baseline: bool, y: fn(&Row) -> f64| Series {
+                let rs: Vec<&CopylatRow> = rows.iter().filter(|r| r.direction == dir).collect();
+                let line = |name: &str, baseline: bool, y: fn(&CopylatRow) -> f64| Series {
                     name: name.into(),
                     points: rs.iter().map(|r| (r.size as f64, y(r))).collect(),
                     baseline,

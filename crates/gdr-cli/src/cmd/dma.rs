@@ -19,7 +19,7 @@ use serde::Serialize;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub struct DmaArgs {
     #[command(subcommand)]
     action: Action,
     /// PCI address of the DMA device (DDDD:BB:DD.F); default: the first XDMA or edu device
@@ -114,7 +114,7 @@ fn vfio_status(sysfs: &Sysfs) -> String {
     }
 }
 
-fn pick_device(args: &Args, sysfs: &Sysfs) -> Result<Bdf, String> {
+fn pick_device(args: &DmaArgs, sysfs: &Sysfs) -> Result<Bdf, String> {
     if let Some(d) = &args.device {
         return d.trim().parse::<Bdf>().map_err(|e| e.to_string());
     }
@@ -148,7 +148,7 @@ fn explain(e: DmaError, addr: &Bdf) -> String {
     }
 }
 
-fn open(args: &Args) -> Result<Session, String> {
+fn open(args: &DmaArgs) -> Result<Session, String> {
     let sysfs = Sysfs::default();
     let addr = pick_device(args, &sysfs)?;
     let opts = OpenOptions {
@@ -164,7 +164,7 @@ fn open(args: &Args) -> Result<Session, String> {
     Session::open(&addr, &opts).map_err(|e| explain(e, &addr))
 }
 
-pub fn run(args: Args) -> CmdResult {
+pub fn run(args: DmaArgs) -> CmdResult {
     match &args.action {
         Action::Info => info(&args),
         Action::Copy {
@@ -206,7 +206,7 @@ struct InfoJson {
     leds_lit: Option<u32>,
 }
 
-fn info(args: &Args) -> CmdResult {
+fn info(args: &DmaArgs) -> CmdResult {
     let completion = if args.poll {
         "polling"
     } else {
@@ -312,7 +312,7 @@ fn info(args: &Args) -> CmdResult {
 }
 
 fn copy(
-    args: &Args,
+    args: &DmaArgs,
     size: u64,
     peer: Option<&str>,
     peer_bar: Option<u32>,
@@ -417,7 +417,7 @@ struct TimingRow {
     mb_per_s: f64,
 }
 
-fn timing(args: &Args, h2c: bool, sizes: &[u64]) -> CmdResult {
+fn timing(args: &DmaArgs, h2c: bool, sizes: &[u64]) -> CmdResult {
     let mut s = open(args)?;
     let l = s.engine.limits();
     let full = l.device_memory.min(100 << 20);
@@ -502,7 +502,7 @@ fn timing(args: &Args, h2c: bool, sizes: &[u64]) -> CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
-fn leds(args: &Args, value: u32) -> CmdResult {
+fn leds(args: &DmaArgs, value: u32) -> CmdResult {
     let s = open(args)?;
     let leds = s.leds.as_ref().ok_or_else(|| {
         format!(

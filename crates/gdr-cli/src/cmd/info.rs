@@ -6,7 +6,7 @@ use gdr::info::{gather, Info};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub struct InfoArgs {
     /// Print JSON instead of text
     #[arg(long)]
     pub json: bool,
@@ -139,7 +139,7 @@ fn yes(b: bool) -> &'static str {
     }
 }
 
-pub fn run(args: Args) -> CmdResult {
+pub fn run(args: InfoArgs) -> CmdResult {
     let info = gather();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&info)?);

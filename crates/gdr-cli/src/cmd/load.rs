@@ -14,7 +14,7 @@ its port closed), or an answer was wrong under --verify; 2 on bad arguments or a
 stopped the run. Lost requests alone (no answer within --timeout-ms) do not fail a run: an \
 overloaded server sheds them by design."
 )]
-pub struct Args {
+pub struct LoadArgs {
     /// Server address
     #[arg(long, default_value = "127.0.0.1:9000")]
     target: std::net::SocketAddr,
@@ -71,7 +71,7 @@ pub struct Args {
     json: bool,
 }
 
-pub fn run(a: Args) -> CmdResult {
+pub fn run(a: LoadArgs) -> CmdResult {
     let payload = match a.app.as_str() {
         "echo" => Payload::Echo { size: a.size },
         "lenet" => Payload::Lenet {

@@ -1,4 +1,6 @@
-//! One module per subcommand. Each has an `Args` (clap) and a `run(Args) -> CmdResult`.
+//! One module per subcommand. Each has its clap arguments, named for the command
+//! (`check::CheckArgs`) so that each type name is defined once in the workspace, and a `run`
+//! that takes them and returns a `CmdResult`.
 
 pub mod apiperf;
 pub mod check;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub struct MqArgs {
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -95,7 +95,7 @@ fn placements(v: &[String]) -> Result<Vec<Placement>, String> {
         .collect()
 }
 
-pub fn run(args: Args) -> CmdResult {
+pub fn run(args: MqArgs) -> CmdResult {
     match args.cmd {
         Cmd::Bench(a) => run_bench(a),
     }

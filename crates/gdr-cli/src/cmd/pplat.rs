@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub struct PplatArgs {
     #[command(flatten)]
     pub gpu: GpuArg,
     /// Measured rounds per path
@@ -29,15 +29,15 @@ pub struct Args {
 }
 
 #[derive(Serialize)]
-pub struct Row {
+pub struct PplatRow {
     pub path: String,
     pub persistent: bool,
     pub us: Summary,
 }
 
 #[derive(Serialize)]
-pub struct Report {
-    pub rows: Vec<Row>,
+pub struct PplatReport {
+    pub rows: Vec<PplatRow>,
     /// Host-centric (plain launches) median / best persistent-thread median.
     pub speedup_vs_host_centric: f64,
 }
@@ -47,11 +47,11 @@ pub fn measure(
     warmup: u32,
     rounds: u32,
     timeout: Duration,
-) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<PplatReport, Box<dyn std::error::Error + Send + Sync>> {
     let mut rows = Vec::new();
     for p in Placement::ALL {
         let s = ping_pong(be, p, warmup, rounds, timeout)?;
-        rows.push(Row {
+        rows.push(PplatRow {
             path: p.to_string(),
             persistent: true,
             us: s,
@@ -66,23 +66,23 @@ pub fn measure(
         .map(|r| r.us.median)
         .fold(f64::INFINITY, f64::min);
     let speedup = hc.median / best;
-    rows.push(Row {
+    rows.push(PplatRow {
         path: "host-centric: HtoD copy, launch, DtoH copy, sync".into(),
         persistent: false,
         us: hc,
     });
-    rows.push(Row {
+    rows.push(PplatRow {
         path: "host-centric as one CUDA graph, sync".into(),
         persistent: false,
         us: graph,
     });
-    Ok(Report {
+    Ok(PplatReport {
         rows,
         speedup_vs_host_centric: speedup,
     })
 }
 
-pub fn print(r: &Report) {
+pub fn print(r: &PplatReport) {
     let mut t = Table::new(&["path", "min us", "median us", "p99 us", "p99.9 us"]);
     for row in &r.rows {
         t.row(vec![
@@ -97,7 +97,7 @@ pub fn print(r: &Report) {
     println!("persistent GPU thread (best placement) is {:.1}x faster than the host-centric round trip (median)", r.speedup_vs_host_centric);
 }
 
-pub fn run(args: Args) -> CmdResult {
+pub fn run(args: PplatArgs) -> CmdResult {
     if args.rounds == 0 {
         return Err("--rounds must be at least 1".into());
     }

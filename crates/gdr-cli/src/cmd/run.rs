@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
     after_help = "Examples:\n  gdr run -- ./copylat\n  gdr run --gpu 0 -- python3 train.py\n  \
                   GDR_ALLOC_LOG=2 gdr run -- ucx_perftest -t ucp_put_lat -m cuda"
 )]
-pub struct Args {
+pub struct RunArgs {
     /// Serve only these CUDA ordinals (comma-separated, as the program numbers its GPUs);
     /// allocations on other GPUs pass through to the driver. Default: every GPU.
     #[arg(long, value_name = "N[,N...]", value_parser = parse_gpus)]
@@ -155,7 +155,7 @@ fn check_library(lib: &Path) -> Result<(), String> {
     }
 }
 
-pub fn run(a: Args) -> CmdResult {
+pub fn run(a: RunArgs) -> CmdResult {
     let lib = find_library(a.lib)?;
     // An absolute path: the program may change directory before it loads anything else.
     let lib = lib

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub struct SanityArgs {
     #[command(flatten)]
     pub gpu: GpuArg,
     /// Print JSON instead of text
@@ -74,7 +74,7 @@ pub struct Check {
 }
 
 #[derive(Serialize, Default)]
-pub struct Report {
+pub struct SanityReport {
     pub checks: Vec<Check>,
     pub passed: usize,
     pub failed: usize,
@@ -83,7 +83,7 @@ pub struct Report {
 type CheckResult = Result<String, String>;
 
 struct Runner {
-    report: Report,
+    report: SanityReport,
     json: bool,
     /// Print failures only (for `gdr check`).
     quiet: bool,
@@ -321,7 +321,7 @@ fn open_fds() -> usize {
 /// caller's offset kept.
 fn dmabuf_odd(ctx: &cuda::Context) -> CheckResult {
     use gdr::cuda::DeviceMemory;
-    let page = gdr::peer::dmabuf::host_page_size();
+    let page = gdr::host_page_size();
     let buf = cuda::DeviceBuffer::new(ctx, 4 << 20).map_err(e2s)?;
     let mut mapping = None;
     for off in [0u64, 1, 63, 4095, 4097, 65_535, (1 << 20) + 3] {
@@ -454,7 +454,7 @@ fn peer_checks(r: &mut Runner, ctx: &cuda::Context) {
     );
 }
 
-pub fn run(args: Args) -> CmdResult {
+pub fn run(args: SanityArgs) -> CmdResult {
     run_with(args.gpu, args.json, false, args.fail_fast)
 }
 
@@ -464,7 +464,7 @@ pub fn run_quiet(gpu: GpuArg) -> CmdResult {
 }
 
 /// Every check's result, nothing printed (for `gdr check --json`).
-pub fn report(gpu: GpuArg) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
+pub fn report(gpu: GpuArg) -> Result<SanityReport, Box<dyn std::error::Error + Send + Sync>> {
     checks(gpu, true, false, false)
 }
 
@@ -488,10 +488,10 @@ fn checks(
     json: bool,
     quiet: bool,
     fail_fast: bool,
-) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<SanityReport, Box<dyn std::error::Error + Send + Sync>> {
     let be = gpu::open(gpu)?;
     let mut r = Runner {
-        report: Report::default(),
+        report: SanityReport::default(),
         json,
         quiet,
         fail_fast,

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub struct ServeArgs {
     /// App: echo, lenet, vecadd (or --app-file)
     #[arg(long, default_value = "echo")]
     app: String,
@@ -118,7 +118,7 @@ pub struct Args {
     json: bool,
 }
 
-pub fn run(a: Args) -> CmdResult {
+pub fn run(a: ServeArgs) -> CmdResult {
     let duration = a
         .duration
         .map(|s| super::seconds("duration", s))
@@ -294,7 +294,7 @@ mod tests {
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]
-        a: Args,
+        a: ServeArgs,
     }
 
     #[test]

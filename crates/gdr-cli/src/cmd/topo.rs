@@ -18,7 +18,7 @@ use std::process::ExitCode;
                   pairs are judged (the GPU view: pairs with a GPU on one side; --all: every \
                   pair); past either bound a line says what was left out."
 )]
-pub struct Args {
+pub struct TopoArgs {
     /// Show every PCIe endpoint, not only GPUs and their peer devices, and judge every pair
     /// of them (at most 16384 pairs; a warning counts the rest)
     #[arg(long)]
@@ -75,7 +75,7 @@ fn nothing_to_show(all: bool) -> &'static str {
     }
 }
 
-pub fn run(args: Args) -> CmdResult {
+pub fn run(args: TopoArgs) -> CmdResult {
     if let Some(dest) = &args.capture {
         let s = capture::capture(&args.sysfs, dest)?;
         print_warnings(&s.warnings);

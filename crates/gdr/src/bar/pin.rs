@@ -18,15 +18,19 @@
 //! The override: [`PinBackend::from_env`] (`GDR_BACKEND=gdrdrv|dmabuf|vulkan`) or a choice
 //! passed to [`Pinner::new`].
 //!
-//! A [`Pinned`] range is mapped with [`Pinned::map`]; the [`PinnedMapping`] borrows the pin,
-//! so no mapping can outlive it, and reads and writes go through [`crate::copy`].
+//! A [`Pinned`] range is mapped with [`Pinned::map`]; the [`PinnedMapping`] holds the pin (a
+//! shared reference on it), so the range stays pinned while any mapping of it lives and no
+//! mapping can outlive its memory, and reads and writes go through [`crate::copy`].
+//!
+//! The backends themselves are in `super::backend`, below this module; this one only chooses
+//! among them.
 
-use super::gdrdrv::{self, GdrDrv, GdrDrvError, PinFlags};
+use super::backend::dmabuf::{allocation_range, DmaBuf, PeerError};
+use super::backend::gdrdrv::{self, GdrDrv, GdrDrvError, PinFlags};
+use super::backend::vulkan::{BarError, Imported, VulkanBackend};
 use super::pool::{self, PoolPin, PoolPinError};
-use super::vulkan::Imported;
-use super::{BarError, VulkanBackend};
-use crate::cuda::{self, vmm, Context, CudaError};
-use crate::peer::dmabuf::{allocation_range, buffer_id, DmaBuf, PeerError};
+use crate::cuda::{self, buffer_id, vmm, Context, CudaError};
+use crate::page::keep_from_fork;
 use gdr_mem::{AccessError, Caching, MappedMemory};
 use std::fmt;
 use std::ptr::NonNull;
@@ -279,14 +283,14 @@ impl Pinner {
             return Err(PinError::Empty { addr });
         }
         if let Some(p) = pool::pin(addr, size)? {
-            return Ok(Pinned {
+            return Ok(Pinned::new(PinState {
                 addr,
                 size,
                 start: p.base(),
                 len: p.size(),
                 imp: PinnedImp::Pool(p),
                 mapped: AtomicBool::new(false),
-            });
+            }));
         }
         self.ctx.bind()?;
         match &self.imp {
@@ -299,7 +303,7 @@ impl Pinner {
                         return Err(e.into());
                     }
                 };
-                Ok(Pinned {
+                Ok(Pinned::new(PinState {
                     addr,
                     size,
                     start: info.va,
@@ -309,7 +313,7 @@ impl Pinner {
                         handle,
                     },
                     mapped: AtomicBool::new(false),
-                })
+                }))
             }
             Imp::DmaBuf => pin_dmabuf(&self.ctx, addr, size),
             Imp::Vulkan(be) => pin_vulkan(be, addr, size),
@@ -321,14 +325,14 @@ fn pin_dmabuf(ctx: &Context, addr: u64, size: u64) -> Result<Pinned, PinError> {
     // Unknown (None) when CUDA will not say: the callback flag then stays 0.
     let buffer_id = buffer_id(addr).ok().flatten();
     let buf = DmaBuf::export(ctx, addr, size)?;
-    Ok(Pinned {
+    Ok(Pinned::new(PinState {
         addr,
         size,
         start: buf.start(),
         len: buf.len(),
         imp: PinnedImp::DmaBuf { buf, buffer_id },
         mapped: AtomicBool::new(false),
-    })
+    }))
 }
 
 fn pin_vulkan(be: &VulkanBackend, addr: u64, size: u64) -> Result<Pinned, PinError> {
@@ -357,7 +361,7 @@ fn pin_vulkan(be: &VulkanBackend, addr: u64, size: u64) -> Result<Pinned, PinErr
     let imported = be
         .import_fd(fd, import_size as usize, true)
         .map_err(PinError::ImportRefused)?;
-    Ok(Pinned {
+    Ok(Pinned::new(PinState {
         addr,
         size,
         start: base,
@@ -367,7 +371,7 @@ fn pin_vulkan(be: &VulkanBackend, addr: u64, size: u64) -> Result<Pinned, PinErr
             buffer_id,
         },
         mapped: AtomicBool::new(false),
-    })
+    }))
 }
 
 /// What Vulkan does with a POSIX-fd `cuMemCreate` allocation of `ctx`'s GPU: the result of
@@ -405,8 +409,15 @@ pub fn vulkan_import_outcome(ctx: &Context) -> Result<VulkanImportOutcome, PinEr
     })
 }
 
-/// A pinned range of existing GPU memory. Unpinned on drop; a mapping borrows it.
+/// A pinned range of existing GPU memory. Unpinned when it and its mapping (which holds it)
+/// are both dropped.
 pub struct Pinned {
+    state: Arc<PinState>,
+}
+
+/// What a [`Pinned`] and its [`PinnedMapping`] share; unpins on drop, so after the last of
+/// them goes.
+struct PinState {
     addr: u64,
     size: u64,
     start: u64,
@@ -432,24 +443,30 @@ enum PinnedImp {
 }
 
 impl Pinned {
+    fn new(state: PinState) -> Pinned {
+        Pinned {
+            state: Arc::new(state),
+        }
+    }
+
     /// The caller's address and size.
     pub fn addr(&self) -> u64 {
-        self.addr
+        self.state.addr
     }
     pub fn size(&self) -> u64 {
-        self.size
+        self.state.size
     }
     /// GPU virtual address where the pinned (rounded) range starts.
     pub fn start(&self) -> u64 {
-        self.start
+        self.state.start
     }
     /// Bytes pinned.
     pub fn pinned_len(&self) -> u64 {
-        self.len
+        self.state.len
     }
 
     pub fn backend(&self) -> PinBackend {
-        match self.imp {
+        match self.state.imp {
             PinnedImp::GdrDrv { .. } => PinBackend::GdrDrv,
             PinnedImp::DmaBuf { .. } => PinBackend::DmaBuf,
             PinnedImp::Vulkan { .. } | PinnedImp::Pool(_) => PinBackend::Vulkan,
@@ -458,7 +475,7 @@ impl Pinned {
 
     /// Whether the pin went through gdr's allocator (its memory, its chunk's mapping).
     pub fn is_pooled(&self) -> bool {
-        matches!(self.imp, PinnedImp::Pool(_))
+        matches!(self.state.imp, PinnedImp::Pool(_))
     }
 
     /// Whether the application freed the pinned memory while pinned (what gdrcopy's callback
@@ -467,37 +484,47 @@ impl Pinned {
     /// at the address any more, or another one), or, for allocator memory, by asking the
     /// allocator.
     pub fn callback_fired(&self) -> Result<bool, PinError> {
-        let pinned_id = match &self.imp {
+        let pinned_id = match &self.state.imp {
             PinnedImp::GdrDrv { drv, handle } => return Ok(drv.get_callback_flag(*handle)?),
             PinnedImp::Pool(p) => return Ok(p.freed()?),
             PinnedImp::DmaBuf { buffer_id, .. } | PinnedImp::Vulkan { buffer_id, .. } => *buffer_id,
         };
-        Ok(pinned_id.is_some() && buffer_id(self.addr)? != pinned_id)
+        Ok(pinned_id.is_some() && buffer_id(self.state.addr)? != pinned_id)
     }
 
-    /// Maps the whole pinned range for the CPU.
-    pub fn map(&self) -> Result<PinnedMapping<'_>, PinError> {
-        if self.mapped.swap(true, Ordering::AcqRel) {
+    /// Maps the whole pinned range for the CPU. The mapping holds the pin: the range stays
+    /// pinned until both are dropped, in either order.
+    pub fn map(&self) -> Result<PinnedMapping, PinError> {
+        if self.state.mapped.swap(true, Ordering::AcqRel) {
             return Err(PinError::AlreadyMapped);
         }
         self.map_once()
-            .inspect_err(|_| self.mapped.store(false, Ordering::Release))
+            .inspect_err(|_| self.state.mapped.store(false, Ordering::Release))
     }
 
     /// Whether a mapping of this pin is alive.
     pub fn is_mapped(&self) -> bool {
-        self.mapped.load(Ordering::Acquire)
+        self.state.mapped.load(Ordering::Acquire)
     }
 
-    fn map_once(&self) -> Result<PinnedMapping<'_>, PinError> {
-        let map_len = self.len as usize;
-        let (base, imp) = match &self.imp {
+    fn map_once(&self) -> Result<PinnedMapping, PinError> {
+        let state = &self.state;
+        let map_len = state.len as usize;
+        let (base, imp) = match &state.imp {
             PinnedImp::GdrDrv { drv, handle } => {
-                // SAFETY: the mapping lives in a PinnedMapping that borrows this Pinned, which
-                // unpins only in its own drop.
+                // SAFETY: the mapping is kept in a PinnedMapping that holds this pin's state,
+                // which unpins only in its own drop, after the mapping is unmapped.
                 let m = unsafe { drv.map(*handle, map_len)? };
-                super::keep_from_fork(m.as_ptr(), map_len);
-                (m.as_ptr(), MapImp::GdrDrv { mapping: Some(m) })
+                let (ptr, len) = m.into_raw();
+                keep_from_fork(ptr.as_ptr(), map_len);
+                (
+                    ptr.as_ptr(),
+                    MapImp::GdrDrv {
+                        drv: drv.clone(),
+                        ptr,
+                        len,
+                    },
+                )
             }
             PinnedImp::DmaBuf { buf, .. } => {
                 // SAFETY: a fresh shared mapping at an address the kernel picks cannot overlap
@@ -519,7 +546,7 @@ impl Pinned {
                         .unwrap_or_default();
                     return Err(PinError::MmapRefused { errno, driver });
                 }
-                super::keep_from_fork(p.cast(), map_len);
+                keep_from_fork(p.cast(), map_len);
                 let p = NonNull::new(p.cast::<u8>()).ok_or(PinError::MmapRefused {
                     errno: libc::EFAULT,
                     driver: String::new(),
@@ -532,25 +559,27 @@ impl Pinned {
                     },
                 )
             }
-            PinnedImp::Vulkan { imported, .. } => (imported.map()?, MapImp::Vulkan(imported)),
+            PinnedImp::Vulkan { imported, .. } => (imported.map()?, MapImp::OfPin),
             // The allocator keeps the chunk mapped while the pin lives; the pin's pages are
             // opened for as long as this mapping lives.
             PinnedImp::Pool(p) => {
                 p.map()?;
-                (p.cpu(), MapImp::Pool(p))
+                (p.cpu(), MapImp::OfPin)
             }
         };
         // SAFETY: the caller's address lies in the pinned range, which the mapping covers whole.
-        let host = unsafe { base.add((self.addr - self.start) as usize) };
+        let host = unsafe { base.add((state.addr - state.start) as usize) };
         Ok(PinnedMapping {
-            pinned: self,
+            pinned: Pinned {
+                state: state.clone(),
+            },
             host,
             imp,
         })
     }
 }
 
-impl Drop for Pinned {
+impl Drop for PinState {
     fn drop(&mut self) {
         if let PinnedImp::GdrDrv { drv, handle } = &self.imp {
             let _ = drv.unpin(*handle);
@@ -564,52 +593,58 @@ impl fmt::Debug for Pinned {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Pinned")
             .field("backend", &self.backend())
-            .field("addr", &format_args!("{:#x}", self.addr))
-            .field("size", &self.size)
-            .field("start", &format_args!("{:#x}", self.start))
-            .field("pinned_len", &self.len)
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("size", &self.size())
+            .field("start", &format_args!("{:#x}", self.start()))
+            .field("pinned_len", &self.pinned_len())
             .finish()
     }
 }
 
-enum MapImp<'p> {
-    /// Held for its drop, which unmaps (taken in `PinnedMapping::drop` so the unmap happens
-    /// before the pin is marked unmapped).
+/// What unmapping a [`PinnedMapping`] takes beyond its pin.
+enum MapImp {
+    /// gdrdrv's mapping of the handle (given up by its borrowing guard, which cannot live next
+    /// to the pin it borrows from), unmapped through the driver's file.
     GdrDrv {
-        mapping: Option<gdrdrv::BarMapping<'p>>,
-    },
-    Mmap {
+        drv: Arc<GdrDrv>,
         ptr: NonNull<u8>,
         len: usize,
     },
-    Vulkan(&'p Imported),
-    /// The allocator's mapping of the chunk, opened for this mapping.
-    Pool(&'p PoolPin),
+    /// An `mmap` of the dma-buf's descriptor.
+    Mmap { ptr: NonNull<u8>, len: usize },
+    /// The pin's own mapping, opened for this mapping and closed through the pin: Vulkan's
+    /// `vkMapMemory` of the import, or the allocator's mapping of its chunk.
+    OfPin,
 }
 
 /// A CPU mapping of a [`Pinned`] range; offsets are relative to the caller's address. Unmapped
-/// on drop.
-pub struct PinnedMapping<'p> {
-    pinned: &'p Pinned,
+/// on drop. It holds the pin, so the memory stays pinned while the mapping lives.
+pub struct PinnedMapping {
+    pinned: Pinned,
     /// CPU address of the caller's first byte.
     host: *mut u8,
-    imp: MapImp<'p>,
+    imp: MapImp,
 }
 
 // SAFETY: the mapping is of device memory reached only through the copy routines; the pin it
-// borrows is Sync.
-unsafe impl Send for PinnedMapping<'_> {}
+// holds is Send + Sync.
+unsafe impl Send for PinnedMapping {}
 // SAFETY: as above.
-unsafe impl Sync for PinnedMapping<'_> {}
+unsafe impl Sync for PinnedMapping {}
 
-impl PinnedMapping<'_> {
+impl PinnedMapping {
+    /// The pin this mapping holds (its addresses, backend, callback flag).
+    pub fn pinned(&self) -> &Pinned {
+        &self.pinned
+    }
+
     /// The caller's size.
     pub fn len(&self) -> usize {
-        self.pinned.size as usize
+        self.pinned.size() as usize
     }
 
     pub fn is_empty(&self) -> bool {
-        self.pinned.size == 0
+        self.pinned.size() == 0
     }
 
     /// CPU address of the caller's first byte; valid while the mapping lives.
@@ -620,12 +655,12 @@ impl PinnedMapping<'_> {
     /// CPU address of the first pinned byte (`host_ptr() - (addr - start)`).
     pub fn base_ptr(&self) -> *mut u8 {
         self.host
-            .wrapping_sub((self.pinned.addr - self.pinned.start) as usize)
+            .wrapping_sub((self.pinned.addr() - self.pinned.start()) as usize)
     }
 
     /// Bytes mapped (the whole pinned range).
     pub fn mapped_len(&self) -> usize {
-        self.pinned.len as usize
+        self.pinned.pinned_len() as usize
     }
 
     /// Writes `src` at `offset` through the mapping (stream stores and a store fence).
@@ -643,7 +678,7 @@ impl PinnedMapping<'_> {
 
 // SAFETY: host..host+len lies inside the live page-granular mapping of the pinned range (so the
 // lines around it are readable) until drop; offsets are the caller's, as gdrcopy's.
-unsafe impl MappedMemory for PinnedMapping<'_> {
+unsafe impl MappedMemory for PinnedMapping {
     #[inline]
     fn cpu_ptr(&self) -> *mut u8 {
         self.host
@@ -658,29 +693,47 @@ unsafe impl MappedMemory for PinnedMapping<'_> {
     }
 }
 
-impl Drop for PinnedMapping<'_> {
+impl Drop for PinnedMapping {
     fn drop(&mut self) {
-        match &mut self.imp {
-            MapImp::GdrDrv { mapping } => drop(mapping.take()), // unmaps
+        let state = &self.pinned.state;
+        match &self.imp {
+            MapImp::GdrDrv { drv, ptr, len } => {
+                // SAFETY: ptr/len are the mapping gdrdrv made for this value (given up by its
+                // guard in map_once), unused from now on; the handle is still pinned, since the
+                // pin's state, held here, unpins only after this.
+                let _ = unsafe { gdrdrv::DeviceFile::munmap(drv.file(), *ptr, *len) };
+            }
             MapImp::Mmap { ptr, len } => {
                 // SAFETY: our own live mapping, unused from now on.
                 unsafe { libc::munmap(ptr.as_ptr().cast(), *len) };
             }
-            MapImp::Vulkan(imp) => {
-                // SAFETY: mapped by Pinned::map for this value; unused from now on.
-                unsafe { imp.unmap() };
-            }
-            MapImp::Pool(p) => {
-                let _ = p.unmap();
-            }
+            MapImp::OfPin => match &state.imp {
+                PinnedImp::Vulkan { imported, .. } => {
+                    // SAFETY: mapped by Pinned::map for this value; unused from now on.
+                    unsafe { imported.unmap() };
+                }
+                PinnedImp::Pool(p) => {
+                    let _ = p.unmap();
+                }
+                PinnedImp::GdrDrv { .. } | PinnedImp::DmaBuf { .. } => {}
+            },
         }
-        self.pinned.mapped.store(false, Ordering::Release);
+        state.mapped.store(false, Ordering::Release);
+        // The pin itself goes with the last of this mapping and its Pinned.
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pins_and_mappings_cross_threads() {
+        // libgdrapi's table and the Python package share both between threads.
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Pinned>();
+        send_sync::<PinnedMapping>();
+    }
 
     #[test]
     fn backend_names_round_trip() {

@@ -1,9 +1,10 @@
 //! The registration cache over CUDA dma-buf exports: [`DmaBufRegistrar`], its default budget
 //! from free BAR1, and [`Tracked`], memory that drops its cache entries when it is freed.
 
-use super::dmabuf::{buffer_id, DmaBuf, PeerError};
 use super::regcache::{CacheConfig, RegCache, Registrar, Tag};
-use crate::cuda::{Context, DeviceMemory};
+use crate::bar::dmabuf::{DmaBuf, PeerError};
+use crate::cuda::{buffer_id, Context, DeviceMemory};
+use crate::page::GPU_PAGE_SIZE;
 use std::sync::Arc;
 
 /// Registers CUDA ranges as dma-buf exports. Tags are CUDA's BUFFER_IDs.
@@ -82,7 +83,7 @@ pub fn default_budget(ctx: &Context) -> u64 {
 /// Half the free BAR1, at least one GPU page; the fallback when unknown.
 pub fn budget_from_bar1(bar1: Option<(u64, u64)>) -> u64 {
     match bar1 {
-        Some((total, used)) => (total.saturating_sub(used) / 2).max(super::GPU_PAGE_SIZE),
+        Some((total, used)) => (total.saturating_sub(used) / 2).max(GPU_PAGE_SIZE),
         None => FALLBACK_BUDGET,
     }
 }

@@ -64,9 +64,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockWriteGuard};
 
-/// The GPU page: NVIDIA GPUs map memory into BAR1 in 64 KiB pages (the same constant as the
-/// gdrdrv ABI's).
-pub const GPU_PAGE_SIZE: u64 = crate::bar::gdrdrv::GPU_PAGE_SIZE;
+// The GPU page: NVIDIA GPUs map memory into BAR1 in 64 KiB pages. The same constant as the
+// gdrdrv ABI's, both from the page module below every other.
+pub use crate::page::GPU_PAGE_SIZE;
 
 /// How many allocation tags an entry remembers; older ones are forgotten (which at worst costs a
 /// needless re-registration).
@@ -199,7 +199,7 @@ impl CacheConfig {
 
 /// A [`CacheConfig`] that cannot work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
+pub enum CacheConfigError {
     /// Rounding needs a power-of-two page.
     #[error("cache page size {0:#x} is not a power of two")]
     PageSize(u64),
@@ -544,9 +544,9 @@ struct Plan {
 
 impl<R: Registrar> RegCache<R> {
     /// A cache over `registrar` with the given budgets.
-    pub fn new(registrar: R, config: CacheConfig) -> Result<Self, ConfigError> {
+    pub fn new(registrar: R, config: CacheConfig) -> Result<Self, CacheConfigError> {
         if !config.page_size.is_power_of_two() {
-            return Err(ConfigError::PageSize(config.page_size));
+            return Err(CacheConfigError::PageSize(config.page_size));
         }
         let shards = match config.read_shards {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),

@@ -28,7 +28,7 @@ pub mod sys;
 mod tests;
 
 pub use file::{DevFile, DeviceFile};
-pub use mapping::{BarMapping, Pinned};
+pub use mapping::{GdrDrvMapping, GdrDrvPin};
 pub use sys::*;
 
 use std::fmt;
@@ -178,9 +178,9 @@ impl MappingType {
 
 /// A driver attribute for [`GdrDrv::get_attr`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Attr(pub u32);
+pub struct GdrDrvAttr(pub u32);
 
-impl Attr {
+impl GdrDrvAttr {
     /// Non-zero if the driver pins with `nvidia_p2p_get_pages_persistent` (no free callback).
     pub const USE_PERSISTENT_MAPPING: Self = Self(1);
     /// Non-zero if the driver and the GPU driver support [`PinFlags::FORCE_PCIE`].
@@ -242,12 +242,7 @@ impl GdrDrv<DevFile> {
 impl<F: DeviceFile> GdrDrv<F> {
     /// Wraps an open device file: asks its version and checks it accepts this API.
     pub fn with_file(file: F) -> Result<Self, GdrDrvError> {
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        let page = u64::try_from(page)
-            .ok()
-            .filter(|p| p.is_power_of_two())
-            .unwrap_or(4096);
+        let page = crate::page::host_page_size();
         let mut drv = Self {
             file,
             version: DriverVersion {
@@ -420,7 +415,7 @@ impl<F: DeviceFile> GdrDrv<F> {
     }
 
     /// A driver attribute (`GET_ATTR`, driver 2.4+).
-    pub fn get_attr(&self, attr: Attr) -> Result<u32, GdrDrvError> {
+    pub fn get_attr(&self, attr: GdrDrvAttr) -> Result<u32, GdrDrvError> {
         let mut p = GetAttrParams {
             attr: attr.0,
             val: 0,
@@ -442,7 +437,7 @@ impl<F: DeviceFile> GdrDrv<F> {
 
     /// Maps `size` bytes of a pinned range for the CPU (rounded up to the host page). The mapping
     /// borrows the driver, so it cannot outlive it; it is unmapped on drop. Prefer
-    /// [`Pinned::map`], which also ties it to the pin.
+    /// [`GdrDrvPin::map`], which also ties it to the pin.
     ///
     /// # Safety
     /// `handle` must stay pinned until the mapping is dropped: the mapping borrows only the
@@ -451,7 +446,7 @@ impl<F: DeviceFile> GdrDrv<F> {
         &self,
         handle: Handle,
         size: usize,
-    ) -> Result<BarMapping<'_, F>, GdrDrvError> {
+    ) -> Result<GdrDrvMapping<'_, F>, GdrDrvError> {
         if size == 0 {
             return Err(GdrDrvError::EmptyRange { op: "map" });
         }
@@ -471,7 +466,7 @@ impl<F: DeviceFile> GdrDrv<F> {
                 len,
                 source,
             })?;
-        Ok(BarMapping {
+        Ok(GdrDrvMapping {
             drv: self,
             ptr,
             len,
@@ -482,9 +477,14 @@ impl<F: DeviceFile> GdrDrv<F> {
     }
 
     /// Pins and returns a guard that unpins on drop; mappings made from it borrow it.
-    pub fn pin(&self, addr: u64, size: u64, flags: PinFlags) -> Result<Pinned<'_, F>, GdrDrvError> {
+    pub fn pin(
+        &self,
+        addr: u64,
+        size: u64,
+        flags: PinFlags,
+    ) -> Result<GdrDrvPin<'_, F>, GdrDrvError> {
         let handle = self.pin_buffer(addr, size, flags)?;
-        Ok(Pinned {
+        Ok(GdrDrvPin {
             drv: self,
             handle,
             size,

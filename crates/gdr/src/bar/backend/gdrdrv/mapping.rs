@@ -1,5 +1,5 @@
-//! What a pin hands out: the [`Pinned`] guard that unpins on drop, and the [`BarMapping`] of it
-//! that the CPU reads and writes.
+//! What a pin hands out: the [`GdrDrvPin`] guard that unpins on drop, and the [`GdrDrvMapping`]
+//! of it that the CPU reads and writes.
 
 use super::{DevFile, DeviceFile, GdrDrv, GdrDrvError, Handle, PinInfo};
 use std::fmt;
@@ -7,13 +7,13 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 /// A pinned range that unpins itself when dropped.
-pub struct Pinned<'d, F: DeviceFile = DevFile> {
+pub struct GdrDrvPin<'d, F: DeviceFile = DevFile> {
     pub(super) drv: &'d GdrDrv<F>,
     pub(super) handle: Handle,
     pub(super) size: u64,
 }
 
-impl<'d, F: DeviceFile> Pinned<'d, F> {
+impl<'d, F: DeviceFile> GdrDrvPin<'d, F> {
     pub fn handle(&self) -> Handle {
         self.handle
     }
@@ -32,7 +32,7 @@ impl<'d, F: DeviceFile> Pinned<'d, F> {
     }
 
     /// Maps the pin for the CPU; the mapping borrows the pin, so it cannot outlive it.
-    pub fn map(&self, size: usize) -> Result<BarMapping<'_, F>, GdrDrvError> {
+    pub fn map(&self, size: usize) -> Result<GdrDrvMapping<'_, F>, GdrDrvError> {
         // SAFETY: the mapping borrows this pin, which unpins only when dropped or consumed.
         unsafe { self.drv.map(self.handle, size) }
     }
@@ -44,16 +44,16 @@ impl<'d, F: DeviceFile> Pinned<'d, F> {
     }
 }
 
-impl<F: DeviceFile> Drop for Pinned<'_, F> {
+impl<F: DeviceFile> Drop for GdrDrvPin<'_, F> {
     fn drop(&mut self) {
         // Nothing to do about a failure here; `unpin` reports it to those who ask.
         let _ = self.drv.unpin(self.handle);
     }
 }
 
-impl<F: DeviceFile> fmt::Debug for Pinned<'_, F> {
+impl<F: DeviceFile> fmt::Debug for GdrDrvPin<'_, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pinned")
+        f.debug_struct("GdrDrvPin")
             .field("handle", &self.handle)
             .field("size", &self.size)
             .finish()
@@ -65,10 +65,10 @@ impl<F: DeviceFile> fmt::Debug for Pinned<'_, F> {
 /// The memory is device memory (typically write-combined): access it with volatile or
 /// streaming accesses through [`as_ptr`](Self::as_ptr), never as an ordinary Rust slice.
 ///
-/// A mapping made from a [`Pinned`] cannot outlive the pin (nor any mapping the driver):
+/// A mapping made from a [`GdrDrvPin`] cannot outlive the pin (nor any mapping the driver):
 /// ```compile_fail
-/// use gdr::bar::gdrdrv::{BarMapping, GdrDrv, PinFlags};
-/// fn leak(drv: &GdrDrv) -> BarMapping<'_> {
+/// use gdr::bar::gdrdrv::{GdrDrv, GdrDrvMapping, PinFlags};
+/// fn leak(drv: &GdrDrv) -> GdrDrvMapping<'_> {
 ///     let pinned = drv.pin(0x7f00_0000_0000, 1, PinFlags::NONE).unwrap();
 ///     pinned.map(1).unwrap() // error: `pinned` is unpinned at the end of this function
 /// }
@@ -82,7 +82,7 @@ impl<F: DeviceFile> fmt::Debug for Pinned<'_, F> {
 ///     mapping.mapped_len()
 /// }
 /// ```
-pub struct BarMapping<'a, F: DeviceFile = DevFile> {
+pub struct GdrDrvMapping<'a, F: DeviceFile = DevFile> {
     pub(super) drv: &'a GdrDrv<F>,
     pub(super) ptr: NonNull<u8>,
     pub(super) len: usize,
@@ -95,9 +95,9 @@ pub struct BarMapping<'a, F: DeviceFile = DevFile> {
 // SAFETY: the mapping is an address range of this process; nothing in it is tied to the thread
 // that made it (gdrdrv checks the process, not the thread), and unmapping from another thread is
 // fine. It is not Sync: concurrent access through the raw pointer is the caller's business.
-unsafe impl<F: DeviceFile + Sync> Send for BarMapping<'_, F> {}
+unsafe impl<F: DeviceFile + Sync> Send for GdrDrvMapping<'_, F> {}
 
-impl<F: DeviceFile> BarMapping<'_, F> {
+impl<F: DeviceFile> GdrDrvMapping<'_, F> {
     /// Start of the mapping: the first byte of the pinned (GPU-page-rounded) range.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
@@ -116,18 +116,26 @@ impl<F: DeviceFile> BarMapping<'_, F> {
     pub fn handle(&self) -> Handle {
         self.handle
     }
+
+    /// Gives up the guard without unmapping: the start and the mapped length. For an owner
+    /// that keeps the driver alive by other means (an `Arc`) and so cannot hold the borrow; it
+    /// must unmap them with the driver file's `munmap` before the handle is unpinned.
+    pub(crate) fn into_raw(self) -> (NonNull<u8>, usize) {
+        let this = std::mem::ManuallyDrop::new(self);
+        (this.ptr, this.len)
+    }
 }
 
-impl<F: DeviceFile> Drop for BarMapping<'_, F> {
+impl<F: DeviceFile> Drop for GdrDrvMapping<'_, F> {
     fn drop(&mut self) {
         // SAFETY: `ptr`/`len` are the mapping `map` made, and this guard is its only owner.
         let _ = unsafe { self.drv.file.munmap(self.ptr, self.len) };
     }
 }
 
-impl<F: DeviceFile> fmt::Debug for BarMapping<'_, F> {
+impl<F: DeviceFile> fmt::Debug for GdrDrvMapping<'_, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BarMapping")
+        f.debug_struct("GdrDrvMapping")
             .field("ptr", &self.ptr)
             .field("size", &self.size)
             .field("mapped_len", &self.len)

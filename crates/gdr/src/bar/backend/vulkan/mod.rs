@@ -6,11 +6,20 @@
 //! write-combined CPU mapping of BAR1), and import the same memory into CUDA
 //! (`cuImportExternalMemory`), which gives a device pointer to the same bytes. Buffers are
 //! sub-allocated from blocks because `vkAllocateMemory` costs milliseconds.
+//!
+//! The same device also imports existing `cuMemCreate` memory (exported as a POSIX fd) into
+//! that memory type and maps it: the Vulkan way of pinning, for the pin layer and for
+//! [`MappedImport`].
 
-use super::range_alloc::RangeAlloc;
-use super::{BarError, MappedBuffer};
-use crate::cuda::{Context, ExternalMemory};
+mod buffer;
+
+pub use buffer::MappedBuffer;
+
+use crate::bar::range_alloc::RangeAlloc;
+use crate::cuda::{Context, CudaError, ExternalMemory};
+use crate::page::keep_from_fork;
 use ash::vk;
+use gdr_mem::AccessError;
 use std::ffi::CStr;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, Weak};
@@ -21,6 +30,47 @@ pub const DEFAULT_BLOCK_SIZE: usize = 64 << 20;
 const DEDICATED_THRESHOLD: usize = 16 << 20;
 /// Block sizes are multiples of this (the GPU page size used for BAR mappings).
 const BLOCK_GRANULE: usize = 2 << 20;
+
+/// Errors from the BAR-mapping backends. Each says what is missing and how to get it.
+#[derive(Debug, thiserror::Error)]
+pub enum BarError {
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+    #[error(
+        "the Vulkan loader (libvulkan.so.1) is not installed ({0}); install the libvulkan1 \
+         package"
+    )]
+    NoLoader(String),
+    #[error(
+        "no NVIDIA Vulkan driver (ICD) found: {0}; install the NVIDIA driver's Vulkan part \
+         (nvidia_icd.json, e.g. libnvidia-gl-<version>) or point VK_DRIVER_FILES at its ICD file"
+    )]
+    NoIcd(String),
+    #[error(
+        "Vulkan does not list the CUDA device (it sees: {seen}); is the NVIDIA ICD the one in use?"
+    )]
+    DeviceNotFound { seen: String },
+    #[error(
+        "the GPU offers no DEVICE_LOCAL|HOST_VISIBLE memory to Vulkan: BAR1 is not mappable; \
+         enable resizable BAR (Above 4G decoding) in the firmware"
+    )]
+    NoHostVisibleVram,
+    #[error(
+        "out of BAR-mappable GPU memory allocating {size} bytes (host-visible heap is {heap} bytes)"
+    )]
+    OutOfMemory { size: usize, heap: u64 },
+    #[error("CUDA cannot import the Vulkan memory ({0}); CUDA-Vulkan interop is unavailable")]
+    NoInterop(String),
+    #[error("Vulkan call {call} failed: {result}")]
+    Vulkan {
+        call: &'static str,
+        result: ash::vk::Result,
+    },
+    #[error("bad allocation request: {0}")]
+    BadLayout(String),
+    #[error("mapped buffer: {0}")]
+    Access(#[from] AccessError),
+}
 
 /// What Vulkan says about the BAR-mappable memory of one GPU (for `gdr info`).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -188,7 +238,7 @@ impl VkDevice {
 }
 
 /// One `vkAllocateMemory` block: mapped for the CPU, imported into CUDA, sub-allocated.
-pub(super) struct Block {
+struct Block {
     dev: Arc<VkDevice>,
     memory: vk::DeviceMemory,
     host: *mut u8,
@@ -231,7 +281,7 @@ impl Block {
                 .map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty())
         } {
             Ok(p) => {
-                super::keep_from_fork(p.cast(), size);
+                keep_from_fork(p.cast(), size);
                 p.cast::<u8>()
             }
             Err(r) => {
@@ -277,16 +327,16 @@ impl Block {
         })
     }
 
-    pub(super) fn host_base(&self) -> *mut u8 {
+    fn host_base(&self) -> *mut u8 {
         self.host
     }
 
-    pub(super) fn device_base(&self) -> u64 {
+    fn device_base(&self) -> u64 {
         use crate::cuda::DeviceMemory;
         self.cuda.as_ref().map_or(0, |c| c.device_ptr())
     }
 
-    pub(super) fn context(&self) -> &Context {
+    fn context(&self) -> &Context {
         self.cuda.as_ref().expect("block is live").context()
     }
 
@@ -295,7 +345,7 @@ impl Block {
     }
 
     /// Returns a range; true when the block is now empty.
-    pub(super) fn release(&self, offset: usize, len: usize) -> bool {
+    fn release(&self, offset: usize, len: usize) -> bool {
         let mut r = self.ranges.lock().expect("block lock");
         r.free(offset, len);
         r.is_empty()
@@ -316,7 +366,7 @@ impl Drop for Block {
     }
 }
 
-pub(super) struct Pool {
+struct Pool {
     dev: Arc<VkDevice>,
     ctx: Context,
     block_size: usize,
@@ -326,7 +376,7 @@ pub(super) struct Pool {
 impl Pool {
     /// Called by a dropped buffer whose block became empty: release the block unless it is
     /// the only shared one (kept to make the next allocation cheap).
-    pub(super) fn block_emptied(&self, block: &Arc<Block>) {
+    fn block_emptied(&self, block: &Arc<Block>) {
         let mut blocks = self.blocks.lock().expect("pool lock");
         if blocks.len() > 1 {
             if let Some(i) = blocks.iter().position(|b| Arc::ptr_eq(b, block)) {
@@ -516,7 +566,7 @@ impl VulkanBackend {
     }
 }
 
-pub(super) type PoolRef = Weak<Pool>;
+type PoolRef = Weak<Pool>;
 
 /// Memory made by another API (a CUDA `cuMemCreate` allocation exported as a POSIX fd)
 /// imported into Vulkan in the host-visible device-local memory type, so that `vkMapMemory` can
@@ -528,7 +578,7 @@ pub(crate) struct Imported {
 }
 
 // SAFETY: a Vulkan memory handle is a plain value usable from any thread; mapping and unmapping
-// are serialised by the owner (`bar::pin`).
+// are serialised by the owner (the pin layer, `bar::pin`).
 unsafe impl Send for Imported {}
 // SAFETY: as above.
 unsafe impl Sync for Imported {}
@@ -643,7 +693,7 @@ impl Imported {
                 .map_memory(self.memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty())
         }
         .map(|p| {
-            super::keep_from_fork(p.cast(), self.size);
+            keep_from_fork(p.cast(), self.size);
             p.cast::<u8>()
         })
         .map_err(vk_err("vkMapMemory"))

@@ -7,8 +7,12 @@
 //! and remembers where the caller's bytes sit in the exported range. It asks for a BAR1 (PCIe)
 //! mapping first and falls back to the driver's choice when that is refused (the H100 here
 //! answers `CUDA_ERROR_NOT_SUPPORTED`), saying which one it got.
+//!
+//! The same export is the dma-buf pin backend: the pin layer `mmap`s its descriptor for a CPU
+//! mapping. Other devices' drivers get it through `gdr::peer`, which re-exports it.
 
-use crate::cuda::{self, Context, CudaError, DeviceMemory};
+use crate::cuda::{self, set_sync_memops, Context, CudaError, DeviceMemory};
+use crate::page::host_page_size;
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -78,16 +82,6 @@ impl fmt::Display for DmaBufMapping {
     }
 }
 
-/// The host page size.
-pub fn host_page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(p)
-        .ok()
-        .filter(|p| p.is_power_of_two())
-        .unwrap_or(4096)
-}
-
 /// Set once the driver refused the PCIe mapping flag, so later exports skip the doomed call.
 static PCIE_REFUSED: AtomicBool = AtomicBool::new(false);
 
@@ -95,8 +89,6 @@ static PCIE_REFUSED: AtomicBool = AtomicBool::new(false);
 pub fn allocation_range(addr: u64) -> Result<(u64, u64), PeerError> {
     cuda::allocation_range(addr).map_err(|source| PeerError::NotDeviceMemory { addr, source })
 }
-
-pub use cuda::{buffer_id, set_sync_memops};
 
 /// A dma-buf file descriptor exported for a range of CUDA memory. The descriptor closes when
 /// the value drops (importers that took their own reference keep the memory pinned).
@@ -311,12 +303,6 @@ impl fmt::Debug for DmaBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn page_size_is_a_power_of_two() {
-        assert!(host_page_size().is_power_of_two());
-        assert!(host_page_size() >= 4096);
-    }
 
     #[test]
     fn out_of_memory_is_recognised() {

@@ -1,0 +1,146 @@
+//! [`MappedBuffer`]: a sub-allocation of a Vulkan block, at once a CUDA device pointer and a
+//! write-combined CPU mapping. Kept here, next to the blocks it is cut from, because the two
+//! need each other: a block hands out buffers, and a buffer returns its range to the block.
+
+use super::{BarError, Block, PoolRef};
+use crate::cuda::{self, DeviceMemory};
+use gdr_mem::{check_range, Caching, MappedMemory};
+use std::sync::Arc;
+
+/// GPU memory with a CPU mapping: a CUDA device pointer and a write-combined BAR1 mapping of
+/// the same bytes. Freed (returned to its block) on drop.
+pub struct MappedBuffer {
+    block: Arc<Block>,
+    pool: Option<PoolRef>,
+    offset: usize,
+    len: usize,
+    reserved: usize,
+}
+
+impl MappedBuffer {
+    pub(super) fn new(
+        block: Arc<Block>,
+        pool: Option<PoolRef>,
+        offset: usize,
+        len: usize,
+        reserved: usize,
+    ) -> Self {
+        MappedBuffer {
+            block,
+            pool,
+            offset,
+            len,
+            reserved,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The CUDA context the device pointer belongs to.
+    pub fn context(&self) -> &cuda::Context {
+        self.block.context()
+    }
+
+    /// Writes `src` at `offset` through the CPU mapping (stream stores + store fence): when it
+    /// returns, the bytes are visible to work the GPU starts afterwards.
+    #[inline]
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), BarError> {
+        Ok(self.write_at(offset, src)?)
+    }
+
+    /// Like [`write`](Self::write) but split across `threads` CPU threads (bulk copies).
+    pub fn write_parallel(
+        &self,
+        offset: usize,
+        src: &[u8],
+        threads: usize,
+    ) -> Result<(), BarError> {
+        check_range(offset, src.len(), self.len)?;
+        // SAFETY: the range is inside this buffer's part of the mapping (checked), which stays
+        // mapped while self holds the block.
+        unsafe { crate::copy::copy_to_mapping_parallel(self.host_ptr().add(offset), src, threads) };
+        Ok(())
+    }
+
+    /// Reads `dst.len()` bytes at `offset` through the CPU mapping (stream loads).
+    #[inline]
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), BarError> {
+        Ok(self.read_at(offset, dst)?)
+    }
+
+    /// Like [`read`](Self::read) but split across `threads` CPU threads.
+    pub fn read_parallel(
+        &self,
+        offset: usize,
+        dst: &mut [u8],
+        threads: usize,
+    ) -> Result<(), BarError> {
+        check_range(offset, dst.len(), self.len)?;
+        // SAFETY: the range is inside the buffer; the aligned 64-byte lines around it are
+        // inside the block's page-granular mapping, which the copy routine may read.
+        unsafe {
+            crate::copy::copy_from_mapping_parallel(dst, self.host_ptr().add(offset), threads)
+        };
+        Ok(())
+    }
+
+    /// The CPU address of the first byte. Valid only while `self` lives; for code that shares
+    /// words with GPU threads (flags, rings) through volatile accesses.
+    pub fn host_ptr(&self) -> *mut u8 {
+        // SAFETY: offset lies inside the block's mapping.
+        unsafe { self.block.host_base().add(self.offset) }
+    }
+}
+
+// SAFETY: host_ptr..+len is this buffer's part of the block's mapping, which stays mapped (at
+// that address) while self holds the block; the mapping is page-granular, so the lines around
+// the range are readable; no Rust reference to the bytes is ever handed out.
+unsafe impl MappedMemory for MappedBuffer {
+    #[inline]
+    fn cpu_ptr(&self) -> *mut u8 {
+        self.host_ptr()
+    }
+    #[inline]
+    fn size(&self) -> usize {
+        self.len
+    }
+    #[inline]
+    fn caching(&self) -> Caching {
+        Caching::WriteCombined
+    }
+}
+
+impl DeviceMemory for MappedBuffer {
+    fn device_ptr(&self) -> u64 {
+        self.block.device_base() + self.offset as u64
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for MappedBuffer {
+    fn drop(&mut self) {
+        let emptied = self.block.release(self.offset, self.reserved);
+        if emptied {
+            if let Some(pool) = self.pool.as_ref().and_then(|w| w.upgrade()) {
+                pool.block_emptied(&self.block);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for MappedBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MappedBuffer")
+            .field("device_ptr", &format_args!("{:#x}", self.device_ptr()))
+            .field("len", &self.len)
+            .finish()
+    }
+}
