@@ -1,7 +1,7 @@
 //! `gdr topo` as a user runs it: on trees built at run time, the hints it prints and how it
 //! deals with a hostile capture (warnings on stderr, the rest on stdout, done quickly).
 
-use gdr::topo::fixture::{Function, TreeBuilder};
+use gdr::topo::fixture::{FixtureFunction, TreeBuilder};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -53,11 +53,17 @@ fn tree(name: &str, with_endpoint: bool) -> (TempDir, Option<PathBuf>) {
     let mut t = TreeBuilder::create(root.path()).unwrap();
     let hb = t.host_bridge("pci0000:00").unwrap();
     let rp = t
-        .add(&hb, Function::new("0000:00:01.0", 0x8086, 0x352a, 0x060400))
+        .add(
+            &hb,
+            FixtureFunction::new("0000:00:01.0", 0x8086, 0x352a, 0x060400),
+        )
         .unwrap();
     let dev = with_endpoint.then(|| {
-        t.add(&rp, Function::new("0000:01:00.0", 0x8086, 0xa352, 0x010601))
-            .unwrap()
+        t.add(
+            &rp,
+            FixtureFunction::new("0000:01:00.0", 0x8086, 0xa352, 0x010601),
+        )
+        .unwrap()
     });
     (root, dev)
 }

@@ -399,7 +399,7 @@ fn guest(dev: &str, peer: &str, seed: u64) -> Report {
     });
 
     rep.case("error-misaligned", || {
-        let host = gdr_dma::HostBuffer::new(3 * 4096).map_err(e2s)?;
+        let host = gdr_dma::HostPages::new(3 * 4096).map_err(e2s)?;
         // SAFETY: refused (misaligned), so nothing is mapped.
         match unsafe { s.space.map_part(&host, 100, 4096, "odd") } {
             Err(DmaError::Misaligned { .. }) => {}

@@ -95,6 +95,7 @@ impl<R: RegisterIo> EduEngine<R> {
         ((id >> 24) as u8, (id >> 16) as u8)
     }
 
+    /// Whether completions are waited for by interrupt (else the command register is polled).
     pub fn uses_interrupts(&self) -> bool {
         self.irq.is_some()
     }

@@ -16,8 +16,11 @@ pub enum Direction {
 /// One descriptor: `len` bytes between IOVA `iova` and device-memory offset `dev`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Segment {
+    /// The I/O virtual address on the host/peer side, as the IOMMU maps it.
     pub iova: u64,
+    /// Byte offset into the engine's device memory.
     pub dev: u64,
+    /// Bytes to move.
     pub len: u64,
 }
 
@@ -39,8 +42,11 @@ pub struct EngineLimits {
 /// What one or more submissions did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TransferStats {
+    /// Bytes moved.
     pub bytes: u64,
+    /// Descriptors (segments) run.
     pub descriptors: usize,
+    /// Submissions (descriptor lists) run.
     pub submissions: usize,
     /// Interrupts waited for (0 when the engine polled).
     pub interrupts: usize,
@@ -49,6 +55,7 @@ pub struct TransferStats {
 }
 
 impl TransferStats {
+    /// Adds the counts and time of `o` to these.
     pub fn add(&mut self, o: &TransferStats) {
         self.bytes += o.bytes;
         self.descriptors += o.descriptors;
@@ -62,6 +69,7 @@ impl TransferStats {
 pub trait DmaEngine {
     /// Short name for messages ("xdma", "edu").
     fn name(&self) -> &'static str;
+    /// What one submission may ask for; [`check_submission`] holds requests to it.
     fn limits(&self) -> EngineLimits;
     /// Runs `segs` in direction `dir` as one submission and waits for it, at most `timeout`.
     /// On timeout the engine is stopped (an engine that cannot abort, like edu, waits a bounded

@@ -10,7 +10,9 @@ pub enum DmaError {
     /// A system call failed; `op` names what was being attempted.
     #[error("{op}: {source}")]
     Sys {
+        /// What was being attempted ("open /dev/vfio/vfio", "VFIO_IOMMU_MAP_DMA iova ...").
         op: String,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
@@ -38,19 +40,30 @@ pub enum DmaError {
         "{addr} has no IOMMU group: the IOMMU is off. Enable VT-d/AMD-Vi in the firmware and boot \
          with `intel_iommu=on iommu=pt` (Intel) or `amd_iommu=on` (AMD)"
     )]
-    NoIommu { addr: String },
+    NoIommu {
+        /// The device's PCI address.
+        addr: String,
+    },
 
     /// The device is bound to another driver (or none); the message says how to bind it.
     #[error("{addr} is {current}, not vfio-pci; bind it with: {hint}")]
     NotBound {
+        /// The device's PCI address.
         addr: String,
+        /// Its state in words: "bound to xdma", "bound to no driver".
         current: String,
+        /// The shell commands that bind it to vfio-pci ([`bind_hint`](crate::bind_hint)).
         hint: String,
     },
 
     /// Some device of the IOMMU group is not bound to vfio-pci, so the group cannot be used.
     #[error("IOMMU group {group} is not viable: bind every device in it to vfio-pci ({members})")]
-    GroupNotViable { group: u32, members: String },
+    GroupNotViable {
+        /// The IOMMU group number.
+        group: u32,
+        /// The members in the way, with their drivers.
+        members: String,
+    },
 
     /// The kernel or the hardware does not offer what we need (the text names it).
     #[error("unsupported: need {0}")]
@@ -62,24 +75,33 @@ pub enum DmaError {
          1234:11e8); pass --engine xdma|edu to force one"
     )]
     UnknownDevice {
+        /// The device's PCI address.
         addr: String,
+        /// Its PCI vendor ID.
         vendor: u16,
+        /// Its PCI device ID.
         device: u16,
     },
 
     /// A region (BAR, config space) is absent, too small or cannot be mapped.
     #[error("region {index} of {addr}: {why}")]
     Region {
+        /// The device's PCI address.
         addr: String,
+        /// VFIO's region index: BAR0-5 are 0-5, the ROM 6, config space 7.
         index: u32,
+        /// What is wrong with it.
         why: String,
     },
 
     /// An address or length does not meet the alignment the hardware or the IOMMU needs.
     #[error("{what} {value:#x} is not aligned to {align:#x}")]
     Misaligned {
+        /// Which value: "descriptor IOVA", "length of an IOMMU mapping", ...
         what: &'static str,
+        /// The value given.
         value: u64,
+        /// The alignment it needs, in bytes (a power of two).
         align: u64,
     },
 
@@ -90,28 +112,49 @@ pub enum DmaError {
     /// A transfer names device memory or a descriptor length beyond what the engine has.
     #[error("{what}: {len:#x} bytes exceed the limit of {limit:#x}")]
     Oversize {
+        /// Which quantity: "descriptor length", "device memory range", ...
         what: &'static str,
+        /// The value asked for (a length, or an end address), in bytes or descriptors.
         len: u64,
+        /// The most there is, in the same unit.
         limit: u64,
     },
 
     /// A transfer names an IOVA range that is not (entirely) mapped in the IOMMU.
     #[error("IOVA range {iova:#x}+{len:#x} is not mapped for DMA")]
-    Unmapped { iova: u64, len: u64 },
+    Unmapped {
+        /// Start of the range.
+        iova: u64,
+        /// Bytes in the range.
+        len: u64,
+    },
 
     /// The IOVA window has no free range of that size left.
     #[error("IOVA window exhausted: no free {len:#x}-byte range below {limit:#x}")]
-    IovaExhausted { len: u64, limit: u64 },
+    IovaExhausted {
+        /// Bytes asked for.
+        len: u64,
+        /// The window's end (one past its last IOVA).
+        limit: u64,
+    },
 
     /// A wait ran out of time; the engine was stopped before returning.
     #[error("{what} did not finish within {after:?}")]
-    Timeout { what: String, after: Duration },
+    Timeout {
+        /// What was waited for ("XDMA ToDevice list of 3 descriptors").
+        what: String,
+        /// The limit that passed.
+        after: Duration,
+    },
 
     /// The engine stopped with an error status (decoded into words by the engine).
     #[error("{engine} reported an error: {detail} (status {status:#x})")]
     Engine {
+        /// The engine's name ("xdma", "edu").
         engine: &'static str,
+        /// The raw status register.
         status: u32,
+        /// The status decoded, with how far the submission got.
         detail: String,
     },
 

@@ -6,43 +6,66 @@
 
 use std::collections::BTreeMap;
 
+/// Bytes of a small entry: one GPU page (64 KiB).
 pub const SMALL: u64 = 64 << 10;
+/// Bytes of a large entry: 2 MiB, 32 contiguous GPU pages.
 pub const LARGE: u64 = 2 << 20;
 const PAGES_PER_LARGE: u64 = LARGE / SMALL;
 
 /// One GPU page: virtual -> physical (bus) address, both 64 KiB aligned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GpuPage {
+    /// GPU virtual address of the page.
     pub va: u64,
+    /// Physical (bus) address the page maps to, as a peer reaches it.
     pub pa: u64,
 }
 
 /// A table entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GtlbEntry {
+    /// GPU virtual address of the first byte the entry covers.
     pub va: u64,
+    /// Physical (bus) address of that byte; the entry covers `size` contiguous bytes.
     pub pa: u64,
-    /// [`SMALL`] or [`LARGE`].
+    /// Bytes covered: 64 KiB (one GPU page) or 2 MiB (32 of them).
     pub size: u64,
 }
 
 /// How many entries of each size the hardware table holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GtlbCapacity {
+    /// 2 MiB entries the table holds.
     pub large: usize,
+    /// 64 KiB entries the table holds.
     pub small: usize,
 }
 
+/// Why a table could not be built from the pages given.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum GtlbError {
+    /// A page's virtual or physical address is not a multiple of 64 KiB.
     #[error("page va {va:#x} pa {pa:#x} is not 64 KiB aligned")]
-    Misaligned { va: u64, pa: u64 },
+    Misaligned {
+        /// The page's virtual address.
+        va: u64,
+        /// The page's physical address.
+        pa: u64,
+    },
+    /// One virtual page was given two physical pages.
     #[error("virtual page {va:#x} is listed twice with different physical pages")]
-    Conflict { va: u64 },
+    Conflict {
+        /// The virtual address listed twice.
+        va: u64,
+    },
+    /// The pages need more entries of one size than the table holds.
     #[error("{kind} entries: need {needed}, the table holds {capacity}")]
     Capacity {
+        /// Which entry size: "2 MiB" or "64 KiB".
         kind: &'static str,
+        /// Entries of that size the pages need.
         needed: usize,
+        /// Entries of that size the table holds.
         capacity: usize,
     },
 }
@@ -113,6 +136,7 @@ impl Gtlb {
         })
     }
 
+    /// The entries, sorted by virtual address, as they would be written to the hardware.
     pub fn entries(&self) -> &[GtlbEntry] {
         &self.entries
     }

@@ -7,11 +7,14 @@ use std::collections::BTreeMap;
 /// A range of I/O virtual addresses: what a device puts in its descriptors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IovaRange {
+    /// The first address.
     pub iova: u64,
+    /// Bytes in the range.
     pub len: u64,
 }
 
 impl IovaRange {
+    /// The `len` bytes from `iova` on; nothing is checked (see [`IovaRange::end`]).
     pub fn new(iova: u64, len: u64) -> Self {
         IovaRange { iova, len }
     }
@@ -65,6 +68,7 @@ impl IovaAllocator {
         })
     }
 
+    /// One past the highest IOVA this allocator hands out.
     pub fn limit(&self) -> u64 {
         self.limit
     }

@@ -22,16 +22,20 @@ pub struct EventFd {
 }
 
 impl EventFd {
+    /// A new counter at 0, non-blocking and closed on exec.
+    ///
+    /// # Errors
+    /// [`DmaError::Sys`] when the kernel refuses an eventfd (descriptor limit reached).
     pub fn new() -> Result<Self> {
-        // SAFETY: eventfd has no memory preconditions; the result is checked below.
+        // SAFETY: eventfd takes no pointers; it only returns a descriptor or -1, checked below.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if fd < 0 {
             return Err(DmaError::last_os("eventfd"));
         }
-        // SAFETY: `fd` is a fresh descriptor we own.
-        Ok(EventFd {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        // SAFETY: `fd` was just returned by eventfd, is valid, and nothing else owns or closes
+        // it, so the OwnedFd becomes its only owner.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(EventFd { fd })
     }
 
     /// Another handle on the same counter (for the signalling side).
@@ -72,6 +76,7 @@ impl EventFd {
         }
     }
 
+    /// The descriptor, to hand to VFIO as an interrupt's eventfd; it stays owned by `self`.
     pub fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }

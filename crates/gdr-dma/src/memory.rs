@@ -1,6 +1,6 @@
 //! Memory a device can reach by DMA once it is mapped into the IOMMU: anything that is
 //! [`MappedMemory`] (gdr-mem's trait for CPU mappings of device-reachable memory): page-aligned
-//! host buffers ([`HostBuffer`]), BARs of other devices ([`crate::vfio::Bar`]), GPU memory that
+//! host buffers ([`HostPages`]), BARs of other devices ([`MappedBar`](crate::MappedBar)), GPU memory that
 //! gdr maps through BAR1 (`gdr::bar::MappedBuffer`), and any other CPU mapping ([`RawRegion`]).
 //!
 //! The CPU reaches such memory only through explicit copies ([`MappedMemory::read_at`],
@@ -28,7 +28,7 @@ pub fn align_up(v: u64, align: u64) -> Option<u64> {
 }
 
 /// Zeroed, page-aligned anonymous memory, unmapped on drop.
-pub struct HostBuffer {
+pub struct HostPages {
     ptr: NonNull<u8>,
     len: usize,
     map_len: usize,
@@ -36,11 +36,11 @@ pub struct HostBuffer {
 
 // SAFETY: the buffer is plain anonymous memory owned by this value; all CPU access goes through
 // copies, so sending or sharing the handle between threads cannot create data races in Rust.
-unsafe impl Send for HostBuffer {}
-// SAFETY: as above; `&HostBuffer` only permits copies in and out.
-unsafe impl Sync for HostBuffer {}
+unsafe impl Send for HostPages {}
+// SAFETY: as above; `&HostPages` only permits copies in and out.
+unsafe impl Sync for HostPages {}
 
-impl HostBuffer {
+impl HostPages {
     /// Allocates `len` bytes (rounded up to whole pages), zero-filled.
     pub fn new(len: usize) -> Result<Self> {
         if len == 0 {
@@ -67,7 +67,7 @@ impl HostBuffer {
         }
         let ptr = NonNull::new(p.cast::<u8>())
             .ok_or_else(|| DmaError::Invalid("mmap gave NULL".into()))?;
-        Ok(HostBuffer { ptr, len, map_len })
+        Ok(HostPages { ptr, len, map_len })
     }
 
     /// The length asked for.
@@ -75,12 +75,13 @@ impl HostBuffer {
         self.len
     }
 
+    /// Whether the length asked for is 0 (never so: [`HostPages::new`] refuses 0).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 }
 
-impl Drop for HostBuffer {
+impl Drop for HostPages {
     fn drop(&mut self) {
         // SAFETY: ptr/map_len are exactly what mmap returned, unmapped once here.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.map_len) };
@@ -89,7 +90,7 @@ impl Drop for HostBuffer {
 
 // SAFETY: the mapping lives, page-aligned and at a fixed address, until drop; it is only
 // reached through copies.
-unsafe impl MappedMemory for HostBuffer {
+unsafe impl MappedMemory for HostPages {
     fn cpu_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
@@ -147,7 +148,7 @@ mod tests {
 
     #[test]
     fn host_buffer_is_zeroed_page_aligned_and_bounds_checked() {
-        let b = HostBuffer::new(5000).unwrap();
+        let b = HostPages::new(5000).unwrap();
         assert_eq!(b.len(), 5000);
         assert_eq!(b.size() as u64 % page_size(), 0);
         assert_eq!(b.cpu_ptr() as u64 % page_size(), 0);
@@ -167,6 +168,6 @@ mod tests {
             b.write_at(usize::MAX, &[1]),
             Err(AccessError::OutOfBounds { .. })
         ));
-        assert!(matches!(HostBuffer::new(0), Err(DmaError::Invalid(_))));
+        assert!(matches!(HostPages::new(0), Err(DmaError::Invalid(_))));
     }
 }

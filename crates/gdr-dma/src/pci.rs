@@ -61,7 +61,7 @@ pub fn bind_hint(addr: &Bdf, driver: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gdr_pci::fixture::{Function, TreeBuilder};
+    use gdr_pci::fixture::{FixtureFunction, TreeBuilder};
 
     fn bdf(s: &str) -> Bdf {
         s.parse().unwrap()
@@ -83,7 +83,8 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let mut t = TreeBuilder::create(tmp.path()).unwrap();
         let hb = t.host_bridge("pci0000:00").unwrap();
-        let f = |a: &str| Function::new(a, 0x10de, 0x0001, 0x058000).subsystem(0x10de, 0x0002);
+        let f =
+            |a: &str| FixtureFunction::new(a, 0x10de, 0x0001, 0x058000).subsystem(0x10de, 0x0002);
         for func in [
             f("0000:01:00.0").driver("vfio-pci").iommu(5),
             f("0000:02:00.0").driver("xdma").iommu(6),

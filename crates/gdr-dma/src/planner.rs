@@ -40,8 +40,12 @@ pub struct Step {
 /// bounce buffer for device-to-device copies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Staging {
+    /// Where the staging window starts in device memory, in bytes (aligned to the engine).
     pub dev_offset: u64,
+    /// Bytes of the window: each round of an IOVA-to-IOVA copy moves at most this much.
     pub len: u64,
+    /// A mapped host buffer that device-to-device copies go through (out to it, back in);
+    /// `None` refuses such copies.
     pub bounce: Option<IovaRange>,
 }
 
@@ -271,6 +275,7 @@ impl<'a> Copier<'a> {
         }
     }
 
+    /// Stages through `staging` instead of all of device memory.
     pub fn staging(mut self, staging: Staging) -> Self {
         self.staging = staging;
         self

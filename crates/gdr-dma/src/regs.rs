@@ -10,7 +10,9 @@ use std::ptr::NonNull;
 pub trait RegisterIo {
     /// Size of the register block in bytes.
     fn len(&self) -> u64;
+    /// Reads the 32-bit register at byte `offset`.
     fn read32(&self, offset: u64) -> u32;
+    /// Writes `value` to the 32-bit register at byte `offset`.
     fn write32(&self, offset: u64, value: u32);
     /// A 64-bit read. The default reads low then high half; MMIO does one 8-byte access, which
     /// devices with 64-bit registers (edu) need.
@@ -22,6 +24,7 @@ pub trait RegisterIo {
         self.write32(offset, value as u32);
         self.write32(offset + 4, (value >> 32) as u32);
     }
+    /// Whether the block has no registers at all.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -78,7 +81,8 @@ impl RegisterIo for Mmio {
         if !self.in_range(offset, 4) {
             return;
         }
-        // SAFETY: as in `read32`: aligned, in range, mapping alive.
+        // SAFETY: as in `read32`: `in_range` checked that the 4-byte access is aligned and ends
+        // inside the mapping, which `Mmio::new`'s caller keeps alive.
         unsafe {
             self.base
                 .as_ptr()
@@ -92,7 +96,8 @@ impl RegisterIo for Mmio {
         if !self.in_range(offset, 8) {
             return u64::MAX;
         }
-        // SAFETY: aligned 8-byte access inside the live mapping.
+        // SAFETY: `in_range` checked that the 8-byte access is aligned and ends inside the
+        // mapping, which `Mmio::new`'s caller keeps alive; volatile as the device changes it.
         unsafe {
             self.base
                 .as_ptr()
@@ -106,7 +111,8 @@ impl RegisterIo for Mmio {
         if !self.in_range(offset, 8) {
             return;
         }
-        // SAFETY: aligned 8-byte access inside the live mapping.
+        // SAFETY: `in_range` checked that the 8-byte access is aligned and ends inside the
+        // mapping, which `Mmio::new`'s caller keeps alive; volatile as the device changes it.
         unsafe {
             self.base
                 .as_ptr()
@@ -125,8 +131,9 @@ mod tests {
     fn mmio_over_plain_memory_reads_back_and_rejects_out_of_range() {
         let mut backing = vec![0u64; 4];
         let base = NonNull::new(backing.as_mut_ptr().cast::<u8>()).unwrap();
-        // SAFETY: `backing` outlives `mmio` and is 32 bytes long.
         {
+            // SAFETY: `backing` is 32 bytes, outlives `mmio` (dropped at the end of this
+            // block) and is not touched through any other reference meanwhile.
             let mmio = unsafe { Mmio::new(base, 32) };
             mmio.write32(4, 0xdead_beef);
             assert_eq!(mmio.read32(4), 0xdead_beef);

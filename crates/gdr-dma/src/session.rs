@@ -7,7 +7,7 @@ use crate::error::{DmaError, Result};
 use crate::iommu::IommuSpace;
 use crate::irq::Interrupt;
 use crate::pci::{Bdf, PciInfo, Sysfs};
-use crate::vfio::{Bar, Vfio, VfioDevice};
+use crate::vfio::{MappedBar, Vfio, VfioDevice};
 use crate::xdma::{self, Leds, XdmaConfig, XdmaEngine};
 
 /// Which engine drives the device.
@@ -15,7 +15,9 @@ use crate::xdma::{self, Leds, XdmaConfig, XdmaEngine};
 pub enum EngineKind {
     /// Chosen from the PCI vendor:device ID.
     Auto,
+    /// The Xilinx XDMA engine ([`XdmaEngine`](crate::XdmaEngine)): PicoEVB, HTG-K800.
     Xdma,
+    /// QEMU's edu device ([`EduEngine`](crate::EduEngine)).
     Edu,
 }
 
@@ -33,6 +35,7 @@ impl EngineKind {
 /// How to open.
 #[derive(Clone, Debug)]
 pub struct OpenOptions {
+    /// Which engine drives the device; [`EngineKind::Auto`] picks by vendor:device ID.
     pub engine: EngineKind,
     /// Wait for completions by interrupt (else poll the device).
     pub interrupts: bool,
@@ -40,6 +43,7 @@ pub struct OpenOptions {
     pub device_memory: Option<u64>,
     /// Lowest IOVA handed out (page 0 stays unmapped so a zero address faults).
     pub iova_base: u64,
+    /// The sysfs tree the device is looked up in (`/sys` by default).
     pub sysfs: Sysfs,
 }
 
@@ -58,10 +62,15 @@ impl Default for OpenOptions {
 /// An opened DMA device. Field order is drop order: the engine (and its descriptor mapping)
 /// goes before the device and the container.
 pub struct Session {
+    /// The device's DMA engine.
     pub engine: Box<dyn DmaEngine>,
-    pub leds: Option<Leds<Bar>>,
+    /// The board's LEDs (XDMA bitstreams with the GPIO on BAR0); `None` for edu.
+    pub leds: Option<Leds<MappedBar>>,
+    /// The IOMMU address space of the device's container: map buffers here for the engine.
     pub space: IommuSpace,
+    /// The engine that was chosen (never [`EngineKind::Auto`]).
     pub kind: EngineKind,
+    /// The VFIO device itself: regions, config space, reset.
     pub device: VfioDevice,
     vfio: Vfio,
 }
@@ -125,6 +134,7 @@ impl Session {
         Ok(d)
     }
 
+    /// What sysfs said about the device when it was opened: IDs, driver, IOMMU group.
     pub fn info(&self) -> &PciInfo {
         self.device.info()
     }

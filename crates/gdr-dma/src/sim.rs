@@ -11,7 +11,9 @@ use std::sync::Mutex;
 /// A DMA access that hit no mapping (what the model reports as a read or write error).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IovaFault {
+    /// Start of the access.
     pub iova: u64,
+    /// Bytes of the access.
     pub len: u64,
 }
 
@@ -22,6 +24,7 @@ pub struct SimIommu {
 }
 
 impl SimIommu {
+    /// An IOMMU with nothing mapped and a granule of `page` bytes.
     pub fn new(page: u64) -> Self {
         SimIommu {
             page,
@@ -64,7 +67,8 @@ impl SimIommu {
     /// A device write of `data` at `iova`.
     pub fn write(&self, iova: u64, data: &[u8]) -> Result<(), IovaFault> {
         let p = self.translate(iova, data.len() as u64)?;
-        // SAFETY: as in `read`.
+        // SAFETY: as in `read`, the translated span lies inside one mapping whose CPU memory
+        // `IommuSpace` keeps alive until it unmaps it; `data` is a separate, live buffer.
         unsafe { std::ptr::copy(data.as_ptr(), p as *mut u8, data.len()) };
         Ok(())
     }

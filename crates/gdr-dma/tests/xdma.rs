@@ -5,11 +5,9 @@
 #[path = "support/xdma_model.rs"]
 mod xdma_model;
 
-use gdr_dma::irq::{EventFd, Interrupt};
-use gdr_dma::sim::SimIommu;
-use gdr_dma::xdma::{Leds, XdmaConfig, XdmaEngine};
 use gdr_dma::{
-    Copier, Direction, DmaEngine, DmaError, Endpoint, IommuSpace, IovaRange, MappedMemory, Segment,
+    Copier, Direction, DmaEngine, DmaError, Endpoint, EventFd, Interrupt, IommuSpace, IovaRange,
+    Leds, MappedMemory, Segment, SimIommu, XdmaConfig, XdmaEngine,
 };
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;

@@ -9,9 +9,13 @@ use std::str::FromStr;
 /// wide: Intel VMD puts its devices in domains from `10000` up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Bdf {
+    /// PCI segment (domain): 0 on most machines, 16 bits in sysfs names, 32 bits with VMD.
     pub domain: u32,
+    /// Bus number within the domain (0-255).
     pub bus: u8,
+    /// Device (slot) number on the bus (0-31).
     pub device: u8,
+    /// Function number of the device (0-7).
     pub function: u8,
 }
 
@@ -19,7 +23,9 @@ pub struct Bdf {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{input}` is not a PCI address: {kind} (expected DDDD:BB:DD.F or BB:DD.F, hexadecimal)")]
 pub struct BdfParseError {
+    /// The text that was given, unchanged.
     pub input: String,
+    /// Which part of it is wrong.
     pub kind: BdfParseErrorKind,
 }
 
@@ -27,19 +33,26 @@ pub struct BdfParseError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum BdfParseErrorKind {
+    /// Not `[DDDD:]BB:DD.F`: a colon or the dot is missing, or there are too many parts.
     #[error("not of the form [DDDD:]BB:DD.F")]
     Shape,
+    /// The domain is empty, longer than 8 hex digits, or not hexadecimal.
     #[error("the domain is not 1 to 8 hex digits")]
     Domain,
+    /// The bus is empty, longer than 2 hex digits, or not hexadecimal.
     #[error("the bus is not 1 or 2 hex digits")]
     Bus,
+    /// The device is not hexadecimal or above 0x1f (a bus has 32 device slots).
     #[error("the device is not a hex number up to 1f")]
     Device,
+    /// The function is not one hex digit up to 7 (a device has 8 functions).
     #[error("the function is not a hex digit up to 7")]
     Function,
 }
 
 impl Bdf {
+    /// The address `domain:bus:device.function`. Nothing is checked: `device` above 0x1f or
+    /// `function` above 7 give an address no parse would accept.
     pub const fn new(domain: u32, bus: u8, device: u8, function: u8) -> Self {
         Self {
             domain,

@@ -8,16 +8,23 @@
 //! relative links, with a directory at the target when the target existed). Empty directories
 //! get a [`KEEP_FILE`] so that the tree survives being committed to git.
 
-use super::resolve::relative_target;
-use super::sysfs::{Recorded, Sysfs};
-use super::{config, scan, TopoError, Topology, Warning};
+use crate::config;
+use crate::resolve::relative_target;
+use crate::scan;
+use crate::sysfs::{Recorded, Sysfs};
+use crate::topology::{TopoError, Topology, Warning};
 use std::path::{Path, PathBuf};
+
+pub use crate::keep::{keep_empty_dirs, KEEP_FILE};
 
 /// What a capture wrote.
 #[derive(Debug, Clone)]
 pub struct CaptureSummary {
+    /// Directories the read listed, recreated in the capture.
     pub dirs: usize,
+    /// Attribute files written, `config` files included.
     pub files: usize,
+    /// Symlinks written (relative, as in sysfs).
     pub links: usize,
     /// Bytes of file content written.
     pub bytes: u64,
@@ -31,29 +38,6 @@ pub struct CaptureSummary {
 
 /// The file at the top of a capture that says where it came from; the reader ignores it.
 pub const CAPTURE_NOTE: &str = "gdr-capture.txt";
-
-/// An empty file put into every otherwise empty directory of a capture or fixture: git keeps no
-/// empty directories, and without them links such as `class/infiniband/mlx5_0` would dangle in
-/// a checkout. The reader ignores it.
-pub const KEEP_FILE: &str = ".keep";
-
-/// Puts a [`KEEP_FILE`] into every empty directory under `root` (symlinks are not followed).
-pub fn keep_empty_dirs(root: &Path) -> std::io::Result<usize> {
-    let mut added = 0;
-    let mut empty = true;
-    for entry in std::fs::read_dir(root)? {
-        let entry = entry?;
-        empty = false;
-        if entry.file_type()?.is_dir() {
-            added += keep_empty_dirs(&entry.path())?;
-        }
-    }
-    if empty {
-        std::fs::write(root.join(KEEP_FILE), "")?;
-        added += 1;
-    }
-    Ok(added)
-}
 
 /// Reads the tree under `source` (usually `/sys`) and writes what was read under `dest`, which
 /// must be absent or empty.

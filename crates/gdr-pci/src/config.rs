@@ -14,13 +14,22 @@ const EXT_CAP_START: usize = 0x100;
 const EXT_CAP_ID_ACS: u16 = 0x000d;
 const EXT_CAP_ID_DSN: u16 = 0x0003;
 
-/// ACS control bits that matter for peer-to-peer traffic.
+// ACS capability and control register bits (PCIe base specification, ACS Extended
+// Capability); the same positions in both registers.
+
+/// ACS Source Validation: the port checks the requester ID's bus number of upstream requests.
 pub const ACS_SOURCE_VALIDATION: u16 = 1 << 0;
+/// ACS Translation Blocking: the port blocks upstream requests with translated addresses.
 pub const ACS_TRANSLATION_BLOCKING: u16 = 1 << 1;
+/// ACS P2P Request Redirect: peer requests go up to the root complex instead of across.
 pub const ACS_P2P_REQUEST_REDIRECT: u16 = 1 << 2;
+/// ACS P2P Completion Redirect: peer completions go up to the root complex too.
 pub const ACS_P2P_COMPLETION_REDIRECT: u16 = 1 << 3;
+/// ACS Upstream Forwarding: redirected requests may be forwarded upstream.
 pub const ACS_UPSTREAM_FORWARDING: u16 = 1 << 4;
+/// ACS P2P Egress Control: a per-port egress vector blocks or redirects peer requests.
 pub const ACS_P2P_EGRESS_CONTROL: u16 = 1 << 5;
+/// ACS Direct Translated P2P: requests with translated addresses may go straight to the peer.
 pub const ACS_DIRECT_TRANSLATED_P2P: u16 = 1 << 6;
 
 fn u16_at(cfg: &[u8], off: usize) -> Option<u16> {
@@ -67,15 +76,19 @@ pub enum AcsState {
     Absent,
     /// The capability list is broken (truncated, looping, pointing into the header).
     Malformed {
+        /// What is wrong with the list, and at which offset.
         why: String,
     },
+    /// The capability was found; its registers, decoded.
     Present(Acs),
 }
 
 /// The ACS capability and control registers, with the bits that redirect peer traffic decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Acs {
+    /// The ACS Capability register: which controls the port implements (`ACS_*` bits).
     pub capability: u16,
+    /// The ACS Control register: which of them are on (`ACS_*` bits).
     pub control: u16,
     /// P2P Request Redirect: peer requests are sent upstream instead of across.
     pub request_redirect: bool,
@@ -86,6 +99,7 @@ pub struct Acs {
 }
 
 impl Acs {
+    /// Decodes the ACS Capability and Control registers (offsets 4 and 6 of the capability).
     pub fn from_registers(capability: u16, control: u16) -> Self {
         Self {
             capability,

@@ -1,7 +1,8 @@
 //! What `topo` knows about one PCI function: identity, class, link, NUMA, IOMMU, BARs, ACS.
 
-use super::bdf::Bdf;
-use super::config::AcsState;
+use crate::bdf::Bdf;
+use crate::config::AcsState;
+use crate::cpulist::format_ids;
 use serde::{Serialize, Serializer};
 use std::fmt;
 
@@ -19,11 +20,13 @@ pub enum DeviceClass {
     Nic,
     /// A network controller with an RDMA device (mlx5_0, ...): a GPUDirect RDMA peer.
     RdmaNic,
+    /// An NVMe drive (mass-storage class 0x0108, or a function with a `/sys/class/nvme` device).
     Nvme,
     /// FPGAs (Xilinx, Altera vendor ids) and processing accelerators / co-processors.
     Accelerator,
     /// Host bridges and PCI-to-PCI bridges (root ports, switch ports).
     Bridge,
+    /// Anything else (audio, USB, management controllers, display devices of other vendors).
     Other,
 }
 
@@ -66,17 +69,27 @@ impl fmt::Display for DeviceClass {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PortType {
+    /// A PCI Express endpoint (type 0): GPUs, NICs, drives.
     Endpoint,
+    /// A legacy PCI Express endpoint (type 1), which may use I/O space and locked requests.
     LegacyEndpoint,
+    /// A root port of the root complex (type 4): the link below it leads to a slot or switch.
     RootPort,
+    /// The upstream port of a switch (type 5), facing the root complex.
     SwitchUpstream,
+    /// A downstream port of a switch (type 6), facing a device or a further switch.
     SwitchDownstream,
+    /// A PCI Express to PCI/PCI-X bridge (type 7).
     PcieToPciBridge,
+    /// A PCI/PCI-X to PCI Express bridge (type 8).
     PciToPcieBridge,
+    /// An endpoint integrated into the root complex (type 9), with no link of its own.
     RcIntegratedEndpoint,
+    /// A root complex event collector (type 10).
     RcEventCollector,
     /// A host bridge function (class 0x0600), which is no port at all.
     HostBridge,
+    /// A field value the specification reserves, or a bridge whose type could not be inferred.
     Unknown,
 }
 
@@ -97,6 +110,7 @@ impl PortType {
         }
     }
 
+    /// The role in words for hop lists and reasons: "root port", "switch downstream port".
     pub fn describe(self) -> &'static str {
         match self {
             PortType::Endpoint | PortType::LegacyEndpoint => "endpoint",
@@ -116,13 +130,18 @@ impl PortType {
 /// Link speed (GT/s) and width, current and maximum, as the function itself reports them.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct LinkState {
+    /// `current_link_speed` in GT/s per lane (2.5 for Gen1 ... 64 for Gen6).
     pub current_speed_gts: Option<f64>,
+    /// `current_link_width`: lanes in use (x1 ... x16).
     pub current_width: Option<u32>,
+    /// `max_link_speed` in GT/s per lane: what the function supports.
     pub max_speed_gts: Option<f64>,
+    /// `max_link_width`: lanes the function supports.
     pub max_width: Option<u32>,
 }
 
 impl LinkState {
+    /// Whether sysfs gave the current speed or width (functions without a link give neither).
     pub fn is_known(&self) -> bool {
         self.current_speed_gts.is_some() || self.current_width.is_some()
     }
@@ -165,11 +184,17 @@ pub fn pcie_generation(gts: f64) -> Option<u32> {
 /// One BAR from the `resource` file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Bar {
+    /// The line of `resource` (0-5): the BAR slot, a 64-bit BAR taking two.
     pub index: u8,
+    /// Bus address of the first byte.
     pub start: u64,
+    /// Bytes the BAR decodes.
     pub size: u64,
+    /// An I/O port BAR (`IORESOURCE_IO`), not memory.
     pub io: bool,
+    /// A 64-bit memory BAR (`IORESOURCE_MEM_64`), occupying slots `index` and `index + 1`.
     pub mem64: bool,
+    /// Prefetchable memory (`IORESOURCE_PREFETCH`): reads have no side effects.
     pub prefetchable: bool,
 }
 
@@ -177,7 +202,9 @@ pub struct Bar {
 /// `unmanaged`, `blocked`; absent before Linux 5.11).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct IommuGroup {
+    /// The group number, as in `/sys/kernel/iommu_groups/N` and `/dev/vfio/N`.
     pub id: u32,
+    /// The default domain's type from `iommu_groups/N/type`; `None` when the file is absent.
     #[serde(rename = "type")]
     pub kind: Option<String>,
 }
@@ -209,22 +236,28 @@ fn hex24<S: Serializer>(v: &Option<u32>, s: S) -> Result<S::Ok, S::Error> {
 }
 
 /// One PCI function as read from sysfs. Fields are `None`/empty where sysfs had nothing readable;
-/// the reasons are in [`super::Topology::warnings`].
+/// the reasons are in [`Topology::warnings`](crate::Topology::warnings).
 #[derive(Debug, Clone, Serialize)]
-pub struct Device {
+pub struct PciDevice {
+    /// The function's address.
     pub bdf: Bdf,
     /// Matrix label: GPU0, NIC0 (RDMA NICs, as nvidia-smi numbers them), NET0, NVME0, ACC0, DEV0;
     /// empty for bridges.
     pub label: String,
     /// Names that `--explain` accepts: gpu0, mlx5_0, nvme0, network interfaces.
     pub names: Vec<String>,
+    /// What kind of device it is for peer-to-peer purposes.
     pub class: DeviceClass,
+    /// PCI vendor ID (`vendor`, 0x10de for NVIDIA).
     #[serde(serialize_with = "hex16")]
     pub vendor: Option<u16>,
+    /// PCI device ID (`device`).
     #[serde(serialize_with = "hex16")]
     pub device: Option<u16>,
+    /// The 24-bit class code (`class`: base class, subclass, programming interface).
     #[serde(serialize_with = "hex24")]
     pub class_code: Option<u32>,
+    /// The PCI Express role, from config space or inferred (see `port_type_inferred`).
     pub port_type: PortType,
     /// True when the port type was guessed from the tree: config space was unreadable, or it
     /// has no PCI Express capability (conventional PCI, such as virtio devices in a VM).
@@ -239,12 +272,18 @@ pub struct Device {
     pub cpulist: Option<String>,
     /// The NUMA node that holds the GPU's own memory on machines where the CPU maps it as a
     /// NUMA node (Grace Hopper and later; nvidia-smi's "GPU NUMA ID"). sysfs does not show it,
-    /// so it is `None` unless set from NVML with [`super::Topology::set_gpu_numa_id`].
+    /// so it is `None` unless set from NVML with
+    /// [`Topology::set_gpu_numa_id`](crate::Topology::set_gpu_numa_id).
     pub gpu_numa_id: Option<u32>,
+    /// The function's own link attributes (for a root or downstream port: the link below it).
     pub link: LinkState,
+    /// The IOMMU group; `None` when the IOMMU is off or the link is unreadable.
     pub iommu_group: Option<IommuGroup>,
+    /// The assigned BARs from `resource`, unassigned ones left out.
     pub bars: Vec<Bar>,
+    /// Access Control Services as config space shows them (needs root past 64 bytes).
     pub acs: AcsState,
+    /// The bound driver's name (`nvidia`, `mlx5_core`, `vfio-pci`), `None` when unbound.
     pub driver: Option<String>,
     /// The bridge directly above, `None` for functions on a host bridge's root bus.
     pub parent: Option<Bdf>,
@@ -254,7 +293,7 @@ pub struct Device {
     pub sysfs_path: String,
 }
 
-impl Device {
+impl PciDevice {
     /// The first name (`gpu0`, `mlx5_0`, ...) or the address.
     pub fn name(&self) -> String {
         self.names
@@ -263,10 +302,12 @@ impl Device {
             .unwrap_or_else(|| self.bdf.to_string())
     }
 
+    /// Whether it is a host bridge or a PCI-to-PCI bridge (root or switch port).
     pub fn is_bridge(&self) -> bool {
         self.class == DeviceClass::Bridge
     }
 
+    /// Whether it is a GPU with NVIDIA's vendor ID: the devices BAR1 and NVML apply to.
     pub fn is_nvidia_gpu(&self) -> bool {
         self.class == DeviceClass::Gpu && self.vendor == Some(VENDOR_NVIDIA)
     }
@@ -285,12 +326,12 @@ impl Device {
             .map(|b| b.size)
     }
 
-    /// [`Device::numa_affinity`] the way nvidia-smi prints it: `0`, `0-1`, or `N/A`.
+    /// [`PciDevice::numa_affinity`] the way nvidia-smi prints it: `0`, `0-1`, or `N/A`.
     pub fn numa_affinity_text(&self) -> String {
         if self.numa_affinity.is_empty() {
             "N/A".into()
         } else {
-            super::cpulist::format_ids(&self.numa_affinity)
+            format_ids(&self.numa_affinity)
         }
     }
 }
@@ -331,6 +372,18 @@ pub fn format_size(bytes: u64) -> String {
     } else {
         format!("{v:.1} {}", UNITS[u])
     }
+}
+
+/// Whether a function's link registers describe the link below it (towards its children).
+pub(crate) fn link_is_below(p: PortType) -> bool {
+    matches!(p, PortType::RootPort | PortType::SwitchDownstream)
+}
+
+/// Sort key that puts `mlx5_2` before `mlx5_10`.
+pub(crate) fn natural_key(s: &str) -> (String, u64, String) {
+    let digits_at = s.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let (head, num) = s.split_at(digits_at);
+    (head.to_string(), num.parse().unwrap_or(0), s.to_string())
 }
 
 #[cfg(test)]
@@ -391,7 +444,7 @@ mod tests {
 
     #[test]
     fn bar1_follows_a_32_or_64_bit_bar0() {
-        let mut d = Device {
+        let mut d = PciDevice {
             bdf: "0000:00:06.0".parse().unwrap(),
             label: "GPU0".into(),
             names: vec!["gpu0".into()],

@@ -2,16 +2,17 @@
 //! for the error tests. The builder writes the same entries that the reader reads (and that a
 //! capture holds), in the layout the kernel uses.
 
-use super::bdf::Bdf;
-use super::device::PortType;
-use super::resolve::relative_target;
+use crate::bdf::Bdf;
+use crate::device::PortType;
+use crate::keep::keep_empty_dirs;
+use crate::resolve::relative_target;
 use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
 
 /// One PCI function to add to a tree.
 #[derive(Debug, Clone)]
-pub struct Function {
+pub struct FixtureFunction {
     pub bdf: Bdf,
     pub vendor: u16,
     pub device: u16,
@@ -35,7 +36,7 @@ pub struct Function {
     pub driver: Option<String>,
 }
 
-impl Function {
+impl FixtureFunction {
     /// A function with the given identity; `bdf` must be a valid address (panics otherwise:
     /// this is for hand-written fixtures).
     pub fn new(bdf: &str, vendor: u16, device: u16, class_code: u32) -> Self {
@@ -139,7 +140,7 @@ fn port_field(p: PortType) -> u16 {
 
 /// Config space as a device of this kind would present it: header, power management and PCI
 /// Express capabilities, then AER and (optionally) ACS in extended space.
-pub fn config_bytes(f: &Function) -> Vec<u8> {
+pub fn config_bytes(f: &FixtureFunction) -> Vec<u8> {
     let mut c = vec![0u8; 4096];
     let put16 =
         |c: &mut Vec<u8>, off: usize, v: u16| c[off..off + 2].copy_from_slice(&v.to_le_bytes());
@@ -200,10 +201,10 @@ impl TreeBuilder {
         &self.root
     }
 
-    /// Ends the tree: marks empty directories (see [`super::capture::KEEP_FILE`]) so that it can
+    /// Ends the tree: marks empty directories (see [`KEEP_FILE`](crate::capture::KEEP_FILE)) so that it can
     /// be committed to git without links going dangling.
     pub fn finish(self) -> io::Result<PathBuf> {
-        super::capture::keep_empty_dirs(&self.root)?;
+        keep_empty_dirs(&self.root)?;
         Ok(self.root)
     }
 
@@ -238,7 +239,7 @@ impl TreeBuilder {
 
     /// Adds a function below `parent` (a host bridge or a bridge returned earlier); returns its
     /// directory relative to the root.
-    pub fn add(&mut self, parent: &Path, f: Function) -> io::Result<PathBuf> {
+    pub fn add(&mut self, parent: &Path, f: FixtureFunction) -> io::Result<PathBuf> {
         let dir = parent.join(f.bdf.to_string());
         self.write(&dir.join("vendor"), format!("{:#06x}\n", f.vendor))?;
         self.write(&dir.join("device"), format!("{:#06x}\n", f.device))?;

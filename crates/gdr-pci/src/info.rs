@@ -5,17 +5,24 @@
 
 use crate::bdf::Bdf;
 use crate::limits::MAX_ATTR_BYTES;
-use crate::sysfs::{Sysfs, SysfsError};
+use crate::sysfs::Sysfs;
+use crate::sysfs_error::SysfsError;
 use std::path::{Path, PathBuf};
 
 /// One PCI function as `/sys/bus/pci/devices/<bdf>` shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PciInfo {
+    /// The function's address.
     pub bdf: Bdf,
+    /// PCI vendor ID (`vendor`), e.g. 0x10de for NVIDIA.
     pub vendor: u16,
+    /// PCI device ID (`device`), chosen by the vendor.
     pub device: u16,
-    /// 0 where sysfs does not say (the kernel always does; hand-made trees may not).
+    /// Subsystem vendor ID (`subsystem_vendor`): the board maker. 0 where sysfs does not say
+    /// (the kernel always does; hand-made trees may not).
     pub subsystem_vendor: u16,
+    /// Subsystem device ID (`subsystem_device`): the board, e.g. which XDMA card. 0 where sysfs
+    /// does not say.
     pub subsystem_device: u16,
     /// The 24-bit class code (`0x030200` for a 3D controller), 0 where sysfs does not say.
     pub class: u32,
@@ -34,19 +41,33 @@ pub enum PciError {
     /// `bus/pci/devices` lists no such function.
     #[error("no PCI device {0}")]
     NotFound(Bdf),
+    /// An attribute (or the device directory) exists but could not be read.
     #[error("{bdf}: {attr}: {source}")]
     Unreadable {
+        /// The function asked about.
         bdf: Bdf,
+        /// The attribute, e.g. `vendor`, `driver`, `iommu_group`.
         attr: &'static str,
+        /// Why the read failed.
         source: SysfsError,
     },
     /// An attribute every function has is absent.
     #[error("{bdf}: no {attr} attribute")]
-    Missing { bdf: Bdf, attr: &'static str },
+    Missing {
+        /// The function asked about.
+        bdf: Bdf,
+        /// The attribute that is missing (`vendor` or `device`).
+        attr: &'static str,
+    },
+    /// An attribute holds something other than its format (a hex ID out of range, a NUMA node
+    /// that is no number).
     #[error("{bdf}: {attr}: unexpected content `{content}`")]
     Malformed {
+        /// The function asked about.
         bdf: Bdf,
+        /// The attribute whose content is wrong.
         attr: &'static str,
+        /// What it held, trimmed.
         content: String,
     },
 }
@@ -220,7 +241,7 @@ impl Sysfs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixture::{Function, TreeBuilder};
+    use crate::fixture::{FixtureFunction, TreeBuilder};
 
     /// Two functions in one IOMMU group with different drivers, one without a group or driver.
     fn tree(root: &Path) {
@@ -228,7 +249,7 @@ mod tests {
         let hb = t.host_bridge("pci0000:00").unwrap();
         t.add(
             &hb,
-            Function::new("0000:00:04.0", 0x10ee, 0x7024, 0x058000)
+            FixtureFunction::new("0000:00:04.0", 0x10ee, 0x7024, 0x058000)
                 .subsystem(0x10ee, 0x0007)
                 .numa(1, "0-3")
                 .iommu(7)
@@ -237,13 +258,16 @@ mod tests {
         .unwrap();
         t.add(
             &hb,
-            Function::new("0000:00:04.1", 0x8086, 0x1234, 0x040300)
+            FixtureFunction::new("0000:00:04.1", 0x8086, 0x1234, 0x040300)
                 .iommu(7)
                 .driver("snd_hda_intel"),
         )
         .unwrap();
-        t.add(&hb, Function::new("0000:00:05.0", 0x1234, 0x11e8, 0x00ff00))
-            .unwrap();
+        t.add(
+            &hb,
+            FixtureFunction::new("0000:00:05.0", 0x1234, 0x11e8, 0x00ff00),
+        )
+        .unwrap();
     }
 
     #[test]

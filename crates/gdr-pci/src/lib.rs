@@ -15,15 +15,37 @@
 //! [`capture`](capture::capture) of the reporter's machine, and `/sys` is just the default.
 //! `gdr` re-exports this crate as `gdr::topo`.
 //!
-//! ```no_run
-//! let topo = gdr_pci::Topology::read("/sys")?;
-//! let gpu = topo.find("gpu0")?.bdf;
-//! let nic = topo.find("mlx5_0")?.bdf;
-//! let path = topo.path(gpu, nic)?;
-//! println!("{} {}", path.class, path.verdict);
+//! ```
+//! use gdr_pci::{render, Topology};
+//!
+//! // `/sys` on a live system (a capture's directory reads the same way). A container whose
+//! // sysfs shows no PCI bus has nothing to report.
+//! let Ok(topo) = Topology::read("/sys") else {
+//!     return Ok(());
+//! };
+//! for w in topo.warnings() {
+//!     eprintln!("warning: {w}");
+//! }
+//! // The GPU view: every pair of a GPU with a NIC, NVMe drive or FPGA (every pair when the
+//! // machine has no GPU), with its class and verdict.
+//! let devices = topo.gpu_view();
+//! for p in topo.gpu_pairs(&devices) {
+//!     println!("{} <-> {}: {} {}", p.a, p.b, p.class, p.verdict);
+//! }
+//! // Devices by name, as `gdr topo --explain gpu0 mlx5_0` finds them: hops, reasons, advice.
+//! if let (Ok(gpu), Ok(nic)) = (topo.find("gpu0"), topo.find("mlx5_0")) {
+//!     let path = topo.path(gpu.bdf, nic.bdf)?;
+//!     println!("{}", render::explain(&topo, &path));
+//! }
 //! # Ok::<(), gdr_pci::TopoError>(())
 //! ```
 
+// Modules use only modules of a lower layer, never each other:
+//   0 bdf, config, cpulist, keep, limits
+//   1 device, sysfs_error      2 resolve, topology      3 fixture, geometry, sysfs
+//   4 info, verdict            5 path, scan             6 capture, render, report
+// `Topology` (layer 2) holds the tree; the modules above add its queries in their own
+// `impl Topology` blocks (`read` in scan, `path`/`pairs` in path, `report` in report).
 mod bdf;
 pub mod capture;
 pub mod config;
@@ -31,7 +53,9 @@ mod cpulist;
 mod device;
 #[doc(hidden)] // builders of sysfs trees for tests and fixture generation, not the API
 pub mod fixture;
+mod geometry;
 mod info;
+mod keep;
 pub mod limits;
 mod path;
 pub mod render;
@@ -39,17 +63,20 @@ mod report;
 mod resolve;
 mod scan;
 mod sysfs;
+mod sysfs_error;
 mod topology;
 mod verdict;
 
 pub use bdf::{Bdf, BdfParseError, BdfParseErrorKind};
 pub use config::{Acs, AcsState};
 pub use device::{
-    format_size, pcie_generation, Bar, Device, DeviceClass, IommuGroup, LinkState, PortType,
+    format_size, pcie_generation, Bar, DeviceClass, IommuGroup, LinkState, PciDevice, PortType,
 };
+pub use geometry::PathClass;
 pub use info::{PciError, PciInfo};
-pub use path::{Hop, HopKind, PathClass, PeerPath};
-pub use report::{PairReport, Report};
-pub use sysfs::{Sysfs, SysfsError};
-pub use topology::{HostBridge, Pairs, Switch, TopoError, Topology, Warning};
+pub use path::{Hop, HopKind, Pairs, PeerPath};
+pub use report::{PairReport, TopoReport};
+pub use sysfs::Sysfs;
+pub use sysfs_error::SysfsError;
+pub use topology::{HostBridge, Switch, TopoError, Topology, Warning};
 pub use verdict::{Reason, Severity, Verdict};

@@ -1,76 +1,18 @@
-//! Path classes between two devices, with the hops in between, as `nvidia-smi topo -m` names
-//! them.
-//!
-//! The rules, from the lowest common ancestor of the two devices in the PCI tree:
-//! - same device: X;
-//! - different host bridges: NODE when they share a NUMA node, SYS when they do not;
-//! - same host bridge, no common bridge below it: PHB;
-//! - a common bridge: count the bridges on the path, a switch (upstream port plus its downstream
-//!   ports) counting once: one → PIX, more → PXB.
-//!
-//! NVLink counts given to [`super::Topology::set_nvlinks`] turn the class into NV#.
+//! The path between two devices as a [`PeerPath`]: its class, the hops from one to the other,
+//! and the verdict with its reasons. The class comes from [`geometry`](crate::geometry), the
+//! verdict from [`verdict`](crate::verdict); this module puts them together and gives
+//! [`Topology`] its path queries ([`Topology::path`], [`Topology::pairs`], ...).
 
-use super::config::AcsState;
-use super::device::{LinkState, PortType};
-use super::verdict::{self, Verdict};
-use super::{Bdf, Reason, Topology};
-use serde::{Serialize, Serializer};
-use std::collections::BTreeSet;
-use std::fmt;
+use crate::bdf::Bdf;
+use crate::config::AcsState;
+use crate::device::{link_is_below, DeviceClass, LinkState, PciDevice};
+use crate::geometry::{geometry, Geometry, PathClass};
+use crate::limits::MAX_PAIRS;
+use crate::topology::{TopoError, Topology};
+use crate::verdict::{self, Reason, Verdict};
+use serde::Serialize;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PathClass {
-    /// The same device.
-    Local,
-    /// Through at most one PCIe bridge or switch.
-    Pix,
-    /// Through several bridges/switches, not the host bridge.
-    Pxb,
-    /// Through a host bridge (the CPU's root complex).
-    Phb,
-    /// Between host bridges of one NUMA node.
-    Node,
-    /// Across the inter-socket link.
-    Sys,
-    /// A bonded set of this many NVLinks.
-    NvLink(u32),
-}
-
-impl PathClass {
-    /// Closeness, smaller is better (NVLink first).
-    pub fn rank(self) -> u32 {
-        match self {
-            PathClass::Local => 0,
-            PathClass::NvLink(n) => 100 - n.min(99),
-            PathClass::Pix => 200,
-            PathClass::Pxb => 300,
-            PathClass::Phb => 400,
-            PathClass::Node => 500,
-            PathClass::Sys => 600,
-        }
-    }
-}
-
-impl fmt::Display for PathClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PathClass::Local => f.write_str("X"),
-            PathClass::Pix => f.write_str("PIX"),
-            PathClass::Pxb => f.write_str("PXB"),
-            PathClass::Phb => f.write_str("PHB"),
-            PathClass::Node => f.write_str("NODE"),
-            PathClass::Sys => f.write_str("SYS"),
-            PathClass::NvLink(n) => write!(f, "NV{n}"),
-        }
-    }
-}
-
-impl Serialize for PathClass {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
+/// What a [`Hop`] of a path is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HopKind {
@@ -85,7 +27,9 @@ pub enum HopKind {
 /// One step of a path, from device A to device B.
 #[derive(Debug, Clone, Serialize)]
 pub struct Hop {
+    /// A PCI function, a host bridge, or the CPU fabric between host bridges.
     pub kind: HopKind,
+    /// The function's address; `None` for host bridges and the fabric.
     pub bdf: Option<Bdf>,
     /// Device name, host bridge name, or a description of the interconnect.
     pub name: String,
@@ -94,147 +38,32 @@ pub struct Hop {
     /// The function's link registers, for PCI functions: the link above an endpoint or an
     /// upstream port, the link below a root port or a downstream port (see `link_below`).
     pub link: Option<LinkState>,
+    /// Whether `link` is the link below the function (root and downstream ports) rather than
+    /// the one above it.
     pub link_below: bool,
+    /// The function's ACS state; `None` for host bridges and the fabric.
     pub acs: Option<AcsState>,
+    /// NUMA node of the function or host bridge, where sysfs gives one.
     pub numa: Option<u32>,
 }
 
 /// Everything known about the way between two devices.
 #[derive(Debug, Clone, Serialize)]
 pub struct PeerPath {
+    /// The device the path starts at.
     pub a: Bdf,
+    /// The device the path ends at.
     pub b: Bdf,
     /// The class shown in the matrix (NV# when NVLink was declared).
     pub class: PathClass,
     /// The PCIe class, even where NVLink is used.
     pub pcie_class: PathClass,
+    /// The functions, host bridges and fabric crossed, from `a` to `b`, both included.
     pub hops: Vec<Hop>,
+    /// How well the two can DMA to each other: the worst severity among `reasons`.
     pub verdict: Verdict,
+    /// The findings behind the verdict, each with advice.
     pub reasons: Vec<Reason>,
-}
-
-/// The shape of a path, for the verdict: device indices on it and where it turns.
-pub(crate) struct Geometry {
-    pub class: PathClass,
-    /// Device indices in path order, both ends included.
-    pub nodes: Vec<usize>,
-    /// Host bridges the path climbs to (0, 1 or 2).
-    pub host_bridges: Vec<String>,
-    /// Number of distinct switches/bridges between the devices (below the host bridge).
-    pub bridges: usize,
-    /// NUMA nodes of the two sides when the path leaves a host bridge.
-    pub numa: (Option<u32>, Option<u32>),
-    /// Position in `nodes` after which the path climbs into the host bridge(s).
-    pub turn: Option<usize>,
-}
-
-/// The device and its ancestors, topmost first.
-fn chain(topo: &Topology, i: usize) -> Vec<usize> {
-    let mut v = vec![i];
-    let mut cur = i;
-    // The bound stops a malformed tree (a parent loop) from spinning.
-    for _ in 0..topo.devices().len() {
-        let Some(p) = topo.devices()[cur].parent.and_then(|b| topo.index_of(b)) else {
-            break;
-        };
-        if v.contains(&p) {
-            break;
-        }
-        v.push(p);
-        cur = p;
-    }
-    v.reverse();
-    v
-}
-
-/// A switch's downstream ports count as the switch itself (their upstream port).
-fn switch_of(topo: &Topology, i: usize) -> usize {
-    let d = &topo.devices()[i];
-    if d.port_type == PortType::SwitchDownstream {
-        if let Some(p) = d.parent.and_then(|b| topo.index_of(b)) {
-            if topo.devices()[p].port_type == PortType::SwitchUpstream {
-                return p;
-            }
-        }
-    }
-    i
-}
-
-fn host_numa(topo: &Topology, i: usize) -> Option<u32> {
-    let d = &topo.devices()[i];
-    topo.host_bridge(&d.host_bridge)
-        .and_then(|h| h.numa)
-        .or(d.numa)
-}
-
-pub(crate) fn geometry(topo: &Topology, a: usize, b: usize) -> Geometry {
-    let devs = topo.devices();
-    if a == b {
-        return Geometry {
-            class: PathClass::Local,
-            nodes: vec![a],
-            host_bridges: Vec::new(),
-            bridges: 0,
-            numa: (devs[a].numa, devs[a].numa),
-            turn: None,
-        };
-    }
-    let ca = chain(topo, a);
-    let cb = chain(topo, b);
-    let (ha, hb) = (&devs[a].host_bridge, &devs[b].host_bridge);
-    let numa = (host_numa(topo, a), host_numa(topo, b));
-    let up: Vec<usize> = ca.iter().rev().copied().collect();
-    if ha != hb {
-        let mut nodes = up;
-        nodes.extend(&cb);
-        // Unknown NUMA on either side: nvidia-smi has nothing to tell them apart either.
-        let class = match numa {
-            (Some(x), Some(y)) if x != y => PathClass::Sys,
-            _ => PathClass::Node,
-        };
-        return Geometry {
-            class,
-            nodes,
-            host_bridges: vec![ha.clone(), hb.clone()],
-            bridges: 0,
-            numa,
-            turn: Some(ca.len() - 1),
-        };
-    }
-    let common = ca.iter().zip(&cb).take_while(|(x, y)| x == y).count();
-    if common == 0 {
-        let mut nodes = up;
-        nodes.extend(&cb);
-        return Geometry {
-            class: PathClass::Phb,
-            nodes,
-            host_bridges: vec![ha.clone()],
-            bridges: 0,
-            numa,
-            turn: Some(ca.len() - 1),
-        };
-    }
-    // From A up to the common ancestor, then down to B.
-    let mut nodes: Vec<usize> = ca[common - 1..].iter().rev().copied().collect();
-    nodes.extend(&cb[common..]);
-    let between: BTreeSet<usize> = nodes
-        .iter()
-        .filter(|&&n| n != a && n != b)
-        .map(|&n| switch_of(topo, n))
-        .collect();
-    let class = if between.len() <= 1 {
-        PathClass::Pix
-    } else {
-        PathClass::Pxb
-    };
-    Geometry {
-        class,
-        nodes,
-        host_bridges: Vec::new(),
-        bridges: between.len(),
-        numa,
-        turn: None,
-    }
 }
 
 fn device_hop(topo: &Topology, i: usize, endpoint: bool) -> Hop {
@@ -254,7 +83,7 @@ fn device_hop(topo: &Topology, i: usize, endpoint: bool) -> Hop {
         },
         role,
         link: d.link.is_known().then_some(d.link),
-        link_below: verdict::link_is_below(d.port_type),
+        link_below: link_is_below(d.port_type),
         acs: Some(d.acs.clone()),
         numa: d.numa,
     }
@@ -318,5 +147,103 @@ pub(crate) fn compute(topo: &Topology, a: usize, b: usize) -> PeerPath {
         hops: hops(topo, &g, a, b),
         verdict: Verdict::from_reasons(&reasons),
         reasons,
+    }
+}
+
+/// Device pairs with their paths, at most [`MAX_PAIRS`]; `left_out` more were asked for.
+#[derive(Debug, Clone, Default)]
+pub struct Pairs {
+    /// The judged pairs, in the order they were asked for.
+    pub paths: Vec<PeerPath>,
+    /// Pairs asked for past [`MAX_PAIRS`], counted but not judged.
+    pub left_out: usize,
+}
+
+impl Pairs {
+    /// The sentence for a warning when pairs were left out.
+    pub fn left_out_note(&self) -> Option<String> {
+        (self.left_out > 0).then(|| {
+            format!(
+                "{} pairs left out: at most {MAX_PAIRS} are judged at once (ask for one with \
+                 --explain A B)",
+                self.left_out
+            )
+        })
+    }
+}
+
+impl IntoIterator for Pairs {
+    type Item = PeerPath;
+    type IntoIter = std::vec::IntoIter<PeerPath>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.paths.into_iter()
+    }
+}
+
+impl Topology {
+    /// Path class, hops, verdict and reasons between two devices.
+    pub fn path(&self, a: Bdf, b: Bdf) -> Result<PeerPath, TopoError> {
+        let ia = self.index_of(a).ok_or(TopoError::NoSuchBdf(a))?;
+        let ib = self.index_of(b).ok_or(TopoError::NoSuchBdf(b))?;
+        Ok(compute(self, ia, ib))
+    }
+
+    /// [`Topology::path`] for every unordered pair of `devices`, the first
+    /// [`MAX_PAIRS`] of them in order; [`Pairs::left_out`] counts the rest.
+    pub fn pairs(&self, devices: &[&PciDevice]) -> Pairs {
+        self.pairs_where(devices, false)
+    }
+
+    /// The pairs a verdict is asked for in the GPU view: every pair of `devices` with a GPU on
+    /// at least one side (every pair when none of them is a GPU), at most [`MAX_PAIRS`].
+    pub fn gpu_pairs(&self, devices: &[&PciDevice]) -> Pairs {
+        let any_gpu = devices.iter().any(|d| d.class == DeviceClass::Gpu);
+        self.pairs_where(devices, any_gpu)
+    }
+
+    /// Pairs (i < j) of `devices`, with a GPU on one side when `gpu_side`, computed until
+    /// [`MAX_PAIRS`] and past it only counted, by arithmetic: a hostile tree can list 16384
+    /// GPUs.
+    fn pairs_where(&self, devices: &[&PciDevice], gpu_side: bool) -> Pairs {
+        let is_gpu = |d: &PciDevice| d.class == DeviceClass::Gpu;
+        // Positions of the GPUs: a device that is not one pairs only with them.
+        let gpus: Vec<usize> = (0..devices.len()).filter(|&i| is_gpu(devices[i])).collect();
+        let mut out = Pairs::default();
+        for (i, a) in devices.iter().enumerate() {
+            let partners: Box<dyn Iterator<Item = usize>> = if !gpu_side || is_gpu(a) {
+                Box::new(i + 1..devices.len())
+            } else {
+                let first = gpus.partition_point(|&g| g <= i);
+                Box::new(gpus[first..].iter().copied())
+            };
+            let asked = partners.size_hint().0;
+            let room = MAX_PAIRS - out.paths.len();
+            out.left_out += asked.saturating_sub(room);
+            for j in partners.take(room) {
+                let (Some(ia), Some(ib)) = (self.index_of(a.bdf), self.index_of(devices[j].bdf))
+                else {
+                    continue;
+                };
+                out.paths.push(compute(self, ia, ib));
+            }
+        }
+        out
+    }
+
+    /// The devices of `class` closest to `of`, best first (NVLink, then PIX, PXB, ...; ties by
+    /// verdict), for suggesting a better pairing.
+    pub fn closest(&self, of: Bdf, class: DeviceClass) -> Vec<PeerPath> {
+        let Some(io) = self.index_of(of) else {
+            return Vec::new();
+        };
+        let mut v: Vec<PeerPath> = self
+            .devices()
+            .iter()
+            .enumerate()
+            .filter(|(i, d)| *i != io && d.class == class)
+            .map(|(i, _)| compute(self, io, i))
+            .collect();
+        v.sort_by_key(|p| (p.class.rank(), p.verdict, p.b));
+        v
     }
 }

@@ -1,11 +1,11 @@
 //! Text for people: the matrix in the style of `nvidia-smi topo -m`, the device list, and the
 //! hop-by-hop explanation of one path.
 
-use super::device::{format_size, Device, DeviceClass};
-use super::limits::MAX_MATRIX_DEVICES;
-use super::path::{HopKind, PeerPath};
-use super::verdict::{Severity, Verdict};
-use super::Topology;
+use crate::device::{format_size, DeviceClass, PciDevice};
+use crate::limits::MAX_MATRIX_DEVICES;
+use crate::path::{HopKind, PeerPath};
+use crate::topology::Topology;
+use crate::verdict::{Severity, Verdict};
 use std::fmt::Write;
 
 /// What the path classes mean (our wording of nvidia-smi's legend).
@@ -28,7 +28,7 @@ fn pad(out: &mut String, s: &str, w: usize) {
 /// The matrix over `devices`, with CPU affinity, NUMA affinity and GPU NUMA ID columns for GPUs
 /// (as `nvidia-smi topo -m` has them), then the legend and a device list that maps labels to
 /// names and addresses.
-pub fn matrix(topo: &Topology, devices: &[&Device]) -> String {
+pub fn matrix(topo: &Topology, devices: &[&PciDevice]) -> String {
     let mut out = String::new();
     if devices.is_empty() {
         out.push_str("no devices to show\n");
@@ -108,7 +108,7 @@ pub fn matrix(topo: &Topology, devices: &[&Device]) -> String {
 }
 
 /// One line per device: label, name, address, class, link, NUMA, BAR1 for GPUs, driver.
-pub fn device_list(devices: &[&Device]) -> String {
+pub fn device_list(devices: &[&PciDevice]) -> String {
     let mut out = String::from("Devices:\n");
     let name_w = devices
         .iter()
@@ -156,7 +156,7 @@ pub fn device_list(devices: &[&Device]) -> String {
 
 /// Verdict lines for pairs that involve a GPU (all pairs when there is no GPU), at most
 /// [`MAX_PAIRS`](crate::limits::MAX_PAIRS) of them, then a line that counts the rest.
-pub fn verdicts(topo: &Topology, devices: &[&Device]) -> String {
+pub fn verdicts(topo: &Topology, devices: &[&PciDevice]) -> String {
     let mut out = String::from("Peer-to-peer verdicts:\n");
     let mut n = 0;
     let pairs = topo.gpu_pairs(devices);
@@ -205,7 +205,7 @@ fn severity_tag(s: Severity) -> &'static str {
 pub fn explain(topo: &Topology, p: &PeerPath) -> String {
     let mut out = String::new();
     let desc = |b| {
-        topo.device(b).map_or(b.to_string(), |d: &Device| {
+        topo.device(b).map_or(b.to_string(), |d: &PciDevice| {
             format!("{} ({}, {}, {})", d.name(), d.label, d.bdf, d.class)
         })
     };

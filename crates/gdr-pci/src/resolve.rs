@@ -10,8 +10,8 @@
 //! A tree that changes while it is read is not defended against: the threat is a hostile
 //! capture on disk, not a process racing the reader.
 
-use super::limits::MAX_LINK_HOPS;
-use super::sysfs::SysfsError;
+use crate::limits::MAX_LINK_HOPS;
+use crate::sysfs_error::SysfsError;
 use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs::Metadata;

@@ -1,14 +1,17 @@
 //! The sysfs walker: turns a sysfs tree into a [`Topology`]. Anything odd becomes a warning and
 //! the device (or the attribute) is left out; nothing here fails except a root with no PCI bus.
 
-use super::bdf::Bdf;
-use super::config::{self, AcsState};
-use super::cpulist::IdList;
-use super::device::{classify, Bar, Device, DeviceClass, IommuGroup, LinkState, PortType};
-use super::info::{link_name, parse_hex, parse_numa_node};
-use super::limits::{MAX_ATTR_BYTES, MAX_CONFIG_BYTES, MAX_WARNINGS};
-use super::sysfs::{Sysfs, SysfsError};
-use super::{HostBridge, TopoError, Topology, Warning};
+use crate::bdf::Bdf;
+use crate::config::{self, AcsState};
+use crate::cpulist::IdList;
+use crate::device::{
+    classify, natural_key, Bar, DeviceClass, IommuGroup, LinkState, PciDevice, PortType,
+};
+use crate::info::{link_name, parse_hex, parse_numa_node};
+use crate::limits::{MAX_ATTR_BYTES, MAX_CONFIG_BYTES, MAX_WARNINGS};
+use crate::sysfs::Sysfs;
+use crate::sysfs_error::SysfsError;
+use crate::topology::{HostBridge, TopoError, Topology, Warning};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -210,7 +213,7 @@ pub(crate) fn scan(fs: &Sysfs) -> Result<Topology, TopoError> {
         m
     };
     let (rdma, nvme, net) = (by_device(&rdma), by_device(&nvme), by_device(&net));
-    let mut devices: Vec<Device> = Vec::with_capacity(raws.len());
+    let mut devices: Vec<PciDevice> = Vec::with_capacity(raws.len());
     for (i, r) in raws.into_iter().enumerate() {
         let names_of = |m: &HashMap<Bdf, Vec<String>>| m.get(&r.bdf).cloned().unwrap_or_default();
         let ib = names_of(&rdma);
@@ -230,7 +233,7 @@ pub(crate) fn scan(fs: &Sysfs) -> Result<Topology, TopoError> {
             );
         }
         let numa_affinity = numa_affinity(&r, nodes.as_deref(), &mut w);
-        devices.push(Device {
+        devices.push(PciDevice {
             bdf: r.bdf,
             label: String::new(),
             names,
@@ -646,16 +649,9 @@ fn class_links(fs: &Sysfs, class: &str, w: &mut Warnings) -> Vec<(String, Bdf)> 
     out
 }
 
-/// Sort key that puts `mlx5_2` before `mlx5_10`.
-pub(crate) fn natural_key(s: &str) -> (String, u64, String) {
-    let digits_at = s.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-    let (head, num) = s.split_at(digits_at);
-    (head.to_string(), num.parse().unwrap_or(0), s.to_string())
-}
-
 /// Labels and short names: GPUs in address order (as nvidia-smi numbers them), RDMA NICs in
 /// RDMA-name order (nvidia-smi's NIC legend), the rest in address order within their class.
-fn assign_labels(devices: &mut [Device]) {
+fn assign_labels(devices: &mut [PciDevice]) {
     let classes = [
         DeviceClass::Gpu,
         DeviceClass::RdmaNic,
@@ -688,7 +684,7 @@ fn assign_labels(devices: &mut [Device]) {
 }
 
 /// Host bridges with their NUMA node (taken from the devices below; root ports first).
-fn build_host_bridges(devices: &[Device], listed: Vec<String>) -> Vec<HostBridge> {
+fn build_host_bridges(devices: &[PciDevice], listed: Vec<String>) -> Vec<HostBridge> {
     // Per host bridge: the NUMA node of its first root device that has one, else of any
     // device below it; in one pass over the devices.
     let mut numa: HashMap<&str, (Option<u32>, Option<u32>)> = HashMap::new();
@@ -725,6 +721,19 @@ fn build_host_bridges(devices: &[Device], listed: Vec<String>) -> Vec<HostBridge
             }
         })
         .collect()
+}
+
+impl Topology {
+    /// Reads the tree under `root` (`/sys` on a live system). Fails only when `root` has no
+    /// `bus/pci/devices`; every other problem is a [`Warning`] and a partial answer.
+    pub fn read(root: impl AsRef<Path>) -> Result<Self, TopoError> {
+        scan(&Sysfs::new(root.as_ref()))
+    }
+
+    /// [`Topology::read`] on `/sys`.
+    pub fn read_system() -> Result<Self, TopoError> {
+        Self::read("/sys")
+    }
 }
 
 #[cfg(test)]

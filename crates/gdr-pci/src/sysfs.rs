@@ -8,78 +8,16 @@
 //! [`limits`](super::limits)): paths are looked up inside the tree only ([`resolve`]), only
 //! regular files are opened, and never by more than a cap.
 
-use crate::capture::KEEP_FILE;
-use crate::limits::{MAX_DIR_ENTRIES, MAX_LINK_HOPS, MAX_TOTAL_BYTES};
+use crate::keep::KEEP_FILE;
+use crate::limits::{MAX_DIR_ENTRIES, MAX_TOTAL_BYTES};
 use crate::resolve::{self, kind_of, resolve_lexically, Resolved};
+use crate::sysfs_error::SysfsError;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::io::{self, Read};
+use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-
-/// Why an entry of a sysfs tree was not read.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SysfsError {
-    #[error("{0}")]
-    Io(#[from] io::Error),
-    #[error("not a {expected} (a {found}); not opened")]
-    WrongType {
-        expected: &'static str,
-        found: &'static str,
-    },
-    #[error("longer than {cap} bytes, more than sysfs holds there; not read")]
-    TooLong { cap: usize },
-    #[error("not a symlink")]
-    NotALink,
-    #[error("symlink loop at {}", .0.display())]
-    LinkLoop(PathBuf),
-    #[error("more than {MAX_LINK_HOPS} symlinks to follow")]
-    TooManyLinks,
-    /// `link` is the offending link where it is not the entry asked for itself.
-    #[error("absolute link to {} refused{} (sysfs and captures hold relative links only)",
-            .target.display(), at(.link))]
-    AbsoluteLink {
-        link: Option<PathBuf>,
-        target: PathBuf,
-    },
-    #[error("link target {}{} leaves the sysfs root; not followed", .target.display(), at(.link))]
-    LeavesRoot {
-        link: Option<PathBuf>,
-        target: PathBuf,
-    },
-    #[error("{MAX_TOTAL_BYTES} bytes read from the tree already; not read")]
-    BudgetSpent,
-}
-
-fn at(link: &Option<PathBuf>) -> String {
-    link.as_ref()
-        .map(|l| format!(" at {}", l.display()))
-        .unwrap_or_default()
-}
-
-impl SysfsError {
-    /// Names the link at fault only where it is not `rel`, the entry the warning is about.
-    fn blame(self, rel: &Path) -> Self {
-        match self {
-            SysfsError::AbsoluteLink { link, target } => SysfsError::AbsoluteLink {
-                link: link.filter(|l| l != rel),
-                target,
-            },
-            SysfsError::LeavesRoot { link, target } => SysfsError::LeavesRoot {
-                link: link.filter(|l| l != rel),
-                target,
-            },
-            e => e,
-        }
-    }
-
-    /// The entry is simply absent (no such file), which is normal for optional attributes.
-    pub fn is_not_found(&self) -> bool {
-        matches!(self, SysfsError::Io(e) if e.kind() == io::ErrorKind::NotFound)
-    }
-}
 
 /// One entry that a read touched, as `capture` needs to recreate it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,6 +87,7 @@ impl Sysfs {
         }
     }
 
+    /// The directory the tree is read from.
     pub fn root(&self) -> &Path {
         &self.root
     }

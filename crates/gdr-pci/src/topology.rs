@@ -1,13 +1,10 @@
-//! The PCI tree of one machine as [`Topology`]: host bridges, switches, every function, and the
-//! path class and verdict between any two of them.
+//! The PCI tree of one machine as [`Topology`]: host bridges, switches, every function, names and
+//! NVLink counts. Reading it (`scan`), the paths and verdicts between functions (`path`) and the
+//! JSON report (`report`) are added by the modules above, each in its own `impl Topology`.
 
 use crate::bdf::Bdf;
-use crate::device::{Device, DeviceClass, PortType};
-use crate::limits::MAX_PAIRS;
-use crate::path::{self, PeerPath};
-use crate::report::{self, Report};
-use crate::scan;
-use crate::sysfs::{Sysfs, SysfsError};
+use crate::device::{natural_key, DeviceClass, PciDevice, PortType};
+use crate::sysfs_error::SysfsError;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt;
@@ -17,8 +14,11 @@ use std::path::{Path, PathBuf};
 /// peer-to-peer routing is concerned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HostBridge {
+    /// Its sysfs name, `pciDDDD:BB`.
     pub name: String,
+    /// The PCI domain (segment) of its root bus.
     pub domain: u32,
+    /// The root bus number.
     pub bus: u8,
     /// From the devices below it; `None` on machines without NUMA information.
     pub numa: Option<u32>,
@@ -27,8 +27,11 @@ pub struct HostBridge {
 /// A PCIe switch as the tree shows it: an upstream port and the downstream ports below it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Switch {
+    /// The upstream port, which links the switch towards the root complex.
     pub upstream: Bdf,
+    /// The downstream ports directly below it, in address order.
     pub downstream: Vec<Bdf>,
+    /// The host bridge above it, as sysfs names it (`pci0000:17`).
     pub host_bridge: String,
 }
 
@@ -37,6 +40,7 @@ pub struct Switch {
 pub struct Warning {
     /// The sysfs path, relative to the root; empty for notes about the whole tree.
     pub path: String,
+    /// What was wrong and what was done about it ("unreadable: ...; device skipped").
     pub message: String,
 }
 
@@ -50,60 +54,59 @@ impl fmt::Display for Warning {
     }
 }
 
+/// Why a topology could not be read, queried or captured.
 #[derive(Debug, thiserror::Error)]
 pub enum TopoError {
+    /// The root has no readable `bus/pci/devices`: it is no sysfs tree (or no capture).
     #[error("{}: not a sysfs tree (cannot list bus/pci/devices: {source})", root.display())]
-    NotSysfs { root: PathBuf, source: SysfsError },
+    NotSysfs {
+        /// The root given.
+        root: PathBuf,
+        /// Why `bus/pci/devices` could not be listed.
+        source: SysfsError,
+    },
+    /// [`Topology::find`] matched no address, name or label.
     #[error("no device matches `{query}`; known: {known}")]
-    UnknownDevice { query: String, known: String },
+    UnknownDevice {
+        /// The query, trimmed.
+        query: String,
+        /// Names of the endpoints that exist (at most 12, then `...`), or `none`.
+        known: String,
+    },
+    /// An address that is not in this topology.
     #[error("device {0} is not in this topology")]
     NoSuchBdf(Bdf),
+    /// [`Topology::set_gpu_numa_id`] was given a device that is no NVIDIA GPU.
     #[error("GPU NUMA ID for {0}: not an NVIDIA GPU")]
     NotAGpu(Bdf),
+    /// [`Topology::set_nvlinks`] was given a pair it cannot take.
     #[error("NVLink entry {a} <-> {b}: {why}")]
-    BadNvlink { a: Bdf, b: Bdf, why: &'static str },
+    BadNvlink {
+        /// One end of the link.
+        a: Bdf,
+        /// The other end.
+        b: Bdf,
+        /// What is wrong: a device linked to itself, or not in this topology.
+        why: &'static str,
+    },
+    /// [`capture`](crate::capture::capture) was pointed at a directory that holds something.
     #[error("capture into {}: the directory exists and is not empty", .0.display())]
     CaptureDestinationNotEmpty(PathBuf),
+    /// Writing the capture failed.
     #[error("capture: {}: {source}", path.display())]
     CaptureIo {
+        /// The file or directory being written.
         path: PathBuf,
+        /// The operating system's error.
         source: std::io::Error,
     },
-}
-
-/// Device pairs with their paths, at most [`MAX_PAIRS`]; `left_out` more were asked for.
-#[derive(Debug, Clone, Default)]
-pub struct Pairs {
-    pub paths: Vec<PeerPath>,
-    pub left_out: usize,
-}
-
-impl Pairs {
-    /// The sentence for a warning when pairs were left out.
-    pub fn left_out_note(&self) -> Option<String> {
-        (self.left_out > 0).then(|| {
-            format!(
-                "{} pairs left out: at most {MAX_PAIRS} are judged at once (ask for one with \
-                 --explain A B)",
-                self.left_out
-            )
-        })
-    }
-}
-
-impl IntoIterator for Pairs {
-    type Item = PeerPath;
-    type IntoIter = std::vec::IntoIter<PeerPath>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.paths.into_iter()
-    }
 }
 
 /// The PCI tree of one machine (or capture), with names, and optional NVLink counts.
 #[derive(Debug, Clone)]
 pub struct Topology {
     root: PathBuf,
-    devices: Vec<Device>,
+    devices: Vec<PciDevice>,
     host_bridges: Vec<HostBridge>,
     index: HashMap<Bdf, usize>,
     host_index: HashMap<String, usize>,
@@ -113,20 +116,9 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// Reads the tree under `root` (`/sys` on a live system). Fails only when `root` has no
-    /// `bus/pci/devices`; every other problem is a [`Warning`] and a partial answer.
-    pub fn read(root: impl AsRef<Path>) -> Result<Self, TopoError> {
-        scan::scan(&Sysfs::new(root.as_ref()))
-    }
-
-    /// [`Topology::read`] on `/sys`.
-    pub fn read_system() -> Result<Self, TopoError> {
-        Self::read("/sys")
-    }
-
     pub(crate) fn from_parts(
         root: PathBuf,
-        devices: Vec<Device>,
+        devices: Vec<PciDevice>,
         host_bridges: Vec<HostBridge>,
         iommu_groups_present: bool,
         warnings: Vec<Warning>,
@@ -153,27 +145,33 @@ impl Topology {
         }
     }
 
+    /// The sysfs root the tree was read from (`/sys`, or a capture's directory).
     pub fn root(&self) -> &Path {
         &self.root
     }
 
     /// Every PCI function, bridges included, in address order of `bus/pci/devices`.
-    pub fn devices(&self) -> &[Device] {
+    pub fn devices(&self) -> &[PciDevice] {
         &self.devices
     }
 
-    pub fn device(&self, bdf: Bdf) -> Option<&Device> {
+    /// The function at `bdf`, if the tree has it.
+    pub fn device(&self, bdf: Bdf) -> Option<&PciDevice> {
         self.index.get(&bdf).map(|&i| &self.devices[i])
     }
 
+    /// Every host bridge (root complex), in sysfs order.
     pub fn host_bridges(&self) -> &[HostBridge] {
         &self.host_bridges
     }
 
+    /// The host bridge named `name` (`pci0000:17`), if there is one.
     pub fn host_bridge(&self, name: &str) -> Option<&HostBridge> {
         self.host_index.get(name).map(|&i| &self.host_bridges[i])
     }
 
+    /// What could not be read or made no sense while reading the tree: the answer is partial
+    /// there.
     pub fn warnings(&self) -> &[Warning] {
         &self.warnings
     }
@@ -204,23 +202,23 @@ impl Topology {
     }
 
     /// NVIDIA GPUs in index order (GPU0, GPU1, ...).
-    pub fn gpus(&self) -> Vec<&Device> {
+    pub fn gpus(&self) -> Vec<&PciDevice> {
         self.endpoints_where(|c| c == DeviceClass::Gpu)
     }
 
     /// Every endpoint (everything but bridges), GPUs first, then RDMA NICs, NICs, NVMe,
     /// accelerators, others.
-    pub fn endpoints(&self) -> Vec<&Device> {
+    pub fn endpoints(&self) -> Vec<&PciDevice> {
         self.endpoints_where(|c| c != DeviceClass::Bridge)
     }
 
     /// What `gdr topo` shows by default: GPUs and the devices that exchange data with them
     /// (NICs, RDMA NICs, NVMe, FPGAs/accelerators).
-    pub fn gpu_view(&self) -> Vec<&Device> {
+    pub fn gpu_view(&self) -> Vec<&PciDevice> {
         self.endpoints_where(DeviceClass::is_gpu_peer)
     }
 
-    fn endpoints_where(&self, keep: impl Fn(DeviceClass) -> bool) -> Vec<&Device> {
+    fn endpoints_where(&self, keep: impl Fn(DeviceClass) -> bool) -> Vec<&PciDevice> {
         let rank = |c: DeviceClass| match c {
             DeviceClass::Gpu => 0,
             DeviceClass::RdmaNic => 1,
@@ -230,14 +228,14 @@ impl Topology {
             DeviceClass::Other => 5,
             DeviceClass::Bridge => 6,
         };
-        let mut v: Vec<&Device> = self.devices.iter().filter(|d| keep(d.class)).collect();
-        v.sort_by_key(|d| (rank(d.class), scan::natural_key(&d.label), d.bdf));
+        let mut v: Vec<&PciDevice> = self.devices.iter().filter(|d| keep(d.class)).collect();
+        v.sort_by_key(|d| (rank(d.class), natural_key(&d.label), d.bdf));
         v
     }
 
     /// Finds a device by address (`0000:17:00.0`, `17:00.0`), name (`gpu0`, `mlx5_0`, `nvme0`,
     /// `eth0`) or matrix label (`GPU0`, `NIC1`).
-    pub fn find(&self, query: &str) -> Result<&Device, TopoError> {
+    pub fn find(&self, query: &str) -> Result<&PciDevice, TopoError> {
         let q = query.trim();
         if let Ok(bdf) = q.parse::<Bdf>() {
             if let Some(d) = self.device(bdf) {
@@ -310,85 +308,6 @@ impl Topology {
     /// The NVLink count declared for a pair.
     pub fn nvlinks(&self, a: Bdf, b: Bdf) -> Option<u32> {
         self.nvlinks.get(&(a.min(b), a.max(b))).copied()
-    }
-
-    /// Path class, hops, verdict and reasons between two devices.
-    pub fn path(&self, a: Bdf, b: Bdf) -> Result<PeerPath, TopoError> {
-        let ia = *self.index.get(&a).ok_or(TopoError::NoSuchBdf(a))?;
-        let ib = *self.index.get(&b).ok_or(TopoError::NoSuchBdf(b))?;
-        Ok(path::compute(self, ia, ib))
-    }
-
-    /// [`Topology::path`] for every unordered pair of `devices`, the first
-    /// [`MAX_PAIRS`] of them in order; [`Pairs::left_out`] counts the rest.
-    pub fn pairs(&self, devices: &[&Device]) -> Pairs {
-        self.pairs_where(devices, false)
-    }
-
-    /// The pairs a verdict is asked for in the GPU view: every pair of `devices` with a GPU on
-    /// at least one side (every pair when none of them is a GPU), at most [`MAX_PAIRS`].
-    pub fn gpu_pairs(&self, devices: &[&Device]) -> Pairs {
-        let any_gpu = devices.iter().any(|d| d.class == DeviceClass::Gpu);
-        self.pairs_where(devices, any_gpu)
-    }
-
-    /// Pairs (i < j) of `devices`, with a GPU on one side when `gpu_side`, computed until
-    /// [`MAX_PAIRS`] and past it only counted, by arithmetic: a hostile tree can list 16384
-    /// GPUs.
-    fn pairs_where(&self, devices: &[&Device], gpu_side: bool) -> Pairs {
-        let is_gpu = |d: &Device| d.class == DeviceClass::Gpu;
-        // Positions of the GPUs: a device that is not one pairs only with them.
-        let gpus: Vec<usize> = (0..devices.len()).filter(|&i| is_gpu(devices[i])).collect();
-        let mut out = Pairs::default();
-        for (i, a) in devices.iter().enumerate() {
-            let partners: Box<dyn Iterator<Item = usize>> = if !gpu_side || is_gpu(a) {
-                Box::new(i + 1..devices.len())
-            } else {
-                let first = gpus.partition_point(|&g| g <= i);
-                Box::new(gpus[first..].iter().copied())
-            };
-            let asked = partners.size_hint().0;
-            let room = MAX_PAIRS - out.paths.len();
-            out.left_out += asked.saturating_sub(room);
-            for j in partners.take(room) {
-                let (Some(&ia), Some(&ib)) =
-                    (self.index.get(&a.bdf), self.index.get(&devices[j].bdf))
-                else {
-                    continue;
-                };
-                out.paths.push(path::compute(self, ia, ib));
-            }
-        }
-        out
-    }
-
-    /// The devices of `class` closest to `of`, best first (NVLink, then PIX, PXB, ...; ties by
-    /// verdict), for suggesting a better pairing.
-    pub fn closest(&self, of: Bdf, class: DeviceClass) -> Vec<PeerPath> {
-        let Some(&io) = self.index.get(&of) else {
-            return Vec::new();
-        };
-        let mut v: Vec<PeerPath> = self
-            .devices
-            .iter()
-            .enumerate()
-            .filter(|(i, d)| *i != io && d.class == class)
-            .map(|(i, _)| path::compute(self, io, i))
-            .collect();
-        v.sort_by_key(|p| (p.class.rank(), p.verdict, p.b));
-        v
-    }
-
-    /// The JSON-ready report over `devices` (their pairs as [`Topology::pairs`] gives them)
-    /// plus every bridge.
-    pub fn report<'a>(&'a self, devices: &[&'a Device]) -> Report<'a> {
-        report::build(self, devices, self.pairs(devices))
-    }
-
-    /// [`Topology::report`] with the pairs of [`Topology::gpu_pairs`]: what `gdr topo --json`
-    /// writes for its default view.
-    pub fn gpu_report<'a>(&'a self, devices: &[&'a Device]) -> Report<'a> {
-        report::build(self, devices, self.gpu_pairs(devices))
     }
 
     pub(crate) fn index_of(&self, bdf: Bdf) -> Option<usize> {

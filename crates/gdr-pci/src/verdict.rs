@@ -1,10 +1,10 @@
 //! The peer-to-peer verdict for a path, and the reasons behind it, each written so that the
 //! reader knows what to change.
 
-use super::config::AcsState;
-use super::device::{format_size, pcie_generation, Device, DeviceClass, PortType};
-use super::path::{Geometry, PathClass};
-use super::Topology;
+use crate::config::AcsState;
+use crate::device::{format_size, link_is_below, pcie_generation, DeviceClass, PciDevice};
+use crate::geometry::{Geometry, PathClass};
+use crate::topology::Topology;
 use serde::Serialize;
 use std::fmt;
 
@@ -12,8 +12,11 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
+    /// Full peer-to-peer speed is to be expected (printed `good`).
     Good,
+    /// Peer-to-peer works, below full speed (`works-slower`).
     WorksSlower,
+    /// Peer-to-peer may crawl or fail (`poor-or-unsupported`).
     PoorOrUnsupported,
 }
 
@@ -41,14 +44,18 @@ impl fmt::Display for Verdict {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Severity {
+    /// A fact or a note; no effect on the verdict.
     Info,
+    /// Makes the verdict at best works-slower.
     Slower,
+    /// Makes the verdict poor-or-unsupported.
     Poor,
 }
 
 /// One finding about a path: what was seen, and what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Reason {
+    /// How much the finding weighs in the verdict.
     pub severity: Severity,
     /// Short: "crosses the inter-socket link (NUMA 0 to 1)".
     pub what: String,
@@ -78,7 +85,7 @@ impl fmt::Display for Reason {
 
 const SMALL_BAR1: u64 = 1 << 30;
 
-fn who(d: &Device) -> String {
+fn who(d: &PciDevice) -> String {
     if d.names.is_empty() {
         d.bdf.to_string()
     } else {
@@ -183,7 +190,7 @@ pub(crate) fn assess(
     out
 }
 
-fn iommu(topo: &Topology, d: &Device, out: &mut Vec<Reason>) {
+fn iommu(topo: &Topology, d: &PciDevice, out: &mut Vec<Reason>) {
     use Severity::*;
     let Some(g) = &d.iommu_group else {
         if !topo.iommu_groups_present() {
@@ -365,11 +372,6 @@ fn links(topo: &Topology, g: &Geometry, out: &mut Vec<Reason>) {
     }
 }
 
-/// Whether a function's link registers describe the link below it (towards its children).
-pub(crate) fn link_is_below(p: PortType) -> bool {
-    matches!(p, PortType::RootPort | PortType::SwitchDownstream)
-}
-
 /// The smaller of two optional limits; a missing one does not limit.
 fn lower<T: PartialOrd>(x: Option<T>, y: Option<T>) -> Option<T> {
     match (x, y) {
@@ -379,7 +381,7 @@ fn lower<T: PartialOrd>(x: Option<T>, y: Option<T>) -> Option<T> {
     }
 }
 
-fn bar1(d: &Device, out: &mut Vec<Reason>) {
+fn bar1(d: &PciDevice, out: &mut Vec<Reason>) {
     use Severity::*;
     if !d.is_nvidia_gpu() {
         return;

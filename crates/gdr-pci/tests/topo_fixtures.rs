@@ -9,7 +9,7 @@
 //! Regenerate the hand-built trees after changing a builder:
 //! `GDR_REGEN_TOPO_FIXTURES=1 cargo test -p gdr-pci --test topo_fixtures`.
 
-use gdr_pci::fixture::{Function, TreeBuilder};
+use gdr_pci::fixture::{FixtureFunction, TreeBuilder};
 use gdr_pci::{Bdf, DeviceClass, PathClass, PortType, Topology, Verdict};
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -42,11 +42,11 @@ const X710: (u16, u16, u32) = (0x8086, 0x1572, 0x020000);
 const ASPEED: (u16, u16, u32) = (0x1a03, 0x2000, 0x030000);
 const XDMA: (u16, u16, u32) = (0x10ee, 0x903f, 0x058000);
 
-fn f(bdf: &str, id: (u16, u16, u32)) -> Function {
-    Function::new(bdf, id.0, id.1, id.2)
+fn f(bdf: &str, id: (u16, u16, u32)) -> FixtureFunction {
+    FixtureFunction::new(bdf, id.0, id.1, id.2)
 }
 
-fn gpu(bdf: &str, id: (u16, u16, u32), bar1: u64) -> Function {
+fn gpu(bdf: &str, id: (u16, u16, u32), bar1: u64) -> FixtureFunction {
     f(bdf, id)
         .bar(0, 16 * MIB)
         .bar(1, bar1)
@@ -54,7 +54,7 @@ fn gpu(bdf: &str, id: (u16, u16, u32), bar1: u64) -> Function {
         .driver("nvidia")
 }
 
-fn nic(bdf: &str, id: (u16, u16, u32)) -> Function {
+fn nic(bdf: &str, id: (u16, u16, u32)) -> FixtureFunction {
     f(bdf, id).bar(0, 32 * MIB).driver("mlx5_core")
 }
 
@@ -65,12 +65,12 @@ fn switch_with(
     parent: &Path,
     usp: &str,
     dsps: &[&str],
-    devices: Vec<Function>,
+    devices: Vec<FixtureFunction>,
     numa: Option<u32>,
     acs: u16,
 ) -> io::Result<Vec<PathBuf>> {
-    let numa_of = |x: Function| match numa {
-        Some(n) => Function { numa: Some(n), ..x },
+    let numa_of = |x: FixtureFunction| match numa {
+        Some(n) => FixtureFunction { numa: Some(n), ..x },
         None => x,
     };
     let up = t.add(
@@ -415,9 +415,9 @@ fn build_iommu_acs(root: &Path) -> io::Result<()> {
 fn build_nested_switch(root: &Path) -> io::Result<()> {
     let mut t = TreeBuilder::create(root)?;
     let cpus = "0-63";
-    let short = |x: Function| x.numa(0, cpus).config_len(64);
+    let short = |x: FixtureFunction| x.numa(0, cpus).config_len(64);
     // Gen4 links of the width given, as a non-root user reads them.
-    let gen4 = |x: Function, width: u32| short(x.link(16.0, width, 16.0, width));
+    let gen4 = |x: FixtureFunction, width: u32| short(x.link(16.0, width, 16.0, width));
     let hb = t.host_bridge("pci0000:00")?;
     let rp = t.add(&hb, gen4(f("0000:00:01.0", ROOT_PORT), 16))?;
     let outer = t.add(&rp, gen4(f("0000:01:00.0", PEX_USP), 16))?;

@@ -3,7 +3,7 @@
 //! directories. VMs (the H100 Firecracker machine) leave `numa_node` at -1 everywhere.
 
 use gdr_pci::capture::capture;
-use gdr_pci::fixture::{Function, TreeBuilder};
+use gdr_pci::fixture::{FixtureFunction, TreeBuilder};
 use gdr_pci::Topology;
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -25,7 +25,7 @@ fn machine(
     }
     let hb = t.host_bridge("pci0000:00").unwrap();
     for (i, (numa, cpus)) in gpus.iter().enumerate() {
-        let mut f = Function::new(
+        let mut f = FixtureFunction::new(
             &format!("0000:{:02x}:00.0", i + 1),
             0x10de,
             0x2330,
@@ -38,7 +38,7 @@ fn machine(
         let rp = t
             .add(
                 &hb,
-                Function::new(
+                FixtureFunction::new(
                     &format!("0000:00:{:02x}.0", i + 1),
                     0x8086,
                     0x352a,

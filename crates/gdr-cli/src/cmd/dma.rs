@@ -12,8 +12,9 @@
 
 use super::CmdResult;
 use gdr_dma::pattern::{check_surface, poison, surface, SURFACE_BYTES};
-use gdr_dma::pci::bind_hint;
-use gdr_dma::{Copier, DmaError, Endpoint, EngineKind, MappedMemory, OpenOptions, Session};
+use gdr_dma::{
+    bind_hint, Copier, DmaError, Endpoint, EngineKind, MappedMemory, OpenOptions, Session,
+};
 use gdr_pci::{Bdf, PciInfo, Sysfs};
 use serde::Serialize;
 use std::process::ExitCode;

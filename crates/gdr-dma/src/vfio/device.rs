@@ -13,15 +13,19 @@ use std::time::Duration;
 
 /// A region of the device as VFIO describes it.
 #[derive(Clone, Copy, Debug)]
-pub struct Region {
+pub struct VfioRegion {
+    /// VFIO's region index: BAR0-5 are 0-5, the ROM 6, config space 7.
     pub index: u32,
+    /// Bytes in the region (0 for an unimplemented BAR).
     pub size: u64,
     /// Offset of the region in the device file (for pread/pwrite/mmap).
     pub offset: u64,
+    /// `VFIO_REGION_INFO_FLAG_*`: readable (1), writable (2), mmap-able (4).
     pub flags: u32,
 }
 
-impl Region {
+impl VfioRegion {
+    /// Whether the region can be mapped into the process (memory BARs can, I/O BARs cannot).
     pub fn mappable(&self) -> bool {
         self.flags & uapi::REGION_INFO_FLAG_MMAP != 0
     }
@@ -79,10 +83,12 @@ impl VfioDevice {
         &self.info
     }
 
+    /// How many regions VFIO describes for the device (9 or more for PCI: BARs, ROM, config).
     pub fn num_regions(&self) -> u32 {
         self.num_regions
     }
 
+    /// How many interrupt indices VFIO offers (INTx, MSI, MSI-X, ...).
     pub fn num_irqs(&self) -> u32 {
         self.num_irqs
     }
@@ -96,7 +102,7 @@ impl VfioDevice {
     }
 
     /// Describes region `index` (BAR0..5 = 0..5, ROM 6, config 7).
-    pub fn region(&self, index: u32) -> Result<Region> {
+    pub fn region(&self, index: u32) -> Result<VfioRegion> {
         if index >= self.num_regions {
             return Err(self.region_err(index, "no such region"));
         }
@@ -114,7 +120,7 @@ impl VfioDevice {
                 "VFIO_DEVICE_GET_REGION_INFO",
             )
         }?;
-        Ok(Region {
+        Ok(VfioRegion {
             index,
             size: ri.size,
             offset: ri.offset,
@@ -130,7 +136,7 @@ impl VfioDevice {
     }
 
     /// Maps BAR `index` into this process.
-    pub fn map_bar(&self, index: u32) -> Result<Bar> {
+    pub fn map_bar(&self, index: u32) -> Result<MappedBar> {
         if index > 5 {
             return Err(self.region_err(index, "not a BAR"));
         }
@@ -161,9 +167,9 @@ impl VfioDevice {
         }
         let ptr =
             NonNull::new(p.cast::<u8>()).ok_or_else(|| self.region_err(index, "mmap gave NULL"))?;
-        // SAFETY: the mapping lives until `Bar` is dropped, which munmaps it.
+        // SAFETY: the mapping lives until `MappedBar` is dropped, which munmaps it.
         let mmio = unsafe { Mmio::new(ptr, r.size) };
-        Ok(Bar {
+        Ok(MappedBar {
             ptr,
             len: r.size as usize,
             index,
@@ -217,16 +223,19 @@ impl VfioDevice {
         Ok(())
     }
 
+    /// Reads the little-endian 16-bit config register at `offset`.
     pub fn config_read16(&self, offset: u64) -> Result<u16> {
         let mut b = [0u8; 2];
         self.config_read(offset, &mut b)?;
         Ok(u16::from_le_bytes(b))
     }
 
+    /// Writes `v` to the 16-bit config register at `offset`, little-endian.
     pub fn config_write16(&self, offset: u64, v: u16) -> Result<()> {
         self.config_write(offset, &v.to_le_bytes())
     }
 
+    /// Reads the little-endian 32-bit config register at `offset`.
     pub fn config_read32(&self, offset: u64) -> Result<u32> {
         let mut b = [0u8; 4];
         self.config_read(offset, &mut b)?;
@@ -396,7 +405,7 @@ impl Drop for VfioIrq {
 
 /// A BAR mapped into this process: registers (via [`RegisterIo`]) or memory (via
 /// [`MappedMemory`], e.g. to map it into an IOMMU as peer memory). Unmapped on drop.
-pub struct Bar {
+pub struct MappedBar {
     ptr: NonNull<u8>,
     len: usize,
     index: u32,
@@ -405,24 +414,25 @@ pub struct Bar {
 
 // SAFETY: the mapping is owned by this value and only reached through volatile accesses or
 // explicit copies; it does not depend on the creating thread.
-unsafe impl Send for Bar {}
+unsafe impl Send for MappedBar {}
 // SAFETY: as above; shared references only allow copies and single register accesses.
-unsafe impl Sync for Bar {}
+unsafe impl Sync for MappedBar {}
 
-impl Bar {
+impl MappedBar {
+    /// Which BAR (0-5) this is.
     pub fn index(&self) -> u32 {
         self.index
     }
 }
 
-impl Drop for Bar {
+impl Drop for MappedBar {
     fn drop(&mut self) {
         // SAFETY: exactly the mapping made in `map_bar`, unmapped once.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
 
-impl RegisterIo for Bar {
+impl RegisterIo for MappedBar {
     fn len(&self) -> u64 {
         self.mmio.len()
     }
@@ -442,7 +452,7 @@ impl RegisterIo for Bar {
 
 // SAFETY: the mapping lives, at a fixed address, until drop, and is only reached through copies
 // and volatile register accesses. VFIO maps BARs uncached.
-unsafe impl MappedMemory for Bar {
+unsafe impl MappedMemory for MappedBar {
     fn cpu_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }

@@ -6,7 +6,7 @@
 mod device;
 mod uapi;
 
-pub use device::{Bar, Region, VfioDevice, VfioIrq};
+pub use device::{MappedBar, VfioDevice, VfioIrq, VfioRegion};
 
 use crate::error::{DmaError, Result};
 use crate::iommu::{IommuBackend, IommuSpace};
@@ -22,7 +22,8 @@ use std::sync::Arc;
 /// `arg` must be what the ioctl `req` expects on `fd`: a pointer to a live, correctly sized
 /// structure (with `argsz` filled in) or a plain integer.
 pub(crate) unsafe fn ioctl(fd: RawFd, req: u64, arg: u64, op: &str) -> Result<i32> {
-    // SAFETY: forwarded from the caller's contract.
+    // SAFETY: the caller guarantees (this function's contract) that `arg` is what `req` expects
+    // on `fd`, a live, correctly sized structure or a plain integer; ioctl needs nothing else.
     let r = unsafe { libc::ioctl(fd, req as _, arg) };
     if r < 0 {
         Err(DmaError::last_os(op))
@@ -38,7 +39,8 @@ fn open_path(path: &str) -> Result<OwnedFd> {
     if fd < 0 {
         return Err(DmaError::last_os(format!("open {path}")));
     }
-    // SAFETY: fresh descriptor, owned from here on.
+    // SAFETY: `fd` was just returned by open (checked non-negative above) and nothing else owns
+    // or closes it, so the OwnedFd becomes its only owner.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
@@ -114,6 +116,7 @@ impl Vfio {
         Vfio::with_sysfs(Sysfs::default())
     }
 
+    /// A VFIO context that looks devices up in `sysfs` (a fake tree in tests).
     pub fn with_sysfs(sysfs: Sysfs) -> Self {
         Vfio {
             sysfs,
@@ -124,6 +127,7 @@ impl Vfio {
         }
     }
 
+    /// The sysfs tree devices are looked up in.
     pub fn sysfs(&self) -> &Sysfs {
         &self.sysfs
     }
@@ -218,7 +222,8 @@ impl Vfio {
                 "VFIO_GROUP_GET_DEVICE_FD",
             )
         }?;
-        // SAFETY: the ioctl returned a fresh descriptor we now own.
+        // SAFETY: GROUP_GET_DEVICE_FD returned a new descriptor (`ioctl` turned a negative
+        // return into an error) that nothing else owns, so the OwnedFd becomes its only owner.
         let dfd = unsafe { OwnedFd::from_raw_fd(dfd) };
         VfioDevice::new(dfd, info, gfd)
     }
@@ -233,8 +238,9 @@ impl Vfio {
         let raw = fd.as_raw_fd();
         let kind = [uapi::TYPE1V2_IOMMU, uapi::TYPE1_IOMMU]
             .into_iter()
-            // SAFETY: CHECK_EXTENSION takes an integer.
             .find(|&t| {
+                // SAFETY: `raw` is the open container fd, and CHECK_EXTENSION takes the
+                // extension number as a plain integer, no pointer.
                 unsafe { ioctl(raw, uapi::CHECK_EXTENSION, t, "VFIO_CHECK_EXTENSION") }
                     .is_ok_and(|r| r > 0)
             })

@@ -15,6 +15,7 @@ pub struct Leds<R: RegisterIo> {
 }
 
 impl<R: RegisterIo> Leds<R> {
+    /// The LEDs over BAR0 `regs`; fails when the BAR is too small to hold the data register.
     pub fn new(regs: R) -> Result<Self> {
         if regs.len() < 4 {
             return Err(DmaError::Unsupported("a GPIO BAR0".into()));

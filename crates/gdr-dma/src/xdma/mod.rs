@@ -138,10 +138,12 @@ impl<R: RegisterIo> XdmaEngine<R> {
         Ok(e)
     }
 
+    /// The board configuration the engine was built with.
     pub fn config(&self) -> &XdmaConfig {
         &self.cfg
     }
 
+    /// Whether completions are waited for by interrupt (else the status register is polled).
     pub fn uses_interrupts(&self) -> bool {
         self.irq.is_some()
     }

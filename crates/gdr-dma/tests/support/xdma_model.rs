@@ -9,9 +9,7 @@
 //! records protocol violations that a real engine would not report but that would make it
 //! misbehave (for the tests to assert there are none).
 
-use gdr_dma::irq::EventFd;
-use gdr_dma::regs::RegisterIo;
-use gdr_dma::sim::SimIommu;
+use gdr_dma::{EventFd, RegisterIo, SimIommu};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 const MAGIC: u32 = 0xad4b;

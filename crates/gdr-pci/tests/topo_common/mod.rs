@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each test file uses part of this
 
-use gdr_pci::fixture::{Function, TreeBuilder};
+use gdr_pci::fixture::{FixtureFunction, TreeBuilder};
 use gdr_pci::{PeerPath, PortType, Topology};
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
@@ -80,7 +80,7 @@ pub fn small_machine(name: &str) -> (Scratch, [PathBuf; 4]) {
     let rp = t
         .add(
             &hb,
-            Function::new("0000:00:01.0", 0x8086, 0x352a, 0x060400)
+            FixtureFunction::new("0000:00:01.0", 0x8086, 0x352a, 0x060400)
                 .link(16.0, 16, 16.0, 16)
                 .acs(0),
         )
@@ -88,13 +88,14 @@ pub fn small_machine(name: &str) -> (Scratch, [PathBuf; 4]) {
     let usp = t
         .add(
             &rp,
-            Function::new("0000:01:00.0", 0x1000, 0xc030, 0x060400).port(PortType::SwitchUpstream),
+            FixtureFunction::new("0000:01:00.0", 0x1000, 0xc030, 0x060400)
+                .port(PortType::SwitchUpstream),
         )
         .unwrap();
     let dsp0 = t
         .add(
             &usp,
-            Function::new("0000:02:00.0", 0x1000, 0xc030, 0x060400)
+            FixtureFunction::new("0000:02:00.0", 0x1000, 0xc030, 0x060400)
                 .port(PortType::SwitchDownstream)
                 .acs(0),
         )
@@ -102,7 +103,7 @@ pub fn small_machine(name: &str) -> (Scratch, [PathBuf; 4]) {
     let dsp1 = t
         .add(
             &usp,
-            Function::new("0000:02:01.0", 0x1000, 0xc030, 0x060400)
+            FixtureFunction::new("0000:02:01.0", 0x1000, 0xc030, 0x060400)
                 .port(PortType::SwitchDownstream)
                 .acs(0),
         )
@@ -110,7 +111,7 @@ pub fn small_machine(name: &str) -> (Scratch, [PathBuf; 4]) {
     let gpu = t
         .add(
             &dsp0,
-            Function::new("0000:03:00.0", 0x10de, 0x2330, 0x030200)
+            FixtureFunction::new("0000:03:00.0", 0x10de, 0x2330, 0x030200)
                 .bar(0, 1 << 24)
                 .bar(1, 1 << 34)
                 .link(16.0, 16, 16.0, 16),
@@ -119,20 +120,20 @@ pub fn small_machine(name: &str) -> (Scratch, [PathBuf; 4]) {
     let nic = t
         .add(
             &dsp1,
-            Function::new("0000:04:00.0", 0x15b3, 0x1021, 0x020000).bar(0, 1 << 25),
+            FixtureFunction::new("0000:04:00.0", 0x15b3, 0x1021, 0x020000).bar(0, 1 << 25),
         )
         .unwrap();
     t.class_device("infiniband", "mlx5_0", &nic).unwrap();
     let rp2 = t
         .add(
             &hb,
-            Function::new("0000:00:02.0", 0x8086, 0x352b, 0x060400).acs(0),
+            FixtureFunction::new("0000:00:02.0", 0x8086, 0x352b, 0x060400).acs(0),
         )
         .unwrap();
     let nvme = t
         .add(
             &rp2,
-            Function::new("0000:05:00.0", 0x144d, 0xa824, 0x010802).bar(0, 1 << 14),
+            FixtureFunction::new("0000:05:00.0", 0x144d, 0xa824, 0x010802).bar(0, 1 << 14),
         )
         .unwrap();
     t.class_device("nvme", "nvme0", &nvme).unwrap();
