@@ -7,9 +7,9 @@
 use gdr::bar::VulkanBackend;
 use gdr::cuda;
 use gdr::mem::MappedMemory;
-use gdr::mq::{PlainMemory, Region, RingMemory};
 use gdr_dma::sim::SimIommu;
 use gdr_dma::IommuSpace;
+use gdr_mq::{PlainMemory, Region, RingMemory};
 use gdr_testing::{gpu_context, skip_or_fail};
 use rand::RngCore;
 use std::sync::Arc;
