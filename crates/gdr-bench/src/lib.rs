@@ -4,8 +4,10 @@
 //!   and the host-centric baseline, in one run.
 //! - [`pingpong`]: the bare CPU <-> GPU ping-pong with a persistent GPU thread (`gdr pplat`).
 //! - [`host_centric`]: the host-centric round trip (copy in, launch, copy out, synchronise)
-//!   the queues are measured against; gdr-serve's host-centric executor runs on its core.
-//! - [`stats`]: order statistics, batch and interleaved timing, and the latency histogram.
+//!   the queues are measured against, on gdr-mq's core (`gdr_mq::HostCentricSlot`, which
+//!   gdr-serve's host-centric executor runs on too).
+//! - [`stats`]: order statistics, batch timing and the latency histogram (`gdr::timing`'s,
+//!   re-exported).
 
 pub mod host_centric;
 pub mod mq;

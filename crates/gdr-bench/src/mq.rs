@@ -4,7 +4,7 @@
 use crate::host_centric::HostCentric;
 use crate::stats::ns_quantile_us;
 use gdr::cuda::Context;
-use gdr::mq::{GpuConfig, GpuWorkers, Handler, MqError, Placement, QueueConfig};
+use gdr_mq::{GpuConfig, GpuWorkers, Handler, MqError, Placement, QueueConfig};
 use std::time::{Duration, Instant};
 
 /// What to measure.
@@ -364,7 +364,7 @@ pub fn throughput(
                     let mut bad = 0u64;
                     let mut tally = Tally::default();
                     let mut pump =
-                        |q: &mut gdr::mq::QueuePair, tally: &mut Tally| -> Result<(), MqError> {
+                        |q: &mut gdr_mq::QueuePair, tally: &mut Tally| -> Result<(), MqError> {
                             let t0 = Instant::now();
                             let room = (q.credits() as usize).min(batch.len());
                             let mut sent = 0;
@@ -508,7 +508,7 @@ pub fn run(ctx: &Context, bc: &BenchConfig) -> Result<BenchReport, MqError> {
     latency.push(plain);
     latency.push(graph);
     let mut tput = Vec::new();
-    let sms = gdr::mq::gpu_worker::sm_count(ctx)?;
+    let sms = gdr_mq::sm_count(ctx)?;
     for &p in &bc.throughput_placements {
         for &size in &bc.sizes {
             for &nq in &bc.queues {

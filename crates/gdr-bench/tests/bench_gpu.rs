@@ -4,14 +4,14 @@
 //! test must not run while another test frees memory (that would wait on it).
 
 use gdr::cuda::{nvrtc, Context};
-use gdr::mq::{Handler, MqError, Placement};
 use gdr_bench::host_centric::HostCentric;
+use gdr_mq::{Handler, MqError, Placement};
 use gdr_testing::{gpu_context, skip_or_fail};
 use rand::RngCore;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-#[path = "../../gdr/tests/mq_common/mod.rs"]
+#[path = "../../gdr-mq/tests/mq_common/mod.rs"]
 mod mq_common;
 use mq_common::{transform, TRANSFORM};
 

@@ -7,8 +7,8 @@
 use gdr::bar::VulkanBackend;
 use gdr::cuda;
 use gdr::mem::MappedMemory;
-use gdr::mq::{PlainMemory, Region, RingMemory};
 use gdr_dma::{IommuSpace, SimIommu};
+use gdr_mq::{PlainMemory, Region, RingMemory};
 use gdr_testing::{gpu_context, skip_or_fail};
 use rand::RngCore;
 use std::sync::Arc;

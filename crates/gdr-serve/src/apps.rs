@@ -21,7 +21,7 @@ const SERVE_CUH: &str = include_str!("cuda/serve.cuh");
 const LENET_CUH: &str = include_str!("cuda/lenet.cuh");
 const KERNELS_CU: &str = include_str!("cuda/kernels.cu");
 /// The persistent worker kernel `kernels.cu` defines.
-pub const WORKER_KERNEL: &str = "gdr_serve_worker";
+const WORKER_KERNEL: &str = "gdr_serve_worker";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AppKind {
@@ -305,7 +305,7 @@ impl App {
         self.weights.as_deref().map(|v| &v[..])
     }
 
-    /// The device program body (after gdr::mq's device header): the app and our kernels, for
+    /// The device program body (after gdr_mq's device header): the app and our kernels, for
     /// workers on header-format queues without stage timing.
     pub fn device_source(&self) -> String {
         self.device_source_for(false, false, 1)
@@ -371,21 +371,24 @@ impl App {
         s
     }
 
-    /// The mq handler whose program carries our kernels; mq launches our block-wide worker.
-    /// For header-format queues without stage timing ([`worker_handler`](Self::worker_handler)).
-    pub fn handler(&self) -> gdr::mq::Handler {
+    /// The mq handler whose program carries our kernels: an application kernel (mq's
+    /// [`Handler::with_kernel`](gdr_mq::Handler::with_kernel) hook), so mq launches our
+    /// block-wide worker and its program has no per-lane handler. For header-format queues
+    /// without stage timing ([`worker_handler`](Self::worker_handler)); the host-centric
+    /// baseline launches its `gdr_serve_oneshot`.
+    pub fn handler(&self) -> gdr_mq::Handler {
         self.worker_handler(false, false, 1)
     }
 
     /// The handler for workers on queues in the given RX format, timing their stages or not
     /// ([`device_source_for`](Self::device_source_for)).
-    pub fn worker_handler(&self, rx_words: bool, profile: bool, cluster: u32) -> gdr::mq::Handler {
+    pub fn worker_handler(&self, rx_words: bool, profile: bool, cluster: u32) -> gdr_mq::Handler {
         let cluster_tag = if cluster > 1 && self.has_cluster_form() {
             format!("_cluster{cluster}")
         } else {
             String::new()
         };
-        gdr::mq::Handler::new(
+        gdr_mq::Handler::new(
             &format!(
                 "serve_{}{}{}{cluster_tag}",
                 self.name,

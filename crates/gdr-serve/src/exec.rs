@@ -1,16 +1,15 @@
 //! Execution backends: what runs a request once the server has accepted it.
 //!
 //! The server only needs "take these payloads, hand back their answers in order", so every
-//! backend is an [`Executor`]: the GPU-queue path ([`QueueExec`] over a `gdr::mq` queue pair
+//! backend is an [`Executor`]: the GPU-queue path ([`QueueExec`] over a `gdr_mq` queue pair
 //! served by persistent GPU workers), the host-centric baseline (`gpu::HostCentricExec`), and
-//! a CPU backend for tests ([`QueueExec`] over a queue pair served by `gdr::mq::CpuWorkers`
+//! a CPU backend for tests ([`QueueExec`] over a queue pair served by `gdr_mq::CpuWorkers`
 //! running the app's CPU version: the very same host code as the GPU path, with a CPU thread
 //! playing the GPU).
 
 use crate::apps::App;
-use crate::server::Idle;
 use crate::ServeError;
-use gdr::mq::{CpuHandler, CpuIdle, CpuWorkers, MqError, QueueConfig, QueuePair};
+use gdr_mq::{CpuHandler, CpuIdle, CpuWorkers, MqError, QueueConfig, QueuePair};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,7 +34,7 @@ pub trait Executor: Send {
     fn in_flight(&self) -> usize;
 }
 
-/// A `gdr::mq` queue pair as an executor: the payload goes straight into an RX slot (through
+/// A `gdr_mq` queue pair as an executor: the payload goes straight into an RX slot (through
 /// BAR1 into GPU memory in the Lynx placement), the answer is read from the TX slot.
 pub struct QueueExec<'q> {
     q: &'q mut QueuePair,
@@ -90,6 +89,30 @@ impl Executor for QueueExec<'_> {
     }
 }
 
+/// What a network thread does with nothing received and nothing in flight, and how the CPU
+/// backend's workers wait ([`cpu_workers`]). Here, below the server, so that the backends do
+/// not depend on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Idle {
+    /// Keep polling the socket: the lowest latency, one core per network thread at 100 %.
+    Spin,
+    /// Poll for a millisecond, then block in `poll(2)` on the socket until a datagram comes
+    /// (or 10 ms pass, to look at the stop flag): a datagram wakes the thread at once, an
+    /// idle server costs next to nothing. The CPU mode's workers park too (see
+    /// [`cpu_workers`]).
+    Backoff,
+}
+
+impl Idle {
+    pub fn parse(s: &str) -> Option<Idle> {
+        match s {
+            "spin" => Some(Idle::Spin),
+            "backoff" => Some(Idle::Backoff),
+            _ => None,
+        }
+    }
+}
+
 /// How long an idle CPU worker of a backing-off server sleeps between looks at its queue:
 /// what the first request after 10 ms of quiet may wait more (a network thread is woken by
 /// the datagram itself; a worker polls memory, and nothing wakes it).
@@ -97,7 +120,7 @@ pub const CPU_PARK: Duration = Duration::from_millis(1);
 
 /// The CPU backend: `queues` queue pairs in plain memory, each served by a CPU thread running
 /// the app's CPU version, idle as `idle` says (`Backoff`: parked in naps of [`CPU_PARK`]
-/// after 10 ms of quiet; `Spin`: gdr::mq's polling, 50 us naps after 1 ms). Take executors
+/// after 10 ms of quiet; `Spin`: gdr_mq's polling, 50 us naps after 1 ms). Take executors
 /// from it with [`QueueExec`].
 pub fn cpu_workers(
     app: &App,

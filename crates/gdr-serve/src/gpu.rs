@@ -1,4 +1,4 @@
-//! The GPU backends: persistent workers behind `gdr::mq` queues (one queue set per GPU, one
+//! The GPU backends: persistent workers behind `gdr_mq` queues (one queue set per GPU, one
 //! queue per network thread), and the host-centric baseline (copy in, launch, copy out,
 //! synchronise, per request, over several streams).
 
@@ -6,8 +6,8 @@ use crate::apps::App;
 use crate::exec::{Answer, AppFailure, Executor};
 use crate::ServeError;
 use gdr::cuda::{Context, LaunchConfig, Module};
-use gdr::mq::{GpuConfig, GpuWorkers, Placement, QueueConfig};
-use gdr_bench::host_centric::Slot;
+use gdr_mq::HostCentricSlot;
+use gdr_mq::{GpuConfig, GpuWorkers, Placement, QueueConfig};
 use std::time::Duration;
 
 /// Shape of the GPU side.
@@ -156,7 +156,7 @@ pub fn launch_workers(
             ..shape.clone()
         };
         match launch_shape(ctx, app, queues, &s) {
-            Err(ServeError::Mq(e @ gdr::mq::MqError::ClustersDoNotFit { .. }))
+            Err(ServeError::Mq(e @ gdr_mq::MqError::ClustersDoNotFit { .. }))
                 if sizes.peek().is_some() =>
             {
                 eprintln!("gdr serve: {e}; trying a smaller cluster");
@@ -272,11 +272,11 @@ pub fn worker_stages(
 /// The host-centric baseline as an executor: every request is copied in, the app kernel is
 /// launched (one block, the same block size and app code as the GPU-queue workers), the
 /// answer copied out, and the stream waited on; `streams` requests may be in flight at once,
-/// each on its own [`Slot`] (gdr-bench's copy-in / launch / copy-out core).
+/// each on its own [`HostCentricSlot`] (gdr-mq's copy-in / launch / copy-out core).
 pub struct HostCentricExec {
     ctx: Context,
     module: Module,
-    slots: Vec<Slot>,
+    slots: Vec<HostCentricSlot>,
     head: usize,
     busy: usize,
     threads: u32,
@@ -301,7 +301,7 @@ impl HostCentricExec {
         let resp_cap = app.max_response().next_multiple_of(16).max(16);
         let mut slots = Vec::new();
         for _ in 0..streams.max(1) {
-            slots.push(Slot::new(ctx, req_cap, resp_cap)?);
+            slots.push(HostCentricSlot::new(ctx, req_cap, resp_cap)?);
         }
         // One-time app setup (LeNet weights) in this module.
         let init = module.function("gdr_serve_init")?;

@@ -14,7 +14,7 @@ use crate::lenet;
 use crate::net::{self, RecvBatch, SendBatch};
 use crate::wire::{self, Status};
 use crate::ServeError;
-use gdr_bench::stats::{Histogram, LatencySummary};
+use gdr::timing::{Histogram, LatencySummary};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -388,8 +388,8 @@ fn diff(
 }
 
 impl LoadConfig {
-    /// Every number within its bound ([`crate::limits`]) and the buffers within memory,
-    /// before anything is allocated.
+    /// Every number within its bound (`limits.rs`: [`MAX_RATE`](crate::MAX_RATE) and the rest)
+    /// and the buffers within memory, before anything is allocated.
     pub fn check(&self) -> Result<(), ServeError> {
         use crate::limits::*;
         if self.threads == 0 || self.batch == 0 {

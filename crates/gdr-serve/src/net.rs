@@ -26,7 +26,7 @@ impl Addr {
     }
 
     /// The address as a std type (None for a family other than IPv4/IPv6).
-    pub fn to_std(&self) -> Option<SocketAddr> {
+    pub fn socket_addr(&self) -> Option<SocketAddr> {
         match self.storage.ss_family as i32 {
             libc::AF_INET => {
                 // SAFETY: the family says the storage holds a sockaddr_in.
@@ -51,7 +51,7 @@ impl Addr {
 
 impl std::fmt::Debug for Addr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", self.to_std())
+        write!(f, "{:?}", self.socket_addr())
     }
 }
 
@@ -131,10 +131,6 @@ impl RecvBatch {
             overflow: None,
             refused: 0,
         }
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.lens.len()
     }
 
     /// Receives up to a batch without blocking: Ok(0) when nothing is waiting.
@@ -400,7 +396,7 @@ mod tests {
                 assert!(start.elapsed() < Duration::from_secs(5));
             }
             assert_eq!(rx.datagram(0), (&b"hi"[..], false));
-            assert_eq!(rx.addr(0).to_std(), Some(b.local_addr().unwrap()));
+            assert_eq!(rx.addr(0).socket_addr(), Some(b.local_addr().unwrap()));
             *rx.addr(0)
         };
         for i in 0..5u8 {

@@ -8,7 +8,7 @@ use crate::gpu::{launch_workers, worker_stages, GpuShape, HostCentricExec};
 use crate::server::{ServeReport, Server, ServerConfig};
 use crate::ServeError;
 use gdr::cuda::Context;
-use gdr::mq::layout::Geometry;
+use gdr_mq::layout::Geometry;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -83,9 +83,9 @@ impl Default for ServeOptions {
 }
 
 impl ServeOptions {
-    /// Every number within its bound ([`crate::limits`]), the buffers and (CPU mode) the
-    /// queues within this machine's memory, and the app runnable in the mode: all before
-    /// anything is allocated or announced ready.
+    /// Every number within its bound (`limits.rs`: [`MAX_THREADS`](crate::MAX_THREADS) and the
+    /// rest), the buffers and (CPU mode) the queues within this machine's memory, and the app
+    /// runnable in the mode: all before anything is allocated or announced ready.
     pub fn check(&self, app: &App) -> Result<(), ServeError> {
         use crate::limits::*;
         if self.threads == 0 || self.gpus.is_empty() || self.server.batch == 0 {

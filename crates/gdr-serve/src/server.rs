@@ -11,11 +11,11 @@
 //! timeout (`abandoned`, counted).
 
 use crate::apps::App;
-use crate::exec::Executor;
+use crate::exec::{Executor, Idle};
 use crate::net::{self, Addr, RecvBatch, SendBatch};
 use crate::wire::{self, Control, Framing, Parsed, Status};
 use crate::ServeError;
-use gdr_bench::stats::{Histogram, LatencySummary};
+use gdr::timing::{Histogram, LatencySummary};
 use std::collections::VecDeque;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
@@ -32,28 +32,6 @@ const IDLE_SPIN: Duration = Duration::from_millis(1);
 
 /// A backed-off network thread's longest wait in `poll(2)`: how soon it sees `stop`.
 const IDLE_POLL_MS: i32 = 10;
-
-/// What a network thread does with nothing received and nothing in flight.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub enum Idle {
-    /// Keep polling the socket: the lowest latency, one core per network thread at 100 %.
-    Spin,
-    /// Poll for a millisecond, then block in `poll(2)` on the socket until a datagram comes
-    /// (or 10 ms pass, to look at the stop flag): a datagram wakes the thread at once, an
-    /// idle server costs next to nothing. The CPU mode's workers park too (see
-    /// `exec::cpu_workers`).
-    Backoff,
-}
-
-impl Idle {
-    pub fn parse(s: &str) -> Option<Idle> {
-        match s {
-            "spin" => Some(Idle::Spin),
-            "backoff" => Some(Idle::Backoff),
-            _ => None,
-        }
-    }
-}
 
 /// How the server behaves.
 #[derive(Clone, Debug)]

@@ -3,8 +3,7 @@
 //! runs) fails the launch, reported to the host, instead of holding the GPU forever. Its own
 //! test binary: the trap leaves this process's CUDA context unusable.
 
-use gdr_serve::gpu::{launch_workers, GpuShape};
-use gdr_serve::{apps, App};
+use gdr_serve::{launch_workers, App, GpuShape, ID_USER};
 use gdr_testing::gpu_context;
 use std::time::{Duration, Instant};
 
@@ -26,7 +25,7 @@ __device__ unsigned int gdr_serve_app(const gdr_serve_group &g, const unsigned c
 fn blocks_waiting_for_a_setup_past_the_bound_trap() {
     let name = "blocks_waiting_for_a_setup_past_the_bound_trap";
     let Some(ctx) = gpu_context(name) else { return };
-    let app = App::user("slow_init", SLOW_INIT.into(), apps::ID_USER, 1, 64).unwrap();
+    let app = App::user("slow_init", SLOW_INIT.into(), ID_USER, 1, 64).unwrap();
     let shape = GpuShape {
         slots: 64,
         warps: 1,
@@ -64,7 +63,7 @@ fn the_slow_init_app_compiles() {
         gdr_testing::skip_or_fail::<()>(name, &e.to_string());
         return;
     }
-    let app = App::user("slow_init", SLOW_INIT.into(), apps::ID_USER, 1, 64).unwrap();
+    let app = App::user("slow_init", SLOW_INIT.into(), ID_USER, 1, 64).unwrap();
     let program = app.handler().program();
     let cubin = gdr::cuda::nvrtc::compile(name, &program, "90").unwrap_or_else(|e| panic!("{e}"));
     assert!(cubin.starts_with(b"\x7fELF"));

@@ -4,9 +4,10 @@
 mod common;
 
 use common::{quick_cfg, with_server};
-use gdr_serve::load::{self, LoadConfig, LoadMode, Payload};
-use gdr_serve::wire::{self, Framing, Status};
-use gdr_serve::{App, ServerConfig};
+use gdr_serve::{
+    decode_response, encode_request, encode_stats_query, run_load, App, Framing, LoadConfig,
+    LoadMode, Payload, ServerConfig, Status,
+};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -45,7 +46,7 @@ fn echo_and_vecadd_answers_are_exact_over_loopback() {
             verify: true,
             ..Default::default()
         };
-        load::run(&cfg, never(&no)).unwrap()
+        run_load(&cfg, never(&no)).unwrap()
     });
     assert_eq!((rep.sent, rep.ok, rep.lost, rep.stray), (3000, 3000, 0, 0));
     assert_eq!((rep.verified, rep.verify_failed), (3000, 0));
@@ -80,7 +81,7 @@ fn echo_and_vecadd_answers_are_exact_over_loopback() {
             verify: true,
             ..Default::default()
         };
-        load::run(&cfg, &no).unwrap()
+        run_load(&cfg, &no).unwrap()
     });
     assert_eq!((rep.ok, rep.verified, rep.verify_failed), (500, 500, 0));
 }
@@ -105,7 +106,7 @@ fn lenet_answers_match_the_reference_through_the_queue_path() {
             verify: true,
             ..Default::default()
         };
-        load::run(&cfg, &no).unwrap()
+        run_load(&cfg, &no).unwrap()
     });
     assert_eq!((rep.ok, rep.verified, rep.verify_failed), (200, 200, 0));
     assert_eq!(srv.counters.accepted, 200);
@@ -120,7 +121,7 @@ fn lenet_answers_match_the_reference_through_the_queue_path() {
             verify: true,
             ..Default::default()
         };
-        load::run(&cfg, &no).unwrap()
+        run_load(&cfg, &no).unwrap()
     });
     assert_eq!((rep.ok, rep.verify_failed), (20, 20));
 }
@@ -134,27 +135,27 @@ fn bad_input_is_answered_with_its_code_by_flag_and_counted() {
         let s = client(addr);
         let status = |d: &[u8]| {
             let r = ask(&s, d);
-            wire::decode_response(&r).expect("our header").status
+            decode_response(&r).expect("our header").status
         };
         // Shorter than the 16-byte error reply: dropped even so (no amplification).
         s.send(&[]).unwrap();
         s.send(b"gq\x01\x00\x02").unwrap();
         assert_eq!(status(b"HTTP/1.1 200 OK\r\n\r\n"), Status::BadHeader);
         let mut d = Vec::new();
-        wire::encode_request(&mut d, 7, 11, &[0; 784]);
+        encode_request(&mut d, 7, 11, &[0; 784]);
         let r = ask(&s, &d);
-        let r = wire::decode_response(&r).unwrap();
+        let r = decode_response(&r).unwrap();
         assert_eq!((r.status, r.app, r.id), (Status::UnknownApp, 7, 11));
-        wire::encode_request(&mut d, 2, 12, &[0; 700]);
+        encode_request(&mut d, 2, 12, &[0; 700]);
         assert_eq!(status(&d), Status::Truncated);
-        wire::encode_request(&mut d, 2, 13, &[0; 785]);
+        encode_request(&mut d, 2, 13, &[0; 785]);
         assert_eq!(status(&d), Status::Oversized);
-        wire::encode_request(&mut d, 2, 14, &vec![0; 9000]);
+        encode_request(&mut d, 2, 14, &vec![0; 9000]);
         assert_eq!(status(&d), Status::Oversized);
         // Still serving after all that.
-        wire::encode_request(&mut d, 2, 15, &[128; 784]);
+        encode_request(&mut d, 2, 15, &[128; 784]);
         let r = ask(&s, &d);
-        let r = wire::decode_response(&r).unwrap();
+        let r = decode_response(&r).unwrap();
         assert_eq!((r.status, r.id, r.payload.len()), (Status::Ok, 15, 40));
     });
     let c = srv.counters;
@@ -186,17 +187,17 @@ fn a_default_server_answers_nothing_but_requests() {
             b"x",
             b"xx",
             b"gq\x01\x00\x09\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00",
-            &wire::encode_stats_query(3),
+            &encode_stats_query(3),
         ] {
             s.send(d).unwrap();
         }
         let mut b = [0u8; 1024];
         assert!(s.recv(&mut b).is_err(), "no answer to bad input or stats");
         let mut d = Vec::new();
-        wire::encode_request(&mut d, 1, 5, b"still here");
+        encode_request(&mut d, 1, 5, b"still here");
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let r = ask(&s, &d);
-        assert_eq!(wire::decode_response(&r).unwrap().payload, b"still here");
+        assert_eq!(decode_response(&r).unwrap().payload, b"still here");
     });
     let c = srv.counters;
     assert_eq!((c.bad_dropped, c.bad_replied, c.responses), (5, 0, 1));
@@ -208,7 +209,7 @@ fn a_default_server_answers_nothing_but_requests() {
 #[test]
 fn stats_are_answered_only_when_enabled() {
     let app = App::builtin("echo", 1, 256).unwrap();
-    let q = wire::encode_stats_query(77);
+    let q = encode_stats_query(77);
     // Enabled: the counters as JSON.
     let cfg = ServerConfig {
         stats: true,
@@ -216,7 +217,7 @@ fn stats_are_answered_only_when_enabled() {
     };
     let (_, srv) = with_server(&app, 1, 1, 64, cfg, |addr, _, _| {
         let r = ask(&client(addr), &q);
-        let r = wire::decode_response(&r).unwrap();
+        let r = decode_response(&r).unwrap();
         assert_eq!((r.status, r.id), (Status::Ok, 77));
         let c: gdr_serve::Counters = serde_json::from_slice(r.payload).unwrap();
         assert_eq!(c.stats_queries, 1);
@@ -230,7 +231,7 @@ fn stats_are_answered_only_when_enabled() {
     let (_, srv) = with_server(&app, 1, 1, 64, cfg, |addr, _, _| {
         let r = ask(&client(addr), &q);
         assert_eq!(r.len(), q.len());
-        let r = wire::decode_response(&r).unwrap();
+        let r = decode_response(&r).unwrap();
         assert_eq!((r.status, r.id), (Status::BadHeader, 77));
     });
     assert_eq!(
@@ -331,7 +332,7 @@ fn overload_is_shed_and_every_request_is_accounted_for() {
             verify: true,
             ..Default::default()
         };
-        load::run(&cfg, &no).unwrap()
+        run_load(&cfg, &no).unwrap()
     });
     let c = rep.server.expect("server counters");
     assert!(c.shed > 0, "a flood must be shed: {c:?}");
@@ -353,7 +354,7 @@ fn stop_drains_in_flight_requests_and_answers_them() {
         let s = client(addr);
         let mut d = Vec::new();
         for id in 0..40u64 {
-            wire::encode_request(&mut d, 1, id, &[id as u8; 1024]);
+            encode_request(&mut d, 1, id, &[id as u8; 1024]);
             s.send(&d).unwrap();
         }
         // Stop while they are in flight (the server has accepted some and queued the rest).
@@ -369,7 +370,7 @@ fn stop_drains_in_flight_requests_and_answers_them() {
         s.set_read_timeout(Some(Duration::from_millis(500)))
             .unwrap();
         while let Ok(n) = s.recv(&mut b) {
-            let r = wire::decode_response(&b[..n]).unwrap();
+            let r = decode_response(&b[..n]).unwrap();
             assert_eq!(r.payload, &[r.id as u8; 1024][..]);
             got += 1;
         }
@@ -399,7 +400,7 @@ fn a_hundred_thousand_requests_get_exactly_one_response_each() {
             verify: true,
             ..Default::default()
         };
-        load::run(&cfg, &no).unwrap()
+        run_load(&cfg, &no).unwrap()
     });
     assert_eq!(rep.sent, 100_000);
     assert_eq!(
@@ -431,7 +432,7 @@ fn a_load_against_a_closed_port_fails_and_says_why() {
         server_stats: false,
         ..Default::default()
     };
-    let rep = common::bounded(Duration::from_secs(30), || load::run(&cfg, &no)).unwrap();
+    let rep = common::bounded(Duration::from_secs(30), || run_load(&cfg, &no)).unwrap();
     assert_eq!((rep.ok, rep.answered()), (0, 0), "{rep:?}");
     // Every attempt is accounted for: refused by the kernel, or sent and lost.
     assert_eq!(rep.sent, rep.lost, "{rep:?}");
@@ -453,7 +454,7 @@ fn a_request_larger_than_a_datagram_is_refused_up_front() {
             server_stats: false,
             ..Default::default()
         };
-        load::run(&cfg, &no).map(|_| ()).map_err(|e| e.to_string())
+        run_load(&cfg, &no).map(|_| ()).map_err(|e| e.to_string())
     };
     let e = run(Payload::Echo { size: 65492 }).unwrap_err();
     assert!(e.contains("--size at most 65491"), "{e}");
@@ -483,7 +484,7 @@ impl gdr_serve::Executor for Broken {
     fn poll(
         &mut self,
         _: usize,
-        _: &mut dyn FnMut(gdr_serve::exec::Answer<'_>),
+        _: &mut dyn FnMut(gdr_serve::Answer<'_>),
     ) -> Result<usize, gdr_serve::ServeError> {
         Ok(0)
     }
@@ -506,9 +507,9 @@ fn a_failing_submit_answers_app_failed_and_stops_the_thread() {
         });
         let s = client(addr);
         let mut d = Vec::new();
-        wire::encode_request(&mut d, app.id(), 5, b"hello");
+        encode_request(&mut d, app.id(), 5, b"hello");
         let r = ask(&s, &d);
-        let r = wire::decode_response(&r).unwrap();
+        let r = decode_response(&r).unwrap();
         assert_eq!((r.status, r.id), (Status::AppFailed, 5));
         run.join().unwrap()
     });
@@ -524,7 +525,7 @@ fn a_failing_submit_answers_app_failed_and_stops_the_thread() {
 /// `--threads 5000` panicked.
 #[test]
 fn load_numbers_past_their_bounds_are_refused_before_allocating() {
-    use gdr_serve::limits::{MAX_BATCH, MAX_THREADS};
+    use gdr_serve::{MAX_BATCH, MAX_THREADS};
     let no = AtomicBool::new(false);
     let target = closed_port();
     let base = LoadConfig {
@@ -534,7 +535,7 @@ fn load_numbers_past_their_bounds_are_refused_before_allocating() {
         ..Default::default()
     };
     let refused = |cfg: LoadConfig| {
-        common::bounded(Duration::from_secs(10), || load::run(&cfg, &no))
+        common::bounded(Duration::from_secs(10), || run_load(&cfg, &no))
             .map(|_| ())
             .expect_err("refused")
             .to_string()
@@ -612,8 +613,8 @@ fn load_numbers_past_their_bounds_are_refused_before_allocating() {
     }
     // Within the bounds but past this machine's memory: the product of threads and batch
     // (68 GiB of buffers; a host with more than twice that would run it).
-    let need = gdr_serve::limits::thread_bytes(MAX_THREADS, MAX_BATCH, 65536);
-    if gdr_serve::limits::available_memory().is_some_and(|m| need > m / 2) {
+    let need = gdr_serve::thread_bytes(MAX_THREADS, MAX_BATCH, 65536);
+    if gdr_serve::available_memory().is_some_and(|m| need > m / 2) {
         let e = refused(LoadConfig {
             threads: MAX_THREADS,
             batch: MAX_BATCH,
@@ -640,7 +641,7 @@ fn a_slow_open_loop_sends_its_first_request_at_once() {
             verify: true,
             ..Default::default()
         };
-        load::run(&cfg, &AtomicBool::new(false)).unwrap()
+        run_load(&cfg, &AtomicBool::new(false)).unwrap()
     });
     assert_eq!((rep.sent, rep.ok, rep.verified), (1, 1, 1), "{rep:?}");
     assert!(rep.failure().is_none(), "{rep:?}");
@@ -655,7 +656,7 @@ fn a_slow_open_loop_sends_its_first_request_at_once() {
             server_stats: false,
             ..Default::default()
         };
-        load::run(&cfg, &AtomicBool::new(false)).unwrap()
+        run_load(&cfg, &AtomicBool::new(false)).unwrap()
     });
     assert_eq!((rep.sent, rep.ok), (1, 1), "{rep:?}");
 }

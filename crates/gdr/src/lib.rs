@@ -15,12 +15,12 @@
 //!   verdicts); it sits below all of gdr and needs nothing of it.
 //! - [`peer`]: GPU memory for other devices (the dma-buf backend's export lent to other
 //!   drivers, registration cache).
-//! - [`mq`]: message queues in GPU memory and persistent GPU workers.
 //!
 //! [`info`] gathers what `gdr info` reports (libraries, GPUs, which backends work and why not).
-//! [`timing`] is the interleaved timer the auto copier calibrates with. The benchmarks, the
-//! host-centric baselines and their statistics are in the `gdr-bench` crate; the GPU-test skip
-//! gate is the dev-only `gdr-testing` crate.
+//! [`timing`] is the interleaved timer the auto copier calibrates with, and the statistics of
+//! the benchmarks and the server (order statistics, latency histograms). The message queues
+//! are the `gdr-mq` crate; the benchmarks and the host-centric baselines are in the
+//! `gdr-bench` crate; the GPU-test skip gate is the dev-only `gdr-testing` crate.
 
 pub mod bar;
 mod page;
@@ -30,7 +30,6 @@ pub use gdr_mem as mem;
 pub use gdr_mem::copy;
 pub use page::{host_page_size, GPU_PAGE_SHIFT, GPU_PAGE_SIZE};
 pub mod info;
-pub mod mq;
 pub mod peer;
 pub mod timing;
 pub use gdr_pci as topo;

@@ -34,10 +34,13 @@ pub enum PingPongError {
     Timeout {
         round: u32,
         timeout: Duration,
-        placement: Placement,
+        placement: PingPongPlacement,
     },
     #[error("the GPU thread's watchdog fired in round {round} ({placement})")]
-    Watchdog { round: u32, placement: Placement },
+    Watchdog {
+        round: u32,
+        placement: PingPongPlacement,
+    },
     #[error("{warmup} warm-up + {rounds} rounds is too many (at most {} in all)", STOP - 1)]
     TooManyRounds { warmup: u32, rounds: u32 },
     #[error("wrong answer in round {round}: got {got}")]
@@ -46,7 +49,7 @@ pub enum PingPongError {
 
 /// Where the flag (CPU -> GPU) and the answer (GPU -> CPU) words live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub enum Placement {
+pub enum PingPongPlacement {
     /// Flag in GPU memory written through the BAR mapping; answer in mapped host memory.
     GpuFlagHostAnswer,
     /// Both in mapped host memory: the GPU polls over PCIe.
@@ -57,24 +60,28 @@ pub enum Placement {
     HostFlagGpuAnswer,
 }
 
-impl Placement {
-    pub const ALL: [Placement; 4] = [
-        Placement::GpuFlagHostAnswer,
-        Placement::HostFlagHostAnswer,
-        Placement::GpuFlagGpuAnswer,
-        Placement::HostFlagGpuAnswer,
+impl PingPongPlacement {
+    pub const ALL: [PingPongPlacement; 4] = [
+        PingPongPlacement::GpuFlagHostAnswer,
+        PingPongPlacement::HostFlagHostAnswer,
+        PingPongPlacement::GpuFlagGpuAnswer,
+        PingPongPlacement::HostFlagGpuAnswer,
     ];
 }
 
-impl std::fmt::Display for Placement {
+impl std::fmt::Display for PingPongPlacement {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Placement::GpuFlagHostAnswer => "flag in GPU mem (BAR write), answer in host mem",
-            Placement::HostFlagHostAnswer => "flag in host mem, answer in host mem",
-            Placement::GpuFlagGpuAnswer => {
+            PingPongPlacement::GpuFlagHostAnswer => {
+                "flag in GPU mem (BAR write), answer in host mem"
+            }
+            PingPongPlacement::HostFlagHostAnswer => "flag in host mem, answer in host mem",
+            PingPongPlacement::GpuFlagGpuAnswer => {
                 "flag in GPU mem (BAR write), answer in GPU mem (BAR read)"
             }
-            Placement::HostFlagGpuAnswer => "flag in host mem, answer in GPU mem (BAR read)",
+            PingPongPlacement::HostFlagGpuAnswer => {
+                "flag in host mem, answer in GPU mem (BAR read)"
+            }
         })
     }
 }
@@ -144,7 +151,7 @@ fn wait_stream(stream: &Stream, timeout: Duration) -> Result<bool, CudaError> {
 /// times in microseconds.
 pub fn ping_pong(
     be: &VulkanBackend,
-    placement: Placement,
+    placement: PingPongPlacement,
     warmup: u32,
     rounds: u32,
     timeout: Duration,
@@ -154,10 +161,10 @@ pub fn ping_pong(
     let module = Module::from_source(ctx, "pingpong.cu", SOURCE)?;
     let kernel = module.function("gdr_pingpong")?;
     let (flag_gpu, answer_gpu) = match placement {
-        Placement::GpuFlagHostAnswer => (true, false),
-        Placement::HostFlagHostAnswer => (false, false),
-        Placement::GpuFlagGpuAnswer => (true, true),
-        Placement::HostFlagGpuAnswer => (false, true),
+        PingPongPlacement::GpuFlagHostAnswer => (true, false),
+        PingPongPlacement::HostFlagHostAnswer => (false, false),
+        PingPongPlacement::GpuFlagGpuAnswer => (true, true),
+        PingPongPlacement::HostFlagGpuAnswer => (false, true),
     };
     let flag = Word::new(be, flag_gpu)?;
     let answer = Word::new(be, answer_gpu)?;

@@ -2,8 +2,8 @@
 
 use super::CmdResult;
 use gdr::cuda::Context;
-use gdr::mq::Placement;
 use gdr_bench::mq::{self as bench, BenchConfig, BenchReport};
+use gdr_mq::Placement;
 use std::process::ExitCode;
 use std::time::Duration;
 

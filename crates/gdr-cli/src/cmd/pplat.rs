@@ -4,7 +4,7 @@
 use super::gpu::{self, GpuArg};
 use super::table::Table;
 use super::CmdResult;
-use gdr_bench::pingpong::{host_centric, ping_pong, Placement};
+use gdr_bench::pingpong::{host_centric, ping_pong, PingPongPlacement};
 use gdr_bench::stats::Summary;
 use serde::Serialize;
 use std::process::ExitCode;
@@ -49,7 +49,7 @@ pub fn measure(
     timeout: Duration,
 ) -> Result<PplatReport, Box<dyn std::error::Error + Send + Sync>> {
     let mut rows = Vec::new();
-    for p in Placement::ALL {
+    for p in PingPongPlacement::ALL {
         let s = ping_pong(be, p, warmup, rounds, timeout)?;
         rows.push(PplatRow {
             path: p.to_string(),

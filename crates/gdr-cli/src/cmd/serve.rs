@@ -2,11 +2,10 @@
 //! SIGINT/SIGTERM or `--duration`, drains in-flight requests, prints totals.
 
 use super::CmdResult;
-use gdr::mq::Placement;
-use gdr_serve::gpu::GpuShape;
-use gdr_serve::run::{serve, Mode, ServeOptions};
-use gdr_serve::wire::Framing;
-use gdr_serve::{App, Idle, ServeReport, ServerConfig};
+use gdr_mq::Placement;
+use gdr_serve::{
+    serve, App, Framing, GpuShape, Idle, Mode, ServeOptions, ServeReport, ServerConfig,
+};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 
@@ -20,7 +19,7 @@ pub struct ServeArgs {
     #[arg(long)]
     app_file: Option<std::path::PathBuf>,
     /// Wire id of the user app
-    #[arg(long, default_value_t = gdr_serve::apps::ID_USER)]
+    #[arg(long, default_value_t = gdr_serve::ID_USER)]
     app_id: u16,
     /// Largest request payload for echo, vecadd and user apps (bytes, at most 65491: one UDP
     /// datagram)
@@ -30,13 +29,13 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1)]
     work: u32,
     /// LeNet weight seed
-    #[arg(long, default_value_t = gdr_serve::apps::DEFAULT_SEED)]
+    #[arg(long, default_value_t = gdr_serve::DEFAULT_SEED)]
     seed: u32,
     /// gpu-queue (persistent GPU workers), host-centric (copy-launch-copy-sync), or cpu
     #[arg(long, default_value = "gpu-queue")]
     mode: String,
     /// Address to listen on (the default is loopback only; 0.0.0.0:PORT for every interface)
-    #[arg(long, default_value = gdr_serve::run::DEFAULT_LISTEN)]
+    #[arg(long, default_value = gdr_serve::DEFAULT_LISTEN)]
     listen: std::net::SocketAddr,
     /// GPU ordinals sharing the load (round robin), comma-separated, at most 64 (--mode cpu:
     /// no GPU is used; each entry is one more CPU queue set)
@@ -203,7 +202,7 @@ pub fn run(a: ServeArgs) -> CmdResult {
             ..Default::default()
         },
     };
-    let stop = gdr_serve::signal::stop_flag();
+    let stop = gdr_serve::stop_flag();
     // The CPU mode runs CPU queue sets (one per --gpus entry) and uses no GPU.
     let gpus: &[usize] = if mode == Mode::Cpu { &[] } else { &a.gpus };
     let r = serve(&app, &opts, stop, &mut |addr| {

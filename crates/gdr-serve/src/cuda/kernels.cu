@@ -2,10 +2,11 @@
 // needs one-time setup, GDR_SERVE_APP_INIT(t, n) before this file; an app with shared
 // constants also GDR_SERVE_CONST_FLOATS and GDR_SERVE_APP_LOAD (serve.cuh).
 //
-// The persistent worker (gdr_serve_worker, launched by gdr::mq through Handler::with_kernel)
-// replaces mq's per-lane worker: the handler interface of mq runs one request per lane, but
-// a LeNet request wants a whole block. So warp 0 of each block is
-// the mq worker (gdr_mq_recv / gdr_mq_send, the public warp-level calls) and the other warps
+// The persistent worker (gdr_serve_worker) is an application kernel, gdr_mq's hook for device
+// code that receives and answers messages itself (Handler::with_kernel; the program is mq's
+// device.cuh and this, without mq's per-lane worker or a `handle`): mq's per-lane handler
+// runs one request per lane, but a LeNet request wants a whole block. So warp 0 of each block
+// is the mq worker (gdr_mq_recv / gdr_mq_send, the public warp-level calls) and the other warps
 // are split into groups that run the app on the claimed requests: one request -> all of them
 // on it (lowest latency); a batch -> up to GDR_SERVE_MAX_GROUPS requests at a time.
 
@@ -25,12 +26,6 @@ __device__ unsigned int gdr_serve_init_done;
 
 // The worker's dynamic shared memory: the resident data when the launch gave room for it.
 extern __shared__ __align__(16) float gdr_serve_dyn[];
-
-// Per-lane handler that mq's own worker kernel calls; that kernel is compiled, never launched.
-__device__ unsigned int handle(const unsigned char *, unsigned int, unsigned char *,
-                               unsigned int) {
-    return 0;
-}
 
 // How long a block waits for block 0's one-time app setup. Block 0 that never runs (a grid
 // larger than the GPU holds at once) or a setup that never ends would otherwise hold every
@@ -155,7 +150,7 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
 // Set by the host for each launch (gpu.rs, App::worker_handler): the queues' RX format (the mq
 // loop carries the code of that receive only) and whether the workers time their stages.
 // Without GDR_SERVE_PROFILE the mq loop clears GDR_MQ_FLAG_PROFILE from its copy of the
-// queue descriptor, so the compiler drops every stage clock of gdr::mq and the registers
+// queue descriptor, so the compiler drops every stage clock of gdr_mq and the registers
 // that held them: under the 128 registers of a 512-thread block that state alone made the
 // mq loop spill on the request path.
 #ifndef GDR_SERVE_RX_WORDS
@@ -581,7 +576,7 @@ __device__ void gdr_serve_cl_start() {
 #define GDR_SERVE_CLUSTER_DIMS
 #endif
 
-// The persistent worker, launched by gdr::mq::GpuWorkers (Handler::with_kernel) with mq's
+// The persistent worker, launched by gdr_mq::GpuWorkers (Handler::with_kernel) with mq's
 // worker parameters. At most GDR_SERVE_MAX_THREADS threads a block (gpu.rs refuses more):
 // without the bound the compiler used 168 registers a thread, more than a 512-thread block
 // can have. Warp 0 runs the mq loop and the others the app loop; the two meet at block-wide

@@ -1,5 +1,5 @@
 // gdr-serve, device side: the group an app runs on, and the built-in apps' helpers.
-// Spliced by the host after gdr::mq's device.cuh (so gdr_ld_volatile_v4 & co. are here).
+// Spliced by the host after gdr_mq's device.cuh (so gdr_ld_volatile_v4 & co. are here).
 //
 // An app runs on a *group*: a set of whole warps of one block that work on one request
 // together. It is called by every thread of the group with the same arguments and must

@@ -8,9 +8,9 @@
 //! `slots - (sent - received)`, all from its own counters. The workers' lazily written
 //! consumer index only feeds statistics and error reports.
 
-use super::error::{ExitReason, InFlight, MqError};
-use super::layout::{self, Geometry, QueueStatus, SlotHeader, RX_CONTROL_SIZE, SLOT_HEADER_SIZE};
-use super::memory::Region;
+use crate::error::{ExitReason, InFlight, MqError};
+use crate::layout::{self, Geometry, QueueStatus, SlotHeader, RX_CONTROL_SIZE, SLOT_HEADER_SIZE};
+use crate::memory::Region;
 use std::mem::offset_of;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -5,11 +5,11 @@
 //! arithmetic across the u32 wrap, credits, doorbells, stop, the idle watchdog, failure
 //! reporting — be tested on any machine, and documents the protocol in Rust.
 
-use super::error::MqError;
-use super::layout::{self, Geometry, QueueStatus, RX_CONTROL_SIZE};
-use super::memory::{PlainMemory, Region, RingMemory};
-use super::queue::{init_rings, QueuePair, QueueParts, WorkerLink};
-use super::QueueConfig;
+use crate::error::MqError;
+use crate::layout::{self, Geometry, QueueStatus, RX_CONTROL_SIZE};
+use crate::memory::{PlainMemory, Region, RingMemory};
+use crate::queue::{init_rings, QueuePair, QueueParts, WorkerLink};
+use crate::QueueConfig;
 use std::mem::offset_of;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

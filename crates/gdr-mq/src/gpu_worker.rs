@@ -7,13 +7,13 @@
 //! set that cannot be stopped is leaked rather than freed under a running kernel (freeing
 //! would block in the driver, and the kernel would fault).
 
-use super::error::{ExitReason, MqError};
-use super::layout::{self, QueueDesc, QueueStatus, WorkerState};
-use super::memory::{Region, RingMemory};
-use super::queue::{init_rings, QueuePair, QueueParts, WorkerLink};
-use super::{MemoryKind, QueueConfig, DEVICE_HEADER};
-use crate::bar::VulkanBackend;
-use crate::cuda::{
+use crate::error::{ExitReason, MqError};
+use crate::layout::{self, QueueDesc, QueueStatus, WorkerState};
+use crate::memory::{Region, RingMemory};
+use crate::queue::{init_rings, QueuePair, QueueParts, WorkerLink};
+use crate::{MemoryKind, QueueConfig, DEVICE_HEADER};
+use gdr::bar::VulkanBackend;
+use gdr::cuda::{
     Attribute, Context, DeviceBuffer, DeviceMemory, HostBuffer, LaunchConfig, Module, Stream,
 };
 use std::ffi::c_void;
@@ -23,20 +23,31 @@ use std::time::{Duration, Instant};
 
 const WORKER_SOURCE: &str = include_str!("worker.cu");
 
-/// A request handler written in CUDA C. The source must define
+/// The device code of a set of workers, written in CUDA C and compiled at run time (NVRTC):
+/// one of the two hooks by which an application receives and answers messages.
 ///
-/// ```c
-/// __device__ unsigned int handle(const unsigned char *req, unsigned int req_len,
-///                                unsigned char *resp, unsigned int resp_cap);
-/// ```
+/// - A per-lane handler ([`Handler::new`]): the source defines
 ///
-/// returning the response length. Each lane of a worker warp calls it for its own message;
-/// `req` and `resp` are 16-byte aligned. It may use anything in `device.cuh`.
+///   ```c
+///   __device__ unsigned int handle(const unsigned char *req, unsigned int req_len,
+///                                  unsigned char *resp, unsigned int resp_cap);
+///   ```
+///
+///   returning the response length, and the library's worker kernel (`worker.cu`,
+///   [`WORKER_KERNEL`]) calls it: each lane of a worker warp for its own message; `req` and
+///   `resp` are 16-byte aligned.
+/// - An application kernel ([`Handler::with_kernel`]): the source defines the persistent
+///   kernel that is launched, and that kernel receives and answers through the device
+///   header's warp-level calls (`gdr_mq_worker_init`, `gdr_mq_recv`, `gdr_mq_send`,
+///   `gdr_mq_worker_exit`). No `handle` is needed then.
+///
+/// Either source may use anything in `device.cuh` ([`DEVICE_HEADER`](crate::DEVICE_HEADER)).
 #[derive(Clone, Debug)]
 pub struct Handler {
     name: String,
     source: String,
-    kernel: String,
+    /// The application's kernel ([`Handler::with_kernel`]); `None`: the library's worker.
+    kernel: Option<String>,
     retire_timeout: Option<Duration>,
 }
 
@@ -44,12 +55,13 @@ pub struct Handler {
 pub const WORKER_KERNEL: &str = "gdr_mq_worker";
 
 impl Handler {
+    /// A per-lane handler: `source` defines `handle`, which the library's worker kernel calls.
     /// `name` names the program in compile errors; `source` is spliced in after the header.
     pub fn new(name: &str, source: &str) -> Handler {
         Handler {
             name: name.into(),
             source: source.into(),
-            kernel: WORKER_KERNEL.into(),
+            kernel: None,
             retire_timeout: None,
         }
     }
@@ -62,22 +74,23 @@ impl Handler {
         self
     }
 
-    /// Launches the kernel `kernel`, which the source defines, instead of `worker.cu`'s
-    /// (the source must still define `handle`, which that kernel calls). It must take
-    /// `worker.cu`'s parameters — `(const gdr_mq_queue_desc *descs, gdr_u32 nqueues, gdr_u32
-    /// blocks_per_queue, gdr_u64 idle_ns)`, one block per `blockIdx.x / blocks_per_queue`
-    /// queue — and serve its queues through `gdr_mq_worker_init`, `gdr_mq_recv`,
-    /// `gdr_mq_send` and `gdr_mq_worker_exit`, as `worker.cu` does. This is the hook for a
-    /// worker that is not one request per lane (a block on one request, say) without renaming
-    /// the library's kernel.
+    /// The application-kernel hook: launches the kernel `kernel`, which the source defines,
+    /// instead of the library's, and leaves `worker.cu` out of the program (the source need
+    /// not define `handle`). The kernel must take `worker.cu`'s parameters — `(const
+    /// gdr_mq_queue_desc *descs, gdr_u32 nqueues, gdr_u32 blocks_per_queue, gdr_u64
+    /// idle_ns)`, one block per `blockIdx.x / blocks_per_queue` queue — and serve its queues
+    /// through `gdr_mq_worker_init`, `gdr_mq_recv`, `gdr_mq_send` and `gdr_mq_worker_exit`, as
+    /// `worker.cu` does (`device.cuh` shows the loop; `docs/mq.md` the rules). This is the
+    /// hook for a worker that is not one request per lane (a block on one request, say), as
+    /// gdr-serve's is.
     pub fn with_kernel(mut self, kernel: &str) -> Handler {
-        self.kernel = kernel.into();
+        self.kernel = Some(kernel.into());
         self
     }
 
     /// The name of the kernel launched for this handler.
     pub fn kernel(&self) -> &str {
-        &self.kernel
+        self.kernel.as_deref().unwrap_or(WORKER_KERNEL)
     }
 
     /// Answers every request with its own bytes. The copy issues up to eight 16-byte loads
@@ -122,7 +135,8 @@ __device__ unsigned int handle(const unsigned char *req, unsigned int len,
         )
     }
 
-    /// The whole NVRTC program: header, handler, worker kernels.
+    /// The whole NVRTC program: header, the source, and (for a per-lane handler) the
+    /// library's worker kernels, which call `handle`.
     pub fn program(&self) -> String {
         let defines = self.retire_timeout.map_or(String::new(), |t| {
             format!(
@@ -130,8 +144,14 @@ __device__ unsigned int handle(const unsigned char *req, unsigned int len,
                 t.as_nanos().clamp(1, u64::MAX as u128)
             )
         });
+        // An application kernel brings its own worker: worker.cu would only add kernels that
+        // call a `handle` the source has no reason to define.
+        let worker = match self.kernel {
+            None => format!("\n#line 1 \"gdr-mq/worker.cu\"\n{WORKER_SOURCE}"),
+            Some(_) => "\n".into(),
+        };
         format!(
-            "{defines}{DEVICE_HEADER}\n#line 1 \"{name}\"\n{src}\n#line 1 \"gdr/mq/worker.cu\"\n{WORKER_SOURCE}",
+            "{defines}{DEVICE_HEADER}\n#line 1 \"{name}\"\n{src}{worker}",
             name = self.name.replace(['"', '\\', '\n'], "_"),
             src = self.source
         )
@@ -237,7 +257,7 @@ impl WorkerLink for GpuLink {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct QueueOutcome {
     pub reason: ExitReason,
-    pub stats: super::QueueStats,
+    pub stats: crate::QueueStats,
 }
 
 /// Allocations the kernel uses; dropped only once it is known to have ended.
@@ -586,4 +606,27 @@ impl Drop for GpuWorkers {
 /// Number of SMs, for sizing worker sets.
 pub fn sm_count(ctx: &Context) -> Result<u32, MqError> {
     Ok(ctx.device().attribute(Attribute::MultiprocessorCount)? as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A per-lane handler's program carries the library's worker (which calls `handle`); an
+    /// application kernel's carries the header and its own source only.
+    #[test]
+    fn only_a_per_lane_handler_brings_the_library_worker() {
+        let lane = Handler::echo();
+        assert_eq!(lane.kernel(), WORKER_KERNEL);
+        let p = lane.program();
+        assert!(p.starts_with(DEVICE_HEADER));
+        assert!(p.contains("#line 1 \"gdr-mq/worker.cu\"\n") && p.ends_with(WORKER_SOURCE));
+        let src = "extern \"C\" __global__ void app_worker() {}\n";
+        let app = Handler::new("app", src).with_kernel("app_worker");
+        assert_eq!(app.kernel(), "app_worker");
+        let p = app.program_for(true);
+        assert!(p.starts_with("#define GDR_MQ_RX_FORMAT_ONLY 1\n"));
+        assert!(p.contains(DEVICE_HEADER) && p.contains(src));
+        assert!(!p.contains("gdr-mq/worker.cu") && !p.contains("void gdr_mq_worker("));
+    }
 }

@@ -3,7 +3,7 @@
 //! kernel of one test must not run while another test frees memory (that would wait on it).
 
 use gdr::cuda::Context;
-use gdr::mq::{ExitReason, GpuConfig, GpuWorkers, Handler, MqError, Placement, QueueConfig};
+use gdr_mq::{ExitReason, GpuConfig, GpuWorkers, Handler, MqError, Placement, QueueConfig};
 use gdr_testing::{gpu_context, skip_or_fail};
 use rand::{Rng, RngCore, SeedableRng};
 use std::sync::{Mutex, MutexGuard};
@@ -33,9 +33,10 @@ __device__ unsigned int handle(const unsigned char *req, unsigned int len,
 }
 "#;
 
-/// TRANSFORM under a kernel of the test's own (`Handler::with_kernel`) that hands
-/// `gdr_mq_send` a local-memory response buffer: the send must fall back to each lane writing
-/// its own slot (other lanes cannot read that buffer).
+/// TRANSFORM under a kernel of the test's own (`Handler::with_kernel`: the program then has no
+/// `worker.cu`, and the kernel calls its own `handle`) that hands `gdr_mq_send` a local-memory
+/// response buffer: the send must fall back to each lane writing its own slot (other lanes
+/// cannot read that buffer).
 const OWN_KERNEL: &str = r#"
 __device__ unsigned int handle(const unsigned char *req, unsigned int len,
                                unsigned char *resp, unsigned int cap) {
@@ -514,7 +515,7 @@ fn a_stalled_batch_fails_the_queue_after_the_retire_timeout() {
             reason: ExitReason::Protocol { error, arg },
             ..
         }) => {
-            assert_eq!(error, gdr::mq::layout::ERR_STALLED);
+            assert_eq!(error, gdr_mq::layout::ERR_STALLED);
             assert_eq!(arg, 1, "the waiting batch starts at message 1");
         }
         e => panic!("expected the stalled-retire failure, got {e:?}"),
@@ -609,7 +610,7 @@ fn device_compiler_sees_the_host_layout() {
     let Some((ctx, _guard)) = gpu("device_compiler_sees_the_host_layout") else {
         return;
     };
-    let module = Module::from_source(&ctx, "gdr_mq_layout.cu", gdr::mq::DEVICE_HEADER).unwrap();
+    let module = Module::from_source(&ctx, "gdr_mq_layout.cu", gdr_mq::DEVICE_HEADER).unwrap();
     let f = module.function("gdr_mq_layout_check").unwrap();
     let out = DeviceBuffer::new(&ctx, 4).unwrap();
     gdr::cuda::memcpy_htod(&out, 0, &u32::MAX.to_le_bytes()).unwrap();
@@ -643,6 +644,7 @@ fn test_handlers_compile_with_nvrtc() {
         Handler::new("slow", SLOW),
         Handler::new("slow_stall", SLOW).with_retire_timeout(Duration::from_millis(20)),
         Handler::new("own_kernel", OWN_KERNEL),
+        Handler::new("own_kernel", OWN_KERNEL).with_kernel("test_local_worker"),
         Handler::echo(),
     ] {
         let t = Instant::now();

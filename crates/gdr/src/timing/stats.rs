@@ -1,16 +1,8 @@
-//! The statistics of the benchmarks and the server: order statistics of a sample set
-//! ([`Summary`]), batch timing, and a latency histogram for every request of a
-//! server or load run ([`Histogram`], [`LatencySummary`]).
-//!
-//! The sample quantile and the interleaved timer are [`gdr::timing`]'s (the auto
-//! copier's calibration needs them inside the library); this module builds on them.
+//! Order statistics of a set of samples ([`Summary`]) and batch timing of one operation, for
+//! the benchmarks and the tools; built on the sample quantile and the batch length of the
+//! parent module.
 
-mod hist;
-
-pub use gdr::timing::{Op, LONG_OP, WARM_UP};
-pub use hist::{Histogram, LatencySummary};
-
-use gdr::timing::quantile;
+use super::{batch_length, quantile};
 use std::time::{Duration, Instant};
 
 /// Order statistics of a set of samples (in whatever unit they were given).
@@ -67,7 +59,7 @@ pub fn time_per_call_us<E>(
     budget: Duration,
 ) -> Result<Summary, E> {
     // Warm-up, and the batch length.
-    let (batch, _) = gdr::timing::batch_length(&mut op, min_batch)?;
+    let (batch, _) = batch_length(&mut op, min_batch)?;
     let start = Instant::now();
     let mut out = Vec::with_capacity(samples);
     while out.len() < samples && (out.len() < 3 || start.elapsed() < budget) {

@@ -281,7 +281,7 @@ mod tests {
     /// `(struct, field or "sizeof", value)` from the header's sizeof static_asserts and its
     /// GDR_MQ_OFFSETS list.
     fn header_facts() -> Vec<(String, String, usize)> {
-        let src = super::super::DEVICE_HEADER;
+        let src = crate::DEVICE_HEADER;
         let mut out = Vec::new();
         for line in src.lines() {
             let l = line.trim();
@@ -343,7 +343,7 @@ mod tests {
 
     #[test]
     fn header_constants_match() {
-        let src = super::super::DEVICE_HEADER;
+        let src = crate::DEVICE_HEADER;
         let want = [
             ("GDR_MQ_SLOT_HEADER_SIZE", SLOT_HEADER_SIZE as u32),
             ("GDR_MQ_WARP_BATCH", WARP_BATCH),

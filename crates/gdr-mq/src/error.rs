@@ -1,8 +1,8 @@
 //! Errors of the message queues. Every one says what happened and, where messages were lost
 //! with a worker, how many were in flight.
 
-use crate::bar::BarError;
-use crate::cuda::CudaError;
+use gdr::bar::BarError;
+use gdr::cuda::CudaError;
 use std::fmt;
 use std::time::Duration;
 
@@ -52,7 +52,7 @@ pub enum ExitReason {
 
 impl fmt::Display for ExitReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use super::layout::*;
+        use crate::layout::*;
         match *self {
             ExitReason::Stopped => write!(f, "stopped on request"),
             ExitReason::IdleTimeout => write!(f, "idle watchdog expired"),

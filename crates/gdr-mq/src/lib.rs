@@ -1,36 +1,93 @@
-//! Message queues between the host and persistent GPU workers (the Lynx design).
+//! gdr-mq: message queues between the host and persistent GPU workers (the Lynx design), on
+//! gdr's mappings of GPU memory.
 //!
 //! A queue pair is two rings of fixed-size slots: RX carries requests to the GPU, TX carries
 //! responses back. RX sits in GPU memory written by the CPU through the BAR1 mapping (as a
 //! SmartNIC would write it), or in mapped host memory that the GPU polls; TX sits in mapped
 //! host memory written by the GPU (or in GPU memory the CPU reads through the mapping). See
-//! [`Placement`]. Persistent worker kernels ([`GpuWorkers`]) poll RX, run a handler written in
-//! CUDA C on each request (a warp per batch of up to 32) and publish responses to TX; no
-//! kernel launch and no driver call sits on the message path.
+//! [`Placement`]. Persistent worker kernels ([`GpuWorkers`]) poll RX, run the application's
+//! device code on each request and publish responses to TX; no kernel launch and no driver
+//! call sits on the message path.
 //!
 //! Layout and memory ordering: [`layout`] and `docs/mq.md`. The host side ([`QueuePair`])
 //! runs over any [`RingMemory`], so [`CpuWorkers`] (a CPU thread playing the GPU over plain
-//! memory) exercises exactly the same host code without a GPU.
+//! memory) exercises exactly the same host code without a GPU. [`HostCentricSlot`] is the
+//! host-centric baseline the queues are measured against (copy in, launch, copy out, per
+//! request).
+//!
+//! # The application hook
+//!
+//! A [`Handler`] is the device code, CUDA C compiled at run time with the device header
+//! ([`DEVICE_HEADER`]), and it answers messages in one of two ways:
+//!
+//! - a per-lane handler ([`Handler::new`]): the source defines `__device__ unsigned int
+//!   handle(const unsigned char *req, unsigned int req_len, unsigned char *resp, unsigned int
+//!   resp_cap)`, and the library's worker kernel calls it, each lane of a worker warp for its
+//!   own request (a warp per batch of up to 32);
+//! - an application kernel ([`Handler::with_kernel`]): the source defines the persistent
+//!   kernel itself, which receives and answers through the header's warp-level calls
+//!   (`gdr_mq_worker_init`, `gdr_mq_recv`, `gdr_mq_send`, `gdr_mq_worker_exit`); the program
+//!   then leaves the library's worker out and needs no `handle`. gdr-serve's block-wide worker
+//!   is one.
+//!
+//! The device header's opening comment shows the application kernel's loop; `docs/mq.md`
+//! gives the rules.
+//!
+//! # Example
+//!
+//! A queue served by a CPU worker (runs anywhere); [`GpuWorkers::launch`] with a [`Handler`]
+//! gives the same [`QueuePair`]s served by a GPU.
+//!
+//! ```
+//! use gdr_mq::{CpuHandler, CpuWorkers, QueueConfig};
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! let upper: CpuHandler = Arc::new(|req: &[u8], resp: &mut [u8]| {
+//!     resp[..req.len()].copy_from_slice(&req.to_ascii_uppercase());
+//!     req.len()
+//! });
+//! let cfg = QueueConfig { slots: 8, max_msg: 64, ..Default::default() };
+//! let mut workers = CpuWorkers::spawn(&cfg, 1, Duration::from_secs(10), upper)?;
+//! let mut resp = [0u8; 64];
+//! let n = workers.queue(0).call(b"hello", &mut resp)?;
+//! assert_eq!(&resp[..n], b"HELLO");
+//! workers.stop();
+//! # Ok::<(), gdr_mq::MqError>(())
+//! ```
+//!
+//! ```no_run
+//! use gdr_mq::{GpuConfig, GpuWorkers, Handler};
+//!
+//! let ctx = gdr::cuda::Context::on(0)?;
+//! let mut workers = GpuWorkers::launch(&ctx, &Handler::echo(), &GpuConfig::default())?;
+//! let mut resp = [0u8; 16];
+//! let n = workers.queue(0).call(b"ping", &mut resp)?;
+//! assert_eq!(&resp[..n], b"ping");
+//! workers.stop(std::time::Duration::from_secs(5))?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
-pub mod cpu_worker;
+mod cpu_worker;
 mod error;
-pub mod gpu_worker;
+mod gpu_worker;
+mod host_centric;
 pub mod layout;
-pub mod memory;
+mod memory;
 mod queue;
 
-pub use cpu_worker::{CpuHandler, CpuIdle, CpuWorkers};
+pub use cpu_worker::{CpuHandler, CpuIdle, CpuWorkers, PARK_AFTER};
 pub use error::{ExitReason, InFlight, MqError};
-pub use gpu_worker::{GpuConfig, GpuWorkers, Handler, QueueOutcome, WORKER_KERNEL};
-
+pub use gpu_worker::{sm_count, GpuConfig, GpuWorkers, Handler, QueueOutcome, WORKER_KERNEL};
+pub use host_centric::HostCentricSlot;
 pub use memory::{PlainMemory, Region, RingMemory};
 pub use queue::{QueuePair, QueueStats};
 
-use std::time::Duration;
-
 /// The CUDA header with the ring structs and the warp-level `gdr_mq_recv` / `gdr_mq_send`,
-/// for building custom worker kernels.
+/// for building application kernels ([`Handler::with_kernel`]).
 pub const DEVICE_HEADER: &str = include_str!("device.cuh");
+
+use std::time::Duration;
 
 /// Where a ring lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]

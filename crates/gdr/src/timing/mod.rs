@@ -1,8 +1,18 @@
-//! Interleaved timing of operations, and the sample quantile: the one measurement primitive the
-//! library itself needs (the auto copier times its paths against each other when it calibrates).
+//! Timing and its statistics.
 //!
-//! The statistics and timing helpers of the benchmarks (`Summary`, `time_per_call_us`,
-//! histograms) live in the `gdr-bench` crate, built on these functions.
+//! - Interleaved timing of operations ([`time_interleaved`]) and the sample quantile: the
+//!   measurement primitive the library itself needs (the auto copier times its paths against
+//!   each other when it calibrates).
+//! - The statistics of the benchmarks, the tools and the server, built on them: order
+//!   statistics of a sample set ([`Summary`]), batch timing of one operation
+//!   ([`time_per_call_us`]), and a latency histogram for every request of a server or load run
+//!   ([`Histogram`], [`LatencySummary`]).
+
+mod hist;
+mod stats;
+
+pub use hist::{Histogram, LatencySummary};
+pub use stats::{ns_quantile_us, time_per_call_us, Summary};
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 // gdr message queues, device side. Compiled at run time by NVRTC (sm_70 or newer).
 //
-// The structs below are the C twins of crates/gdr/src/mq/layout.rs; the static_asserts pin
+// The structs below are the C twins of crates/gdr-mq/src/layout.rs; the static_asserts pin
 // every size and offset, and a Rust unit test reads these same lines, so both sides agree.
 // Memory ordering (docs/mq.md has the full table):
 //   RX  host writes slot(s), then [sfence if write-combined], then doorbell.prod.
@@ -10,6 +10,40 @@
 //       store, each word carrying its owner seq: no fence between them. The host checks
 //       every word's seq.
 //   rx_cons (status) is written after a batch is answered, in index order: lazily.
+//
+// How an application's device code receives and answers messages (gdr_mq::Handler):
+//   - A per-lane handler (Handler::new): the program defines
+//       __device__ unsigned int handle(const unsigned char *req, unsigned int req_len,
+//                                      unsigned char *resp, unsigned int resp_cap);
+//     and the library's worker kernel (worker.cu, appended to the program) calls it, each lane
+//     of a worker warp for its own request.
+//   - An application kernel (Handler::with_kernel): the program defines the persistent kernel
+//     itself, and is this header and that source only (no worker.cu, so no `handle`). It takes
+//     worker.cu's parameters, block b serving queue b / blocks_per_queue, and each of its
+//     warps runs the loop below (the receive and the send are warp-collective; worker.cu's
+//     gdr_mq_worker is the reference):
+//       extern "C" __global__ void app_worker(const gdr_mq_queue_desc *descs, gdr_u32 nqueues,
+//                                             gdr_u32 blocks_per_queue, gdr_u64 idle_ns) {
+//           const gdr_u32 q = blockIdx.x / blocks_per_queue;
+//           if (q >= nqueues) return;
+//           const gdr_u32 warp = (blockIdx.x % blocks_per_queue) * (blockDim.x / 32u)
+//                                + threadIdx.x / 32u;
+//           struct gdr_mq_worker w;
+//           gdr_mq_worker_init(w, descs[q], warp);
+//           gdr_u32 err = 0, arg = 0, reason;
+//           for (;;) {
+//               gdr_mq_batch b;  // lane i < b.n: request b.first + i, b.req_len bytes at b.req
+//               reason = gdr_mq_recv(w, b, idle_ns, &err, &arg);
+//               if (reason) break;  // stopped, idle, or a protocol error
+//               gdr_u32 len = 0;     // answer into resp (16-byte aligned, max_msg bytes)
+//               if (w.lane < b.n) len = ...;
+//               gdr_mq_send(w, b, resp, len);
+//           }
+//           gdr_mq_worker_exit(w, reason, err, arg);
+//       }
+//     A warp that only computes (GpuConfig::receiving_warps / receiving_blocks: one warp
+//     receives for its block, as in gdr-serve's worker) calls gdr_mq_worker_init and
+//     gdr_mq_worker_exit and nothing else of the queue.
 
 #ifndef GDR_MQ_DEVICE_CUH
 #define GDR_MQ_DEVICE_CUH

@@ -1,5 +1,7 @@
-// gdr message queues: the persistent worker kernel. The library puts device.cuh, then the
-// user's handler (which must define `handle`), then this file into one NVRTC program.
+// gdr message queues: the persistent worker kernel. For a per-lane handler (Handler::new) the
+// library puts device.cuh, then the user's handler (which must define `handle`), then this
+// file into one NVRTC program. A program with an application kernel of its own
+// (Handler::with_kernel, the hook device.cuh describes) leaves this file out.
 //
 //   __device__ unsigned int handle(const unsigned char *req, unsigned int req_len,
 //                                  unsigned char *resp, unsigned int resp_cap);
@@ -101,8 +103,8 @@ extern "C" __global__ void gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32
     gdr_mq_worker_exit(w, reason, err, arg);
 }
 
-// The host-centric baseline (gdr_bench::host_centric): one launch per request, the same
-// handler, one thread.
+// The host-centric baseline (HostCentricSlot, gdr-bench's HostCentric): one launch per
+// request, the same handler, one thread.
 extern "C" __global__ void gdr_mq_oneshot(const unsigned char *req, gdr_u32 req_len,
                                           unsigned char *resp, gdr_u32 resp_cap,
                                           gdr_u32 *resp_len) {

@@ -14,8 +14,8 @@
 //! this side sole ownership of them. A region is itself [`MappedMemory`], so a ring's memory
 //! can be handed on (to a DMA engine, a test) without `unsafe`.
 
-use crate::bar::MappedBuffer;
-use crate::cuda::{DeviceMemory, HostBuffer};
+use gdr::bar::MappedBuffer;
+use gdr::cuda::{DeviceMemory, HostBuffer};
 use gdr_mem::{check_range, store_fence, Caching, MappedMemory};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -46,7 +46,7 @@ unsafe impl RingMemory for HostBuffer {
 }
 
 /// Zeroed, 4 KiB-aligned ordinary memory, for rings shared between CPU threads (tests, and the
-/// reference worker in [`super::cpu_worker`]).
+/// reference worker, [`CpuWorkers`](crate::CpuWorkers)).
 pub struct PlainMemory {
     ptr: *mut u8,
     layout: std::alloc::Layout,
@@ -278,7 +278,7 @@ impl Region {
         let dst = self.at(off, src.len());
         if self.write_combined() {
             // SAFETY: in bounds; `src` is our own buffer, not the mapping.
-            unsafe { crate::copy::copy_to_mapping(dst, src) };
+            unsafe { gdr::copy::copy_to_mapping(dst, src) };
         } else {
             for (i, chunk) in src.chunks_exact(8).enumerate() {
                 let w = u64::from_ne_bytes(chunk.try_into().expect("8 bytes"));
@@ -317,7 +317,7 @@ impl Region {
         if self.write_combined() {
             // SAFETY: in bounds; the region is a page-granular mapping, so the aligned lines
             // around it are readable as copy_from_mapping requires.
-            unsafe { crate::copy::copy_from_mapping(dst, src) };
+            unsafe { gdr::copy::copy_from_mapping(dst, src) };
         } else {
             for (i, chunk) in dst.chunks_exact_mut(8).enumerate() {
                 // SAFETY: in bounds and 8-aligned (checked above and by `at`).

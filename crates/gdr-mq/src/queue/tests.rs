@@ -1,5 +1,5 @@
 use super::*;
-use crate::mq::memory::PlainMemory;
+use crate::memory::PlainMemory;
 use rand::{Rng, RngCore};
 
 struct Alive;

@@ -2,7 +2,7 @@
 //! memory: layout, index arithmetic across the u32 wrap, credits and back-pressure, stop, the
 //! idle watchdog and failure reporting. No GPU needed; these run everywhere.
 
-use gdr::mq::{CpuHandler, CpuWorkers, ExitReason, MqError, QueueConfig};
+use gdr_mq::{CpuHandler, CpuWorkers, ExitReason, MqError, QueueConfig};
 use rand::{Rng, RngCore};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! report the CUDA error with the messages in flight, promptly, and never hang. Alone in its
 //! own test binary because the trap leaves this process's context unusable.
 
-use gdr::mq::{GpuConfig, GpuWorkers, Handler, MqError, Placement, QueueConfig};
+use gdr_mq::{GpuConfig, GpuWorkers, Handler, MqError, Placement, QueueConfig};
 use gdr_testing::{gpu_context, skip_or_fail};
 use std::time::{Duration, Instant};
 
