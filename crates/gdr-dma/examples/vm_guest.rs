@@ -11,7 +11,7 @@
 
 use gdr_dma::pattern::{check_surface, poison, surface, SURFACE_BYTES};
 use gdr_dma::{
-    Bdf, Copier, Direction, DmaError, Endpoint, IovaRange, MappedMemory, OpenOptions, Segment,
+    Bdf, Copier, DmaDirection, DmaError, Endpoint, IovaRange, MappedMemory, OpenOptions, Segment,
     Session,
 };
 use rand::{Rng, SeedableRng};
@@ -331,7 +331,7 @@ fn guest(dev: &str, peer: &str, seed: u64) -> Report {
         let t = Instant::now();
         s.engine
             .submit(
-                Direction::ToDevice,
+                DmaDirection::ToDevice,
                 &[Segment {
                     iova: never.iova,
                     dev: 0,
@@ -369,7 +369,7 @@ fn guest(dev: &str, peer: &str, seed: u64) -> Report {
         }
         out.push("past the 4 KiB device buffer");
         let e = s.engine.submit(
-            Direction::ToDevice,
+            DmaDirection::ToDevice,
             &[Segment {
                 iova: buf.iova(),
                 dev: 0,
@@ -383,7 +383,7 @@ fn guest(dev: &str, peer: &str, seed: u64) -> Report {
         out.push("8 KiB descriptor");
         // A transfer ending at the buffer's last byte would abort QEMU 7.2's whole VM.
         let e = s.engine.submit(
-            Direction::FromDevice,
+            DmaDirection::FromDevice,
             &[Segment {
                 iova: buf.iova(),
                 dev: 0,
@@ -424,7 +424,7 @@ fn guest(dev: &str, peer: &str, seed: u64) -> Report {
         let buf = s.space.alloc_buffer(4096, "to").map_err(e2s)?;
         let t = Instant::now();
         let e = s.engine.submit(
-            Direction::ToDevice,
+            DmaDirection::ToDevice,
             &[Segment {
                 iova: buf.iova(),
                 dev: 0,

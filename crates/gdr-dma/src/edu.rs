@@ -5,7 +5,9 @@
 //! The device trusts whatever it is told (older QEMUs abort on an out-of-range transfer), so
 //! every request is checked here before a register is written.
 
-use crate::engine::{check_submission, Direction, DmaEngine, EngineLimits, Segment, TransferStats};
+use crate::engine::{
+    check_submission, DmaDirection, DmaEngine, EngineLimits, Segment, TransferStats,
+};
 use crate::error::{DmaError, Result};
 use crate::irq::Interrupt;
 use crate::regs::RegisterIo;
@@ -122,10 +124,10 @@ impl<R: RegisterIo> EduEngine<R> {
         Ok(())
     }
 
-    fn run_one(&mut self, dir: Direction, s: &Segment, timeout: Duration) -> Result<usize> {
+    fn run_one(&mut self, dir: DmaDirection, s: &Segment, timeout: Duration) -> Result<usize> {
         let (src, dst, cmd) = match dir {
-            Direction::ToDevice => (s.iova, BUFFER_ADDR + s.dev, 0),
-            Direction::FromDevice => (BUFFER_ADDR + s.dev, s.iova, reg::CMD_TO_RAM),
+            DmaDirection::ToDevice => (s.iova, BUFFER_ADDR + s.dev, 0),
+            DmaDirection::FromDevice => (BUFFER_ADDR + s.dev, s.iova, reg::CMD_TO_RAM),
         };
         let irq_bit = if self.irq.is_some() { reg::CMD_IRQ } else { 0 };
         self.regs.write64(reg::DMA_SRC, src);
@@ -199,7 +201,7 @@ impl<R: RegisterIo> DmaEngine for EduEngine<R> {
 
     fn submit(
         &mut self,
-        dir: Direction,
+        dir: DmaDirection,
         segs: &[Segment],
         timeout: Duration,
     ) -> Result<TransferStats> {
@@ -361,7 +363,7 @@ mod tests {
             let t = Duration::from_secs(1);
             let s = e
                 .submit(
-                    Direction::ToDevice,
+                    DmaDirection::ToDevice,
                     &[Segment {
                         iova: 0x1000,
                         dev: 0x100,
@@ -372,7 +374,7 @@ mod tests {
                 .unwrap();
             assert_eq!((s.bytes, s.interrupts), (3000, use_irq as usize));
             e.submit(
-                Direction::FromDevice,
+                DmaDirection::FromDevice,
                 &[Segment {
                     iova: 0x8000,
                     dev: 0x100,
@@ -412,7 +414,7 @@ mod tests {
         ];
         for s in bad {
             assert!(matches!(
-                e.submit(Direction::ToDevice, &[s], t),
+                e.submit(DmaDirection::ToDevice, &[s], t),
                 Err(DmaError::Oversize { .. })
             ));
         }
@@ -421,7 +423,7 @@ mod tests {
             dev: 0,
             len: 8,
         }; 2];
-        assert!(e.submit(Direction::ToDevice, &two, t).is_err());
+        assert!(e.submit(DmaDirection::ToDevice, &two, t).is_err());
         assert!(e.regs.st.borrow().writes.is_empty());
     }
 
@@ -435,7 +437,7 @@ mod tests {
             e.regs.st.borrow_mut().hang = true;
             let t0 = Instant::now();
             let r = e.submit(
-                Direction::ToDevice,
+                DmaDirection::ToDevice,
                 &[Segment {
                     iova: 0,
                     dev: 0,

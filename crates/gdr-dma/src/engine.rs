@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// Which way a submission moves data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Direction {
+pub enum DmaDirection {
     /// Host/peer memory -> device memory (XDMA's H2C).
     ToDevice,
     /// Device memory -> host/peer memory (XDMA's C2H).
@@ -76,7 +76,7 @@ pub trait DmaEngine {
     /// time for the transfer to end) before returning [`DmaError::Timeout`].
     fn submit(
         &mut self,
-        dir: Direction,
+        dir: DmaDirection,
         segs: &[Segment],
         timeout: Duration,
     ) -> Result<TransferStats>;

@@ -191,5 +191,5 @@ impl From<gdr_pci::PciError> for DmaError {
     }
 }
 
-/// The crate's result type.
-pub type Result<T, E = DmaError> = std::result::Result<T, E>;
+/// The crate's result type (crate-private: users see `std::result::Result<T, DmaError>`).
+pub(crate) type Result<T, E = DmaError> = std::result::Result<T, E>;

@@ -95,8 +95,8 @@ mod vfio;
 mod xdma;
 
 pub use edu::EduEngine;
-pub use engine::{check_submission, Direction, DmaEngine, EngineLimits, Segment, TransferStats};
-pub use error::{DmaError, Result};
+pub use engine::{check_submission, DmaDirection, DmaEngine, EngineLimits, Segment, TransferStats};
+pub use error::DmaError;
 pub use gtlb::{GpuPage, Gtlb, GtlbCapacity, GtlbEntry, GtlbError};
 pub use iommu::{DmaBuffer, IommuBackend, IommuSpace, Mapping, OwnedMapping};
 pub use iova::{IovaAllocator, IovaRange};

@@ -7,7 +7,9 @@
 //! never exceed a source piece, a destination piece, the staging window or the largest
 //! descriptor.
 
-use crate::engine::{check_submission, Direction, DmaEngine, EngineLimits, Segment, TransferStats};
+use crate::engine::{
+    check_submission, DmaDirection, DmaEngine, EngineLimits, Segment, TransferStats,
+};
 use crate::error::{DmaError, Result};
 use crate::iommu::IommuSpace;
 use crate::iova::IovaRange;
@@ -32,7 +34,7 @@ impl Endpoint {
 /// One submission of the plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Step {
-    pub dir: Direction,
+    pub dir: DmaDirection,
     pub segs: Vec<Segment>,
 }
 
@@ -111,7 +113,7 @@ fn spans(cur: &mut Cursor<'_>, dev: u64, len: u64, max_seg: u64) -> Result<Vec<S
     Ok(out)
 }
 
-fn batch(dir: Direction, segs: Vec<Segment>, max: usize, steps: &mut Vec<Step>) {
+fn batch(dir: DmaDirection, segs: Vec<Segment>, max: usize, steps: &mut Vec<Step>) {
     for c in segs.chunks(max.max(1)) {
         steps.push(Step {
             dir,
@@ -195,11 +197,21 @@ pub fn plan(
     match (src, dst) {
         (Endpoint::Iova(s), Endpoint::Device(d)) => {
             let segs = spans(&mut Cursor::new(s), *d, len, max_seg)?;
-            batch(Direction::ToDevice, segs, limits.max_segments, &mut steps);
+            batch(
+                DmaDirection::ToDevice,
+                segs,
+                limits.max_segments,
+                &mut steps,
+            );
         }
         (Endpoint::Device(d), Endpoint::Iova(s)) => {
             let segs = spans(&mut Cursor::new(s), *d, len, max_seg)?;
-            batch(Direction::FromDevice, segs, limits.max_segments, &mut steps);
+            batch(
+                DmaDirection::FromDevice,
+                segs,
+                limits.max_segments,
+                &mut steps,
+            );
         }
         (Endpoint::Iova(s), Endpoint::Iova(t)) => {
             let window = staging.len & !(limits.align - 1);
@@ -221,8 +233,13 @@ pub fn plan(
                 let n = window.min(len - done);
                 let h2c = spans(&mut cs, staging.dev_offset, n, max_seg)?;
                 let c2h = spans(&mut ct, staging.dev_offset, n, max_seg)?;
-                batch(Direction::ToDevice, h2c, limits.max_segments, &mut steps);
-                batch(Direction::FromDevice, c2h, limits.max_segments, &mut steps);
+                batch(DmaDirection::ToDevice, h2c, limits.max_segments, &mut steps);
+                batch(
+                    DmaDirection::FromDevice,
+                    c2h,
+                    limits.max_segments,
+                    &mut steps,
+                );
                 done += n;
             }
         }
@@ -246,8 +263,13 @@ pub fn plan(
                 let piece = [IovaRange::new(bounce.iova, n)];
                 let c2h = spans(&mut Cursor::new(&piece), a + done, n, max_seg)?;
                 let h2c = spans(&mut Cursor::new(&piece), b + done, n, max_seg)?;
-                batch(Direction::FromDevice, c2h, limits.max_segments, &mut steps);
-                batch(Direction::ToDevice, h2c, limits.max_segments, &mut steps);
+                batch(
+                    DmaDirection::FromDevice,
+                    c2h,
+                    limits.max_segments,
+                    &mut steps,
+                );
+                batch(DmaDirection::ToDevice, h2c, limits.max_segments, &mut steps);
                 done += n;
             }
         }
@@ -321,7 +343,7 @@ mod tests {
         }
     }
 
-    fn bytes(steps: &[Step], dir: Direction) -> u64 {
+    fn bytes(steps: &[Step], dir: DmaDirection) -> u64 {
         steps
             .iter()
             .filter(|s| s.dir == dir)
@@ -339,10 +361,10 @@ mod tests {
         ]);
         let dst = Endpoint::iova(IovaRange::new(0x40000, 0x2000));
         let steps = plan(&l, &Staging::whole_device(&l), &src, &dst, 0x2000).unwrap();
-        assert_eq!(bytes(&steps, Direction::ToDevice), 0x2000);
-        assert_eq!(bytes(&steps, Direction::FromDevice), 0x2000);
+        assert_eq!(bytes(&steps, DmaDirection::ToDevice), 0x2000);
+        assert_eq!(bytes(&steps, DmaDirection::FromDevice), 0x2000);
         // Round 1: 0x1000 bytes in: 0x400,0x400,0x100 (end of piece 1) | 0x400, 0x300.
-        assert_eq!(steps[0].dir, Direction::ToDevice);
+        assert_eq!(steps[0].dir, DmaDirection::ToDevice);
         let lens: Vec<u64> = steps[0].segs.iter().map(|s| s.len).collect();
         assert_eq!(lens, vec![0x400, 0x400, 0x100]);
         assert_eq!(
@@ -361,7 +383,7 @@ mod tests {
                 len: 0x300
             }
         );
-        assert_eq!(steps[2].dir, Direction::FromDevice);
+        assert_eq!(steps[2].dir, DmaDirection::FromDevice);
         // Every submission fits the engine; device offsets stay in the window.
         for st in &steps {
             check_submission(&l, &st.segs).unwrap();
@@ -386,8 +408,8 @@ mod tests {
             for s in &st.segs {
                 for k in 0..s.len {
                     match st.dir {
-                        Direction::ToDevice => img[(s.dev + k) as usize] = s.iova + k,
-                        Direction::FromDevice => {
+                        DmaDirection::ToDevice => img[(s.dev + k) as usize] = s.iova + k,
+                        DmaDirection::FromDevice => {
                             src_of_dst.insert(s.iova + k, img[(s.dev + k) as usize]);
                         }
                     }
@@ -417,7 +439,10 @@ mod tests {
         assert_eq!(steps.len(), 6);
         assert!(steps.iter().all(|s| s.segs.len() == 1));
         let dirs: Vec<_> = steps.iter().map(|s| s.dir).collect();
-        assert_eq!(dirs[..2], [Direction::ToDevice, Direction::FromDevice]);
+        assert_eq!(
+            dirs[..2],
+            [DmaDirection::ToDevice, DmaDirection::FromDevice]
+        );
     }
 
     #[test]
@@ -432,7 +457,7 @@ mod tests {
             0x800,
         )
         .unwrap();
-        assert!(h2c.iter().all(|s| s.dir == Direction::ToDevice));
+        assert!(h2c.iter().all(|s| s.dir == DmaDirection::ToDevice));
         assert_eq!(
             h2c[0].segs[0],
             Segment {
@@ -449,7 +474,7 @@ mod tests {
             0x800,
         )
         .unwrap();
-        assert!(c2h.iter().all(|s| s.dir == Direction::FromDevice));
+        assert!(c2h.iter().all(|s| s.dir == DmaDirection::FromDevice));
         assert!(matches!(
             plan(
                 &l,
@@ -473,7 +498,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(d2d.len(), 4);
-        assert_eq!(d2d[0].dir, Direction::FromDevice);
+        assert_eq!(d2d[0].dir, DmaDirection::FromDevice);
         assert_eq!(
             d2d[1].segs[0],
             Segment {

@@ -1,9 +1,7 @@
 //! The IOMMU address space ([`IommuSpace`]) over the simulated IOMMU: mappings are checked,
 //! unmapped on drop, and memory a device may still reach is never freed.
 
-use gdr_dma::{
-    DmaError, HostPages, IommuBackend, IommuSpace, IovaRange, MappedMemory, Result, SimIommu,
-};
+use gdr_dma::{DmaError, HostPages, IommuBackend, IommuSpace, IovaRange, MappedMemory, SimIommu};
 use std::sync::Arc;
 
 #[test]
@@ -103,10 +101,10 @@ impl IommuBackend for StuckIommu {
     fn page_size(&self) -> u64 {
         self.0.page_size()
     }
-    fn map(&self, vaddr: usize, iova: u64, len: u64) -> Result<()> {
+    fn map(&self, vaddr: usize, iova: u64, len: u64) -> Result<(), DmaError> {
         self.0.map(vaddr, iova, len)
     }
-    fn unmap(&self, _iova: u64, _len: u64) -> Result<()> {
+    fn unmap(&self, _iova: u64, _len: u64) -> Result<(), DmaError> {
         Err(DmaError::Invalid("unmap refused".into()))
     }
 }

@@ -6,7 +6,7 @@
 mod xdma_model;
 
 use gdr_dma::{
-    Copier, Direction, DmaEngine, DmaError, Endpoint, EventFd, Interrupt, IommuSpace, IovaRange,
+    Copier, DmaDirection, DmaEngine, DmaError, Endpoint, EventFd, Interrupt, IommuSpace, IovaRange,
     Leds, MappedMemory, Segment, SimIommu, XdmaConfig, XdmaEngine,
 };
 use rand::{Rng, SeedableRng};
@@ -62,7 +62,7 @@ fn single_descriptor_each_way_polled() {
     let s = r
         .engine
         .submit(
-            Direction::ToDevice,
+            DmaDirection::ToDevice,
             &[Segment {
                 iova: src.iova(),
                 dev: 0x100,
@@ -75,7 +75,7 @@ fn single_descriptor_each_way_polled() {
     assert_eq!(&r.model.state().ram[0x100..0x100 + 5000], &data[..]);
     r.engine
         .submit(
-            Direction::FromDevice,
+            DmaDirection::FromDevice,
             &[Segment {
                 iova: dst.iova() + 8,
                 dev: 0x100,
@@ -133,7 +133,7 @@ fn chained_descriptors_scatter_and_cross_descriptor_pages() {
             len: 128,
         })
         .collect();
-    let s = r.engine.submit(Direction::ToDevice, &segs, T).unwrap();
+    let s = r.engine.submit(DmaDirection::ToDevice, &segs, T).unwrap();
     assert_eq!((s.descriptors, s.submissions), (200, 1));
     let st = r.model.state();
     for i in 0..200 {
@@ -251,7 +251,7 @@ fn unmapped_addresses_give_read_and_write_errors() {
     let e = r
         .engine
         .submit(
-            Direction::ToDevice,
+            DmaDirection::ToDevice,
             &[Segment {
                 iova: hole,
                 dev: 0,
@@ -273,7 +273,7 @@ fn unmapped_addresses_give_read_and_write_errors() {
     let e = r
         .engine
         .submit(
-            Direction::FromDevice,
+            DmaDirection::FromDevice,
             &[Segment {
                 iova: hole,
                 dev: 0,
@@ -289,7 +289,7 @@ fn unmapped_addresses_give_read_and_write_errors() {
     // The engine still works afterwards.
     r.engine
         .submit(
-            Direction::ToDevice,
+            DmaDirection::ToDevice,
             &[Segment {
                 iova: buf.iova(),
                 dev: 0,
@@ -329,7 +329,11 @@ fn bad_magic_and_descriptor_fetch_errors_are_reported() {
                 len: 4096,
             })
             .collect();
-        match r.engine.submit(Direction::ToDevice, &segs, T).unwrap_err() {
+        match r
+            .engine
+            .submit(DmaDirection::ToDevice, &segs, T)
+            .unwrap_err()
+        {
             DmaError::Engine { detail, .. } => assert!(detail.contains(want), "{detail}"),
             other => panic!("{other}"),
         }
@@ -365,13 +369,13 @@ fn alignment_and_length_rules_come_from_the_engine() {
         },
     ] {
         assert!(matches!(
-            r.engine.submit(Direction::ToDevice, &[seg], T),
+            r.engine.submit(DmaDirection::ToDevice, &[seg], T),
             Err(DmaError::Misaligned { .. })
         ));
     }
     assert!(matches!(
         r.engine.submit(
-            Direction::ToDevice,
+            DmaDirection::ToDevice,
             &[Segment {
                 iova: buf.iova(),
                 dev: 0,
@@ -388,7 +392,7 @@ fn alignment_and_length_rules_come_from_the_engine() {
     // Aligned requests pass the model's own checks.
     r.engine
         .submit(
-            Direction::ToDevice,
+            DmaDirection::ToDevice,
             &[Segment {
                 iova: buf.iova() + 64,
                 dev: 128,
@@ -416,7 +420,7 @@ fn a_hung_engine_times_out_and_is_stopped() {
         let e = r
             .engine
             .submit(
-                Direction::FromDevice,
+                DmaDirection::FromDevice,
                 &[Segment {
                     iova: buf.iova(),
                     dev: 0,

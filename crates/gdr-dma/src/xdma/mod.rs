@@ -11,7 +11,9 @@ pub mod regs;
 
 pub use leds::Leds;
 
-use crate::engine::{check_submission, Direction, DmaEngine, EngineLimits, Segment, TransferStats};
+use crate::engine::{
+    check_submission, DmaDirection, DmaEngine, EngineLimits, Segment, TransferStats,
+};
 use crate::error::{DmaError, Result};
 use crate::iommu::{DmaBuffer, IommuSpace};
 use crate::irq::Interrupt;
@@ -172,13 +174,13 @@ impl<R: RegisterIo> XdmaEngine<R> {
     /// Runs one descriptor list and waits for the engine to stop.
     fn run(
         &mut self,
-        dir: Direction,
+        dir: DmaDirection,
         segs: &[Segment],
         timeout: Duration,
     ) -> Result<TransferStats> {
         let (target, sg) = match dir {
-            Direction::ToDevice => (TARGET_H2C, TARGET_H2C_SGDMA),
-            Direction::FromDevice => (TARGET_C2H, TARGET_C2H_SGDMA),
+            DmaDirection::ToDevice => (TARGET_H2C, TARGET_H2C_SGDMA),
+            DmaDirection::FromDevice => (TARGET_C2H, TARGET_C2H_SGDMA),
         };
         let base = self.descs.iova();
         let parts: Vec<(u64, u64, u64)> = segs
@@ -186,8 +188,8 @@ impl<R: RegisterIo> XdmaEngine<R> {
             .map(|s| {
                 let axi = self.cfg.axi_base + s.dev;
                 match dir {
-                    Direction::ToDevice => (s.iova, axi, s.len),
-                    Direction::FromDevice => (axi, s.iova, s.len),
+                    DmaDirection::ToDevice => (s.iova, axi, s.len),
+                    DmaDirection::FromDevice => (axi, s.iova, s.len),
                 }
             })
             .collect();
@@ -321,7 +323,7 @@ impl<R: RegisterIo> DmaEngine for XdmaEngine<R> {
 
     fn submit(
         &mut self,
-        dir: Direction,
+        dir: DmaDirection,
         segs: &[Segment],
         timeout: Duration,
     ) -> Result<TransferStats> {
