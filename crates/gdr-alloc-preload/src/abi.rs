@@ -33,13 +33,16 @@ fn alloc_on(size: u64, device: c_int) -> Result<u64, CUresult> {
     })
 }
 
-/// `gdr_alloc_abi_version`.
+/// `gdr_alloc_abi_version`: the version of gdr_alloc.h's functions and structures
+/// (`GDR_ALLOC_ABI_VERSION`), for a client to check before it calls the others.
 #[unsafe(no_mangle)]
 pub extern "C" fn gdr_alloc_abi_version() -> c_int {
     ABI_VERSION
 }
 
-/// `gdr_alloc_active`.
+/// `gdr_alloc_active`: 1 when allocations on CUDA device `device` come from the pool, else 0
+/// with the reason copied into `why` (NUL-terminated, cut to `len` bytes). Probes the device
+/// the first time (a chunk made, imported into Vulkan and mapped).
 ///
 /// # Safety
 /// `why`, when not null, must be writable for `len` bytes.
@@ -62,7 +65,9 @@ pub unsafe extern "C" fn gdr_alloc_active(device: c_int, why: *mut c_char, len: 
     })
 }
 
-/// `gdr_alloc_malloc`.
+/// `gdr_alloc_malloc`: `size` bytes on `device` from the pool, written to `*dptr`. A
+/// `CUresult`: `CUDA_ERROR_OUT_OF_MEMORY`, `CUDA_ERROR_NOT_SUPPORTED` where the pool is not
+/// active, or `CUDA_ERROR_INVALID_VALUE` for a null `dptr` or a size of 0.
 ///
 /// # Safety
 /// `dptr` must be writable (or null: CUDA_ERROR_INVALID_VALUE).
@@ -142,7 +147,9 @@ pub extern "C" fn gdr_alloc_torch_free(
     })
 }
 
-/// `gdr_alloc_pin`.
+/// `gdr_alloc_pin`: pins `[addr, addr + size)` of pool memory and describes its chunk in
+/// `*out`. 0 or an errno: ENOENT not pool memory, EINVAL the range leaves its chunk (or size 0,
+/// or a null `out`), ENOTSUP or ENOMEM the chunk cannot be mapped, EIO an internal error.
 ///
 /// # Safety
 /// `out` must be writable (or null: EINVAL).
@@ -180,7 +187,8 @@ pub unsafe extern "C" fn gdr_alloc_pin(addr: u64, size: usize, out: *mut PoolPin
     })
 }
 
-/// `gdr_alloc_unpin`.
+/// `gdr_alloc_unpin`: ends pin `id`, closing its mappings still open; memory freed under it
+/// (and under no other pin) can be handed out again. 0, or EINVAL for an unknown id.
 #[unsafe(no_mangle)]
 pub extern "C" fn gdr_alloc_unpin(id: u64) -> c_int {
     guarded(libc::EIO, || match state::existing() {
@@ -189,7 +197,8 @@ pub extern "C" fn gdr_alloc_unpin(id: u64) -> c_int {
     })
 }
 
-/// `gdr_alloc_map`.
+/// `gdr_alloc_map`: opens the 64 KiB pages around pin `id`'s range, so the CPU may use
+/// `cpu + (addr - base)` until `gdr_alloc_unmap`. 0, or EINVAL for an unknown id.
 #[unsafe(no_mangle)]
 pub extern "C" fn gdr_alloc_map(id: u64) -> c_int {
     guarded(libc::EIO, || match state::existing() {
@@ -198,7 +207,8 @@ pub extern "C" fn gdr_alloc_map(id: u64) -> c_int {
     })
 }
 
-/// `gdr_alloc_unmap`.
+/// `gdr_alloc_unmap`: undoes one `gdr_alloc_map` of pin `id` (its pages close when no other
+/// mapped pin covers them). 0, or EINVAL for an unknown or unmapped id.
 #[unsafe(no_mangle)]
 pub extern "C" fn gdr_alloc_unmap(id: u64) -> c_int {
     guarded(libc::EIO, || match state::existing() {
@@ -207,7 +217,9 @@ pub extern "C" fn gdr_alloc_unmap(id: u64) -> c_int {
     })
 }
 
-/// `gdr_alloc_pin_freed`.
+/// `gdr_alloc_pin_freed`: `*freed` = 1 once an allocation the pin overlapped when it was made
+/// has been freed (gdrcopy's callback flag), else 0. 0, or EINVAL for an unknown id or a null
+/// `freed`.
 ///
 /// # Safety
 /// `freed` must be writable (or null: EINVAL).
@@ -226,7 +238,8 @@ pub unsafe extern "C" fn gdr_alloc_pin_freed(id: u64, freed: *mut c_int) -> c_in
     })
 }
 
-/// `gdr_alloc_get_stats`.
+/// `gdr_alloc_get_stats`: the pool's counters into `*out` (all 0 before the first
+/// allocation). 0, or EINVAL for a null `out`.
 ///
 /// # Safety
 /// `out` must be writable (or null: EINVAL).
@@ -245,7 +258,8 @@ pub unsafe extern "C" fn gdr_alloc_get_stats(out: *mut Stats) -> c_int {
     })
 }
 
-/// `gdr_alloc_trim`.
+/// `gdr_alloc_trim`: waits for the deferred (stream-ordered) frees, then gives every empty,
+/// unpinned chunk back to the driver; the number of bytes released.
 #[unsafe(no_mangle)]
 pub extern "C" fn gdr_alloc_trim() -> u64 {
     guarded(0, || {

@@ -52,8 +52,10 @@ fn excluded(config: &gdr_alloc::Config, caller: usize) -> bool {
     if config.exclude.is_empty() || caller == 0 {
         return false;
     }
-    // SAFETY: dladdr only reads the loader's tables; `info` is a live out-parameter.
+    // SAFETY: `Dl_info` is plain C data (pointers and integers): all zeroes is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables (any address may be asked about); `info` is
+    // a live out-parameter.
     if unsafe { libc::dladdr(caller as *const c_void, &mut info) } == 0 || info.dli_fname.is_null()
     {
         return false;
@@ -152,7 +154,8 @@ macro_rules! with_caller {
 }
 
 with_caller!(
-    /// `cuMemAlloc_v2`.
+    /// `cuMemAlloc_v2`: `size` bytes on the current context's GPU from the pool where it
+    /// serves the call (see `Config`), otherwise libcuda's.
     cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) => mem_alloc, "rdx"
 );
 
@@ -219,7 +222,8 @@ unsafe extern "C" fn mem_alloc_pitch(
     })
 }
 
-/// `cuMemFree_v2`.
+/// `cuMemFree_v2`: a pool block goes back to the pool after the context's work is done (as
+/// the driver's call waits); any other address goes to libcuda.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     guard("cuMemFree_v2", || match release(dptr) {
@@ -281,8 +285,9 @@ pub unsafe extern "C" fn cuMemCreate(
         {
             return original();
         }
-        head.requested_handle_types = 1; // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-                                         // SAFETY: writing the head back into our own 32-byte copy.
+        // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+        head.requested_handle_types = 1;
+        // SAFETY: writing the head back into our own 32-byte copy, whose first 16 bytes it is.
         unsafe { std::ptr::write_unaligned(copy.as_mut_ptr().cast(), head) };
         let rc = call_real!(mem_create(handle, size, copy.as_ptr().cast(), flags));
         if rc == CUDA_SUCCESS {
@@ -514,8 +519,10 @@ fn own_base() -> usize {
 
 /// The load address of the object holding code address `p` (0 when unknown).
 fn base_of(p: usize) -> usize {
-    // SAFETY: dladdr only reads the loader's tables; `info` is a live out-parameter.
+    // SAFETY: `Dl_info` is plain C data (pointers and integers): all zeroes is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables (any address may be asked about); `info` is
+    // a live out-parameter.
     if unsafe { libc::dladdr(p as *const c_void, &mut info) } == 0 {
         return 0;
     }

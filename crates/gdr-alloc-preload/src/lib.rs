@@ -2,15 +2,30 @@
 //! programs that are not rebuilt (`LD_PRELOAD`, or `gdr run -- PROGRAM`).
 //!
 //! The library does nothing until a program calls one of the entry points it puts in front of
-//! libcuda's ([`interpose`]); the first allocation reads the settings (`GDR_ALLOC*`), and the
-//! first one on each GPU probes it (a chunk made, imported into Vulkan and mapped). Where that
-//! works, `cudaMalloc` / `cuMemAlloc` memory comes from gdr's pool ([`gdr_alloc::Pool`] over
-//! POSIX-fd `cuMemCreate` chunks) and libgdrapi can pin and map it; elsewhere every call passes
-//! through, and the reason is said once on stderr.
+//! libcuda's (module `interpose`); the first allocation reads the settings (`GDR_ALLOC*`), and
+//! the first one on each GPU probes it (a chunk made, imported into Vulkan and mapped). Where
+//! that works, `cudaMalloc` / `cuMemAlloc` memory comes from gdr's pool ([`gdr_alloc::Pool`]
+//! over POSIX-fd `cuMemCreate` chunks) and libgdrapi can pin and map it; elsewhere every call
+//! passes through, and the reason is said once on stderr.
 //!
-//! [`abi`] exports `include/gdr_alloc.h` for code that knows about the allocator. Unsafe code is
-//! confined to the C entry points and the trampolines that learn a caller's address; the pool
-//! below them is safe Rust.
+//! Module `abi` exports `include/gdr_alloc.h` for code that knows about the allocator. Unsafe
+//! code is confined to the C entry points and the trampolines that learn a caller's address; the
+//! pool below them is safe Rust.
+//!
+//! # Example
+//!
+//! The library is used from outside Rust, so its example is a shell session (docs/alloc.md has
+//! more):
+//!
+//! ```text
+//! $ cargo build --release -p gdr-alloc-preload
+//! $ GDR_ALLOC_LOG=2 LD_PRELOAD=target/release/libgdr_alloc.so ./my_cuda_program
+//! $ gdr run -- ./my_cuda_program   # the same, through gdr's command line
+//! ```
+//!
+//! There are no doctests here: the library's Rust name, `gdr_alloc`, is also the gdr-alloc
+//! crate's, so rustdoc would see two crates of that name (`doctest = false` in Cargo.toml). The
+//! tests in `tests/` run the library in C programs instead.
 
 #![allow(non_snake_case)] // the CUDA entry points keep CUDA's names
 

@@ -9,14 +9,22 @@ use std::sync::OnceLock;
 
 // The driver API's own names, as gdr-cuda's (private) sys layer spells them too: kept to this
 // library, so the workspace's public types stay one name, one definition.
+/// `CUresult`: a driver call's status.
 pub(crate) type CUresult = c_int;
+/// `CUdeviceptr`: a device address.
 pub(crate) type CUdeviceptr = u64;
+/// The signature of `dlsym(handle, name)`.
 pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
+/// `CUDA_SUCCESS`.
 pub const CUDA_SUCCESS: CUresult = 0;
+/// `CUDA_ERROR_INVALID_VALUE`: an argument the call refuses.
 pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
+/// `CUDA_ERROR_OUT_OF_MEMORY`.
 pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+/// `CUDA_ERROR_NOT_READY`: `cuEventQuery` of an event whose work is still pending.
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
+/// `CUDA_ERROR_NOT_SUPPORTED`.
 pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
 /// What an entry point answers when libcuda lacks the function it stands in front of.
 pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;

@@ -9,7 +9,9 @@ use std::sync::{Mutex, OnceLock};
 
 /// The allocator, made at the first allocation call.
 pub struct Allocator {
+    /// The settings, read from `GDR_ALLOC*` at the first allocation call.
     pub config: Config,
+    /// The pool that serves the GPUs the settings and the probe allow.
     pub pool: Pool<VmmSource>,
     /// Per CUDA ordinal: served, or why not (probed once).
     gpus: Mutex<HashMap<i32, Result<(), String>>>,

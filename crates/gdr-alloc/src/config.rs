@@ -22,15 +22,16 @@ pub struct Config {
     pub enabled: bool,
     /// CUDA ordinals served; `None` for all.
     pub gpus: Option<BTreeSet<i32>>,
-    /// Requests below this pass through.
+    /// Requests below this many bytes pass through (`GDR_ALLOC_MIN_SIZE`).
     pub min_size: u64,
-    /// Requests above this pass through.
+    /// Requests above this many bytes pass through (`GDR_ALLOC_MAX_SIZE`; `u64::MAX`: none).
     pub max_size: u64,
     /// Callers (substrings of the calling object's file name) whose calls pass through.
     pub exclude: Vec<String>,
-    /// Bytes of empty chunks kept for reuse.
+    /// Bytes of empty chunks kept for reuse (`GDR_ALLOC_CACHE`).
     pub cache: u64,
-    /// 0, 1 or 2 (see the module's table).
+    /// Messages on stderr (`GDR_ALLOC_LOG`): 0 none, 1 reasons and errors (once each), 2 every
+    /// call.
     pub log: u8,
 }
 
@@ -52,9 +53,9 @@ impl Default for Config {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{var}={value:?}: {why}")]
 pub struct ConfigError {
-    /// The variable.
+    /// The environment variable, e.g. `GDR_ALLOC_GPUS`.
     pub var: &'static str,
-    /// Its value.
+    /// Its value as read.
     pub value: String,
     /// What is wrong with it.
     pub why: String,

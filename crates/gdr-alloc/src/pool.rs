@@ -107,7 +107,10 @@ pub enum AllocError {
 /// An unknown pin id (or, for [`Pool::unmap`], a pin that is not mapped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("no pin {0}")]
-pub struct PoolUnpinError(pub u64);
+pub struct PoolUnpinError(
+    /// The pin id that was given.
+    pub u64,
+);
 
 /// One allocation handed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,7 +135,8 @@ pub struct PoolPinned {
     pub base: u64,
     /// Bytes in the chunk.
     pub size: u64,
-    /// CPU address of `base`.
+    /// CPU address of `base`: the chunk's mapping. Where the source can protect pages, only
+    /// the 64 KiB pages around a pin that is mapped ([`Pool::map`]) are accessible.
     pub cpu: *mut u8,
     /// CUDA device ordinal.
     pub device: i32,

@@ -75,7 +75,8 @@ impl Attribute {
     }
 }
 
-/// A CUDA device (by ordinal).
+/// A CUDA device (`CUdevice`), named by its ordinal. Plain data: it holds no context
+/// ([`Context::new`] retains the device's primary one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Device {
     ordinal: usize,
@@ -109,6 +110,13 @@ impl Device {
         }
     }
 
+    /// The device with CUDA ordinal `ordinal` (`cuDeviceGet`): 0-based, in the order the driver
+    /// enumerates them (`CUDA_DEVICE_ORDER`, `CUDA_VISIBLE_DEVICES`). Loads and initialises the
+    /// driver on first use.
+    ///
+    /// # Errors
+    /// [`CudaError::Load`] without libcuda, [`CudaError::NoDevice`] when the driver sees no
+    /// GPU, [`CudaError::BadOrdinal`] for `ordinal >= count`, or the driver's error.
     pub fn get(ordinal: usize) -> Result<Device> {
         let count = Self::count()?;
         if count == 0 {
@@ -126,10 +134,12 @@ impl Device {
         Ok(Device { ordinal, raw })
     }
 
+    /// The CUDA ordinal the device was opened with ([`Device::get`]).
     pub fn ordinal(&self) -> usize {
         self.ordinal
     }
 
+    /// The product name the driver reports (`cuDeviceGetName`), e.g. "NVIDIA H100 80GB HBM3".
     pub fn name(&self) -> Result<String> {
         let d = driver()?;
         let mut buf = [0 as c_char; 256];
@@ -159,6 +169,8 @@ impl Device {
         Ok(v)
     }
 
+    /// Total memory on the device in bytes (`cuDeviceTotalMem`); [`Context::mem_info`] says
+    /// how much of it is free.
     pub fn total_mem(&self) -> Result<usize> {
         let d = driver()?;
         let mut v = 0usize;
@@ -201,6 +213,8 @@ impl Device {
         Ok(yes != 0)
     }
 
+    /// The compute capability as (major, minor), e.g. (9, 0) for Hopper; NVRTC compiles for
+    /// `sm_{major}{minor}` ([`crate::nvrtc::compile_for`]).
     pub fn compute_capability(&self) -> Result<(i32, i32)> {
         Ok((
             self.attribute_raw(sys::ATTR_COMPUTE_CAPABILITY_MAJOR)?,
@@ -266,10 +280,15 @@ impl Context {
         })
     }
 
+    /// The device whose primary context this is.
     pub fn device(&self) -> Device {
         self.0.device
     }
 
+    /// Blocks until all work queued in the calling thread's current context is done
+    /// (`cuCtxSynchronize`), on every stream, and returns the first error that work hit. The
+    /// driver call acts on the *current* context: [`bind`](Self::bind) this one first on a
+    /// thread where another may be current.
     pub fn synchronize(&self) -> Result<()> {
         let d = driver()?;
         // SAFETY: no arguments.
@@ -298,6 +317,11 @@ pub struct CurrentContextGuard {
 }
 
 impl CurrentContextGuard {
+    /// Records the calling thread's current context (`cuCtxGetCurrent`; none is fine) so that
+    /// dropping the guard makes it current again (`cuCtxSetCurrent`).
+    ///
+    /// # Errors
+    /// [`CudaError::Load`] without libcuda, or the driver's error.
     pub fn save() -> Result<CurrentContextGuard> {
         let d = driver()?;
         let mut prev = std::ptr::null_mut();

@@ -24,17 +24,22 @@ pub struct LibrarySpec {
 /// Why a library or one of its entry points is not available.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LoadError {
+    /// None of the candidate files loaded.
     #[error("{} could not be loaded: {reason} (tried {}); {}", library.what, Tried(tried), library.install)]
     NotInstalled {
+        /// The library's name and what to install.
         library: &'static LibrarySpec,
         /// Every candidate tried, in order.
         tried: Vec<String>,
         /// What the dynamic loader said about the first candidate.
         reason: String,
     },
+    /// The library loaded but lacks a required entry point: it is older than the call.
     #[error("{} lacks {symbol}, an entry point gdr needs; {}", library.what, library.update)]
     MissingSymbol {
+        /// The library's name and what to update.
         library: &'static LibrarySpec,
+        /// The entry point's C name, e.g. `cuMemCreate`.
         symbol: &'static str,
     },
 }
@@ -121,6 +126,9 @@ impl Loaded {
 /// `resolve` constructor that fails with [`LoadError::MissingSymbol`] on the first required
 /// entry point missing. Entry points in an `optional { .. }` block become `Option`s. The struct
 /// owns the library (last field, so it is dropped after nothing can call the pointers).
+///
+/// The macro is crate-private, so this cannot be a doctest (a doctest is a crate of its own and
+/// cannot name it); the unit tests below run the same shape against the C library.
 ///
 /// ```ignore
 /// api_table! {

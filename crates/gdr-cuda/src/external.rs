@@ -62,6 +62,7 @@ impl ExternalMemory {
         })
     }
 
+    /// The context the memory was imported into; the import keeps it alive.
     pub fn context(&self) -> &Context {
         &self.ctx
     }

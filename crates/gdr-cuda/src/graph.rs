@@ -46,6 +46,8 @@ impl Graph {
         })
     }
 
+    /// Launches the whole graph on `stream` (`cuGraphLaunch`): asynchronous, ordered after
+    /// the work already queued there. The graph may be launched any number of times.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         let d = driver()?;
         // SAFETY: exec and stream are alive.

@@ -7,8 +7,13 @@ use std::ffi::{c_int, c_void};
 /// Device memory the driver can copy to and from: a base address and a length, alive as long
 /// as the value is.
 pub trait DeviceMemory {
+    /// The device address (`CUdeviceptr`) of the first byte. With unified addressing it is the
+    /// same in every context of the process.
     fn device_ptr(&self) -> sys::CUdeviceptr;
+    /// Bytes from [`device_ptr`](Self::device_ptr) that copies may reach (for an allocation
+    /// rounded up by the driver, the length asked for).
     fn len(&self) -> usize;
+    /// Whether [`len`](Self::len) is 0.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -90,6 +95,12 @@ pub struct DeviceBuffer {
 }
 
 impl DeviceBuffer {
+    /// Allocates `len` bytes of device memory on `ctx`'s GPU (`cuMemAlloc`, with `ctx` made
+    /// current on this thread). The bytes are not initialised; a `len` of 0 allocates one byte
+    /// so that the buffer still has an address of its own. Freed (`cuMemFree`) on drop.
+    ///
+    /// # Errors
+    /// The driver's: [`CudaError::is_out_of_memory`] when the GPU is full.
     pub fn new(ctx: &Context, len: usize) -> Result<DeviceBuffer> {
         let d = driver()?;
         ctx.bind()?;
@@ -106,6 +117,7 @@ impl DeviceBuffer {
         })
     }
 
+    /// The context the buffer was allocated in; the buffer keeps it alive.
     pub fn context(&self) -> &Context {
         &self.ctx
     }
@@ -168,6 +180,12 @@ unsafe impl Send for HostBuffer {}
 unsafe impl Sync for HostBuffer {}
 
 impl HostBuffer {
+    /// Allocates `len` bytes of page-locked host memory, mapped for every context's GPU
+    /// (`cuMemHostAlloc` with `DEVICEMAP | PORTABLE`, `ctx` made current) and zeroed. Cached for
+    /// the CPU. A `len` of 0 allocates one byte. Freed (`cuMemFreeHost`) on drop.
+    ///
+    /// # Errors
+    /// The driver's: out of memory, or a device that cannot map host memory.
     pub fn new(ctx: &Context, len: usize) -> Result<HostBuffer> {
         Self::with_flags(
             ctx,
@@ -214,11 +232,16 @@ impl HostBuffer {
         })
     }
 
+    /// The bytes as the CPU sees them. Only for a buffer no GPU thread writes at the same time:
+    /// once shared with a kernel, reach it through [`gdr_mem::MappedMemory`] (copies and
+    /// volatile words) instead.
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: host points to len initialised bytes owned by self.
         unsafe { std::slice::from_raw_parts(self.host, self.len) }
     }
 
+    /// The bytes, writable, for filling a buffer before any GPU work uses it (same caveat as
+    /// [`as_slice`](Self::as_slice)).
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as above, and &mut self gives exclusive CPU access.
         unsafe { std::slice::from_raw_parts_mut(self.host, self.len) }

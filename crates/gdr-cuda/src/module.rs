@@ -63,6 +63,7 @@ impl Module {
         Ok(Function { raw, _module: self })
     }
 
+    /// The context the module was loaded into; the module keeps it alive.
     pub fn context(&self) -> &Context {
         &self.ctx
     }
@@ -86,12 +87,19 @@ pub struct Function<'m> {
 /// Launch geometry.
 #[derive(Clone, Copy, Debug)]
 pub struct LaunchConfig {
+    /// Blocks in x, y and z (`cuLaunchKernel`'s `gridDimX/Y/Z`); each at least 1.
     pub grid: (u32, u32, u32),
+    /// Threads per block in x, y and z (`blockDimX/Y/Z`); their product at most the kernel's
+    /// [`Function::max_threads_per_block`].
     pub block: (u32, u32, u32),
+    /// Dynamic shared memory per block in bytes (`sharedMemBytes`); above 48 KiB the kernel
+    /// needs [`Function::set_max_dynamic_shared`] first.
     pub shared_mem: u32,
 }
 
 impl LaunchConfig {
+    /// A one-dimensional launch: `blocks` blocks of `threads` threads, no dynamic shared
+    /// memory.
     pub fn linear(blocks: u32, threads: u32) -> Self {
         LaunchConfig {
             grid: (blocks, 1, 1),

@@ -5,21 +5,32 @@ use crate::dylib::{self, api_table, LibrarySpec, LoadError};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
+/// Errors from NVML.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum NvmlError {
     /// NVML is not installed ([`LoadError::NotInstalled`]) or too old
     /// ([`LoadError::MissingSymbol`]).
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// An NVML call returned something other than `NVML_SUCCESS` (including `nvmlInit`: no
+    /// driver loaded, or no permission).
     #[error("{call} failed: {text} ({code})")]
     Call {
+        /// The entry point that failed, e.g. `nvmlDeviceGetCount`.
         call: &'static str,
+        /// The raw `nvmlReturn_t`.
         code: i32,
+        /// NVML's description of the code (`nvmlErrorString`).
         text: String,
     },
     /// A device count past [`MAX_DEVICES`](crate::MAX_DEVICES): a broken or fake NVML.
     #[error("{call} reported {value} devices, which no working driver reports")]
-    Implausible { call: &'static str, value: u64 },
+    Implausible {
+        /// The call that reported it.
+        call: &'static str,
+        /// The count it reported.
+        value: u64,
+    },
 }
 
 type Ret = c_int;
@@ -139,14 +150,28 @@ fn normalize_bus_id(raw: &[c_char]) -> String {
 /// What NVML reports for one GPU.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct GpuInfo {
+    /// NVML's index (`nvmlDeviceGetHandleByIndex`). NVML orders GPUs its own way and ignores
+    /// `CUDA_VISIBLE_DEVICES`, so this need not be the CUDA ordinal: match GPUs by `bus_id`.
     pub index: u32,
+    /// The product name (`nvmlDeviceGetName`).
     pub name: String,
+    /// The PCI address as sysfs names it (`dddd:bb:dd.f`, lower case).
     pub bus_id: String,
+    /// Size of the BAR1 aperture in bytes (`nvmlDeviceGetBAR1MemoryInfo`): how much GPU memory
+    /// the CPU and other devices can have mapped at once. `None` when NVML does not say.
     pub bar1_total: Option<u64>,
+    /// Bytes of the BAR1 aperture mapped now, by every process. `None` when NVML does not say.
     pub bar1_used: Option<u64>,
+    /// The PCIe generation the link runs at now (1-6; `nvmlDeviceGetCurrPcieLinkGeneration`).
+    /// An idle GPU may train its link down, so this can read below `pcie_gen_max`.
     pub pcie_gen: Option<u32>,
+    /// The highest PCIe generation possible with this GPU in this system
+    /// (`nvmlDeviceGetMaxPcieLinkGeneration`).
     pub pcie_gen_max: Option<u32>,
+    /// The link width in lanes now, e.g. 16 (`nvmlDeviceGetCurrPcieLinkWidth`).
     pub pcie_width: Option<u32>,
+    /// The widest link possible with this GPU in this system, in lanes
+    /// (`nvmlDeviceGetMaxPcieLinkWidth`).
     pub pcie_width_max: Option<u32>,
 }
 
@@ -235,9 +260,14 @@ pub fn gpus() -> Result<Vec<GpuInfo>, NvmlError> {
 /// fabric (or to a remote end NVML cannot name).
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct NvLinks {
+    /// The GPU's PCI address (sysfs form, as [`GpuInfo::bus_id`]).
     pub bus_id: String,
+    /// Links NVML reports active (`nvmlDeviceGetNvLinkState`), of at most 18.
     pub active: u32,
+    /// Direct links to the other GPUs NVML sees: (the peer's bus id, active links to it).
     pub to_gpu: Vec<(String, u32)>,
+    /// Active links not to a GPU of this machine: into an NVSwitch fabric, or to a remote end
+    /// NVML cannot name.
     pub to_fabric: u32,
 }
 

@@ -7,18 +7,31 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// Errors from NVRTC.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum NvrtcError {
     /// NVRTC is not installed ([`LoadError::NotInstalled`]) or too old
     /// ([`LoadError::MissingSymbol`]).
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// An NVRTC call other than the compile itself failed, or the source could not be passed
+    /// to it (it contains a NUL byte).
     #[error("{call} failed: {text}")]
-    Call { call: &'static str, text: String },
+    Call {
+        /// The entry point, e.g. `nvrtcCreateProgram`.
+        call: &'static str,
+        /// NVRTC's description of the error (`nvrtcGetErrorString`), or why the call was not
+        /// made.
+        text: String,
+    },
+    /// The compiler rejected the program (`nvrtcCompileProgram`).
     #[error("compiling {name} for sm_{arch} failed:\n{log}")]
     Compile {
+        /// The program's name, as given to [`compile`].
         name: String,
+        /// The target's number, e.g. `90` for `sm_90`.
         arch: String,
+        /// NVRTC's program log: the errors and warnings, with line numbers.
         log: String,
     },
 }

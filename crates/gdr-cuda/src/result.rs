@@ -13,30 +13,61 @@ pub enum CudaError {
     /// ([`LoadError::MissingSymbol`]).
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// The driver loaded but reports no GPU ([`Device::get`](super::Device::get) with a
+    /// device count of 0): none installed, or all hidden by `CUDA_VISIBLE_DEVICES`.
     #[error("no CUDA device: the driver is installed but sees no GPU")]
     NoDevice,
+    /// [`Device::get`](super::Device::get) was asked for an ordinal at or past the device count.
     #[error("CUDA device {ordinal} does not exist ({count} present)")]
-    BadOrdinal { ordinal: usize, count: usize },
+    BadOrdinal {
+        /// The ordinal asked for.
+        ordinal: usize,
+        /// Devices the driver sees (`cuDeviceGetCount`); valid ordinals are `0..count`.
+        count: usize,
+    },
+    /// A driver call returned something other than `CUDA_SUCCESS`.
     #[error("{call} failed: {name} ({code}): {text}")]
     Driver {
+        /// The driver entry point that failed, e.g. `cuMemAlloc`; for the attribute calls
+        /// with the attribute in parentheses, e.g. `cuPointerGetAttribute(BUFFER_ID)`.
         call: &'static str,
+        /// The raw `CUresult` (compare with [`CudaError::OUT_OF_MEMORY`] and its neighbours,
+        /// or use [`CudaError::code`]).
         code: i32,
+        /// The code's enum name from `cuGetErrorName`, e.g. `CUDA_ERROR_OUT_OF_MEMORY`;
+        /// "unknown error" when the driver has none.
         name: String,
+        /// The driver's description of the code from `cuGetErrorString`.
         text: String,
     },
+    /// A copy whose range does not lie inside the device memory it names; refused before any
+    /// driver call.
     #[error("{what}: range {offset}+{len} is outside a {size}-byte buffer")]
     OutOfBounds {
+        /// The operation refused, e.g. `memcpy_htod`.
         what: &'static str,
+        /// Byte offset of the range from the start of the memory.
         offset: usize,
+        /// Length of the range in bytes.
         len: usize,
+        /// Length of the memory in bytes ([`DeviceMemory::len`](super::DeviceMemory::len)).
         size: usize,
     },
     /// The driver reported a number no driver reports (a device count below 0 or past
     /// [`MAX_DEVICES`](super::MAX_DEVICES), a negative ordinal): a broken or fake libcuda.
     #[error("{call} reported {value}, which no working driver reports (a broken or fake libcuda)")]
-    Implausible { call: &'static str, value: i64 },
+    Implausible {
+        /// The call that reported it, e.g. `cuDeviceGetCount`.
+        call: &'static str,
+        /// The value it reported.
+        value: i64,
+    },
+    /// A kernel name given to [`Module::function`](super::Module::function) contains a NUL
+    /// byte, so it cannot be passed to the driver as a C string; the name is carried.
     #[error("kernel name {0:?} contains a NUL byte")]
     BadName(String),
+    /// Compiling CUDA C for [`Module::from_source`](super::Module::from_source) failed: NVRTC is
+    /// missing, or the compiler rejected the source (its log is in the error).
     #[error(transparent)]
     Nvrtc(#[from] nvrtc::NvrtcError),
 }
@@ -73,9 +104,11 @@ impl CudaError {
     }
 }
 
+/// The result of this crate's calls: a [`CudaError`] unless a call says otherwise.
 pub type Result<T, E = CudaError> = std::result::Result<T, E>;
 
-/// The loaded and initialised driver.
+/// libcuda's entry points, loaded and initialised (`cuInit`) once per process; [`driver`]
+/// returns it.
 pub struct Driver {
     pub(crate) api: sys::DriverApi,
     version: i32,
@@ -114,7 +147,8 @@ fn load_driver() -> Result<Driver> {
 }
 
 impl Driver {
-    /// Turns a `CUresult` into a typed error naming the call.
+    /// Turns a `CUresult` into a typed error naming the call: `Ok` for `CUDA_SUCCESS`,
+    /// otherwise [`CudaError::Driver`] with the code's name and text from the driver.
     pub fn check(&self, call: &'static str, rc: sys::CUresult) -> Result<()> {
         if rc == sys::CUDA_SUCCESS {
             return Ok(());
@@ -143,7 +177,7 @@ impl Driver {
         self.version
     }
 
-    /// "13.0" style.
+    /// The driver version as "major.minor", e.g. "13.0" for 13000.
     pub fn version_string(&self) -> String {
         format!("{}.{}", self.version / 1000, (self.version % 1000) / 10)
     }

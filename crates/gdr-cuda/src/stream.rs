@@ -2,7 +2,8 @@
 
 use super::{check_range, driver, sys, Context, DeviceMemory, Result};
 
-/// A CUDA stream.
+/// A CUDA stream (`CUstream`): a queue of GPU work (copies, kernels, graph launches) that runs
+/// in order. Destroyed on drop (`cuStreamDestroy`); work still queued then completes first.
 pub struct Stream {
     pub(super) ctx: Context,
     pub(super) raw: sys::CUstream,
@@ -29,14 +30,19 @@ impl Stream {
         })
     }
 
+    /// The raw `CUstream`, for driver calls this crate does not wrap; valid while `self`
+    /// lives.
     pub fn raw(&self) -> sys::CUstream {
         self.raw
     }
 
+    /// The context the stream was created in; the stream keeps it alive.
     pub fn context(&self) -> &Context {
         &self.ctx
     }
 
+    /// Blocks until all work queued on this stream is done (`cuStreamSynchronize`), and
+    /// returns the first error that work hit.
     pub fn synchronize(&self) -> Result<()> {
         let d = driver()?;
         // SAFETY: the stream is alive.
@@ -112,13 +118,18 @@ impl Drop for Stream {
     }
 }
 
-/// A timing event.
+/// A CUDA event with timing enabled (`CUevent`): a marker recorded on a stream, to wait for or
+/// to time the work between two of them ([`elapsed_ms_since`](Self::elapsed_ms_since)).
+/// Destroyed on drop.
 pub struct Event {
     _ctx: Context,
     raw: sys::CUevent,
 }
 
 impl Event {
+    /// Creates an event with timing enabled (`cuEventCreate` with `CU_EVENT_DEFAULT`) in the
+    /// calling thread's current context (bind `ctx` first where another may be current); the
+    /// event keeps `ctx` alive.
     pub fn new(ctx: &Context) -> Result<Event> {
         let d = driver()?;
         let mut raw = std::ptr::null_mut();
@@ -132,6 +143,8 @@ impl Event {
         })
     }
 
+    /// Records the event on `stream` (`cuEventRecord`): it completes once the work queued
+    /// there before it has. Recording again moves it.
     pub fn record(&self, stream: &Stream) -> Result<()> {
         let d = driver()?;
         // SAFETY: event and stream are alive.
@@ -140,6 +153,8 @@ impl Event {
         })
     }
 
+    /// Blocks until the last recording of the event has completed (`cuEventSynchronize`);
+    /// returns at once for an event never recorded.
     pub fn synchronize(&self) -> Result<()> {
         let d = driver()?;
         // SAFETY: the event is alive.

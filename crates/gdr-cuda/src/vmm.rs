@@ -170,6 +170,7 @@ impl VmmBuffer {
         self.ctx.as_ref()
     }
 
+    /// The GPU the memory lives on.
     pub fn device(&self) -> Device {
         self.device
     }

@@ -33,20 +33,45 @@ pub enum Caching {
 /// write-combined memory; larger ones go through the stream kernel.
 pub const SMALL_STAGE: usize = 256;
 
-/// An access that does not fit the mapping.
+/// An access that does not fit the mapping; returned before any byte is read or written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AccessError {
+    /// `[offset, offset + len)` does not lie inside the mapping's `size` bytes (or the end
+    /// overflows `usize`).
     #[error("access of {len} bytes at offset {offset} is outside a {size}-byte mapping")]
     OutOfBounds {
+        /// Byte offset of the access from the start of the mapping.
         offset: usize,
+        /// Length of the access in bytes.
         len: usize,
+        /// Size of the mapping in bytes ([`MappedMemory::size`]).
         size: usize,
     },
+    /// A word access whose CPU address is not a multiple of the word's width (the check is on
+    /// the address, so an offset that is aligned within a misaligned mapping is refused too).
     #[error("{width}-byte word access at offset {offset} is not {width}-byte aligned")]
-    Misaligned { offset: usize, width: usize },
+    Misaligned {
+        /// Byte offset of the word from the start of the mapping.
+        offset: usize,
+        /// Width of the word in bytes: 4 or 8.
+        width: usize,
+    },
 }
 
 /// `Ok` when `[offset, offset + len)` lies inside `size` bytes (without overflow).
+///
+/// # Errors
+/// [`AccessError::OutOfBounds`] otherwise.
+///
+/// ```
+/// use gdr_mem::{check_range, AccessError};
+/// assert!(check_range(4000, 96, 4096).is_ok());
+/// assert_eq!(
+///     check_range(4000, 97, 4096),
+///     Err(AccessError::OutOfBounds { offset: 4000, len: 97, size: 4096 })
+/// );
+/// assert!(check_range(usize::MAX, 2, 4096).is_err()); // the end would overflow
+/// ```
 #[inline]
 pub fn check_range(offset: usize, len: usize, size: usize) -> Result<(), AccessError> {
     match offset.checked_add(len) {
@@ -76,7 +101,11 @@ pub unsafe trait MappedMemory {
     /// How the CPU caches the mapping.
     fn caching(&self) -> Caching;
 
-    /// Copies `dst.len()` bytes from `offset` into `dst`.
+    /// Copies `dst.len()` bytes from `offset` into `dst`, with streaming loads on
+    /// write-combined memory.
+    ///
+    /// # Errors
+    /// [`AccessError::OutOfBounds`] when the range leaves the mapping; nothing is read then.
     #[inline]
     fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<(), AccessError> {
         check_range(offset, dst.len(), self.size())?;
@@ -95,8 +124,11 @@ pub unsafe trait MappedMemory {
         Ok(())
     }
 
-    /// Copies `src` to `offset`. On write-combined memory the bytes are globally visible when
-    /// this returns (the store routine ends with a store fence).
+    /// Copies `src` to `offset`, writing exactly that range. On write-combined memory the bytes
+    /// are globally visible when this returns (the store routine ends with a store fence).
+    ///
+    /// # Errors
+    /// [`AccessError::OutOfBounds`] when the range leaves the mapping; nothing is written then.
     #[inline]
     fn write_at(&self, offset: usize, src: &[u8]) -> Result<(), AccessError> {
         store_bytes(self, offset, src, Publish::Now)
@@ -108,15 +140,19 @@ pub unsafe trait MappedMemory {
     /// with one fence (a ring's slots before its doorbell). Elsewhere the same as `write_at`.
     ///
     /// Pieces up to [`SMALL_STAGE`] bytes go out as ordinary stores, which the CPU combines
-    /// like the stream stores (and which write only the range too): in one before/after
-    /// comparison on the H100, the stream kernel's dispatch and alignment steps for a 16-byte
-    /// header and a 64-byte message cost a ring about a tenth of its message rate.
+    /// like the stream stores (and which write only the range too): for a ring's 16-byte
+    /// header and small messages, the stream kernel's dispatch and alignment steps cost
+    /// measurably more than the stores themselves (docs/mq.md).
     #[inline]
     fn write_at_unfenced(&self, offset: usize, src: &[u8]) -> Result<(), AccessError> {
         store_bytes(self, offset, src, Publish::Later)
     }
 
     /// Volatile load of the aligned 32-bit word at `offset` (a flag, a register).
+    ///
+    /// # Errors
+    /// [`AccessError::OutOfBounds`] outside the mapping, [`AccessError::Misaligned`] when the
+    /// word's CPU address is not a multiple of 4 (of 8 for the 64-bit accessors).
     #[inline]
     fn load_u32(&self, offset: usize) -> Result<u32, AccessError> {
         load_word(self, offset)

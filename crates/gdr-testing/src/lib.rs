@@ -8,6 +8,28 @@
 //! cargo counts a skipped test as passed and hides its output, so each skip is also appended to
 //! the file that `GDR_SKIP_LOG` names: scripts/test.sh counts those lines and reports them apart
 //! from the tests that ran.
+//!
+//! # Example
+//!
+//! A GPU test starts with the gate and returns when it answers `None`:
+//!
+//! ```
+//! use gdr::cuda::{memcpy_dtoh, memcpy_htod, DeviceBuffer};
+//!
+//! fn a_device_buffer_keeps_what_is_written() {
+//!     let Some(ctx) = gdr_testing::gpu_context("a_device_buffer_keeps_what_is_written") else {
+//!         return; // printed and logged as skipped (or panicked under GDR_REQUIRE_GPU=1)
+//!     };
+//!     let buf = DeviceBuffer::new(&ctx, 64).unwrap();
+//!     memcpy_htod(&buf, 0, &[7; 64]).unwrap();
+//!     let mut back = [0u8; 64];
+//!     memcpy_dtoh(&mut back, &buf, 0).unwrap();
+//!     assert_eq!(back, [7; 64]);
+//! }
+//!
+//! a_device_buffer_keeps_what_is_written();
+//! assert_eq!(gdr_testing::skip_line("t"), "skipped: no GPU: t");
+//! ```
 
 use gdr::cuda::{Context, Device};
 use std::io::Write;

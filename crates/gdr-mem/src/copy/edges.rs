@@ -75,7 +75,7 @@ pub(super) unsafe fn store_head(
             }
         };
     }
-    // SAFETY (all pieces): each piece lies inside the caller's ranges (`len >= k`) and `dst` is
+    // SAFETY: (all pieces) each piece lies inside the caller's ranges (`len >= k`) and `dst` is
     // aligned to `k` because every smaller set bit was cleared by an earlier piece.
     unsafe {
         piece!(1, put::<u8>(dst, src));
@@ -101,7 +101,7 @@ pub(super) unsafe fn store_head(
 pub(super) unsafe fn store_tail(dst: *mut u8, src: *const u8, len: usize) {
     debug_assert!(len < 64);
     let mut at = 0;
-    // SAFETY (all pieces): the pieces are the set bits of `len`, so they tile [0, len) exactly;
+    // SAFETY: (all pieces) the pieces are the set bits of `len`, so they tile [0, len) exactly;
     // each is aligned to its size by the module's argument.
     unsafe {
         if len & 32 != 0 {

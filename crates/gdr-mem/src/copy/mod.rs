@@ -1,8 +1,8 @@
 //! Copy routines for CPU mappings of GPU memory (BAR1, mapped write-combined).
 //!
 //! Such memory punishes ordinary `memcpy`: stores reach the GPU fast only as whole 64-byte
-//! write-combining bursts, and loads are uncached PCIe reads of about a microsecond each. The
-//! routines here therefore
+//! write-combining bursts, and loads are uncached PCIe reads, each a full round trip to the GPU
+//! (docs/perf.md; the figures are in docs/results/). The routines here therefore
 //! - write with aligned non-temporal stores of whole lines, the ragged ends with exact naturally
 //!   aligned stores, and end with `sfence` so the data is globally visible on return;
 //! - read with streaming loads (`movntdqa`) of whole aligned chunks, several lines in flight,
@@ -154,8 +154,8 @@ unsafe fn store_to_mapping<const FENCE: bool>(dst: *mut u8, src: &[u8]) {
 /// [`copy_to_mapping`] without the closing `sfence`: the stores may wait in the CPU's
 /// write-combining buffers, unordered against later stores, until the caller's next
 /// [`store_fence`]. For a writer that stages several pieces (a ring's slots) and publishes them
-/// with one fence before its doorbell; one fence per piece costs a ring several times its
-/// message rate.
+/// with one fence before its doorbell; a fence per piece drains the write-combining buffers
+/// each time and costs a ring most of its message rate (docs/mq.md).
 ///
 /// # Safety
 /// As [`copy_to_mapping`]; and nothing may rely on the bytes being visible before the caller's

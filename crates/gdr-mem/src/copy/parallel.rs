@@ -1,18 +1,18 @@
 //! Large copies split over several CPU threads.
 //!
-//! One thread tops out well below what PCIe carries (about 10-16 GB/s of streaming stores on an
-//! H100 host against ~30 GB/s with four threads; reads gain even more from more lines in flight).
-//! A copy is cut into contiguous parts on 64-byte (large parts: 4 KiB) boundaries of the mapping
-//! side, and each part is copied by the single-thread kernel, which ends with its own fence.
-//! Copies of a MiB and more get several parts per thread, so a thread that is descheduled
-//! mid-copy delays one small part rather than its whole share.
+//! One thread tops out well below what PCIe carries: more threads keep more write-combining
+//! lines (and, for reads, more streaming loads) in flight (docs/results/ has the `gdr copybw`
+//! figures by thread count). A copy is cut into contiguous parts on 64-byte (large parts: 4 KiB)
+//! boundaries of the mapping side, and each part is copied by the single-thread kernel, which
+//! ends with its own fence. Copies of a MiB and more get several parts per thread, so a thread
+//! that is descheduled mid-copy delays one small part rather than its whole share.
 //!
 //! The threads come from one persistent pool, created lazily and grown to the largest count asked
-//! for, so that a 64 KiB copy (a few microseconds) does not pay for spawning threads. The calling
-//! thread works too. After a job, workers spin for a short while ([`WORKER_SPIN`]) watching for
-//! the next one, then park. Parts are claimed dynamically, so a worker that wakes late simply finds
-//! nothing left: a parked pool never makes a copy slower than one thread by more than the wake-up
-//! calls.
+//! for, so that a copy of tens of KiB, short in itself, does not pay for spawning threads. The
+//! calling thread works too. After a job, workers spin for a short while ([`WORKER_SPIN`])
+//! watching for the next one, then park. Parts are claimed dynamically, so a worker that wakes
+//! late simply finds nothing left: a parked pool never makes a copy slower than one thread by
+//! more than the wake-up calls.
 //!
 //! Ordering: the caller publishes a job with one release store of the `claim` word (generation,
 //! part count, next part). A worker takes a part with a compare-exchange on that word that checks
@@ -203,8 +203,8 @@ unsafe fn run(dir: Direction, isa: Isa, dst: *mut u8, src: *const u8, len: usize
         Direction::FromMapping => src as usize,
     };
     // Large copies get several parts per thread, claimed as threads come free: a worker whose
-    // vCPU the host takes away mid-copy then delays one small part, not a 1/threads share
-    // (seen on the H100 VM: 64-128 MiB copies swinging between 20 and 33 GB/s).
+    // vCPU the host takes away mid-copy then delays one small part, not a 1/threads share (on
+    // a VM, equal shares made the rate of large copies swing from run to run).
     let parts = (threads * PARTS_PER_THREAD)
         .min(len / BALANCE_MIN_PART)
         .max(threads);

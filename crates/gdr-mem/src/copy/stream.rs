@@ -7,14 +7,14 @@
 //! the ragged ends with exact aligned stores ([`super::edges`]), and every kernel ends with
 //! `sfence`, which drains the buffers: when it returns, the data is globally visible.
 //!
-//! Loads: a plain load from WC memory is an uncached PCIe read of just its own bytes, about a
-//! microsecond each, one after another. `MOVNTDQA` instead fetches the whole 64-byte line into a
-//! streaming-load buffer, and several such loads can be in flight. So every read of the mapping is
-//! a streaming load of a whole aligned chunk (16, 32 or 64 bytes by ISA); the ragged ends load the
-//! aligned chunk that holds them and copy out only the wanted bytes; the bulk issues 256 bytes of
-//! loads per iteration before storing them. Kernels begin and end with `lfence` because streaming
-//! loads are weakly ordered: without it a read here could pass an earlier load (say, of a ready
-//! flag) or be passed by a later one.
+//! Loads: a plain load from WC memory is an uncached PCIe read of just its own bytes, a full
+//! round trip to the GPU each, one after another. `MOVNTDQA` instead fetches the whole 64-byte
+//! line into a streaming-load buffer, and several such loads can be in flight. So every read of
+//! the mapping is a streaming load of a whole aligned chunk (16, 32 or 64 bytes by ISA); the
+//! ragged ends load the aligned chunk that holds them and copy out only the wanted bytes; the
+//! bulk issues 256 bytes of loads per iteration before storing them. Kernels begin and end with
+//! `lfence` because streaming loads are weakly ordered: without it a read here could pass an
+//! earlier load (say, of a ready flag) or be passed by a later one.
 //!
 //! Each kernel is an `unsafe fn(dst, src, len)` compiled for its ISA with `#[target_feature]`;
 //! [`super`] checks that the CPU has the feature before handing one out.
@@ -40,7 +40,8 @@ pub(super) unsafe fn store_small<const FENCE: bool>(dst: *mut u8, src: *const u8
         store_tail(d, s, n);
     }
     if FENCE {
-        _mm_sfence();
+        // SAFETY: `sfence` has no memory-safety preconditions; SSE is baseline on x86-64.
+        unsafe { _mm_sfence() };
     }
 }
 

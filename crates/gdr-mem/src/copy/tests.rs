@@ -97,10 +97,11 @@ fn case_store(
     b.expected[first..first + len].copy_from_slice(&b.src.buf[s0..s0 + len]);
     let dst = b.dst.buf[b.dst.base + map_off..].as_mut_ptr();
     let src = &b.src.buf[s0..s0 + len];
-    // SAFETY: `dst` has `len + GUARD` writable bytes after it inside the dst arena, which does
-    // not overlap the src arena.
     match isa {
+        // SAFETY: `dst` has `len + GUARD` writable bytes after it inside the dst arena, which
+        // does not overlap the src arena.
         Some(isa) => unsafe { copy_to_mapping_with(isa, dst, src) }.expect("ISA available"),
+        // SAFETY: as above.
         None => unsafe { copy_to_mapping(dst, src) },
     }
     compare(
@@ -134,10 +135,12 @@ fn case_load(
     let src = b.src.buf[s0..].as_ptr();
     let d0 = b.dst.base + dst_off;
     let dst = &mut b.dst.buf[d0..d0 + len];
-    // SAFETY: the 64-byte lines covering [src, src+len) lie inside the src arena (a full line of
-    // slack on each side of the aligned base and range), which does not overlap the dst arena.
     match isa {
+        // SAFETY: the 64-byte lines covering [src, src+len) lie inside the src arena (a full
+        // line of slack on each side of the aligned base and range), which does not overlap the
+        // dst arena.
         Some(isa) => unsafe { copy_from_mapping_with(isa, dst, src) }.expect("ISA available"),
+        // SAFETY: as above.
         None => unsafe { copy_from_mapping(dst, src) },
     }
     compare(
@@ -403,10 +406,11 @@ fn case_parallel(
         b.expected[first..first + len].copy_from_slice(&b.src.buf[s0..s0 + len]);
         let dst = b.dst.buf[b.dst.base + map_off..].as_mut_ptr();
         let src = &b.src.buf[s0..s0 + len];
-        // SAFETY: the range is inside the dst arena, apart from the src arena.
         match isa {
+            // SAFETY: the range is inside the dst arena, apart from the src arena.
             Some(isa) => unsafe { copy_to_mapping_parallel_with(isa, dst, src, threads) }
                 .expect("ISA available"),
+            // SAFETY: as above.
             None => unsafe { copy_to_mapping_parallel(dst, src, threads) },
         }
         compare(
@@ -429,10 +433,11 @@ fn case_parallel(
         let src = b.src.buf[s0..].as_ptr();
         let d0 = b.dst.base + other;
         let dst = &mut b.dst.buf[d0..d0 + len];
-        // SAFETY: the covering lines are inside the src arena, apart from the dst arena.
         match isa {
+            // SAFETY: the covering lines are inside the src arena, apart from the dst arena.
             Some(isa) => unsafe { copy_from_mapping_parallel_with(isa, dst, src, threads) }
                 .expect("ISA available"),
+            // SAFETY: as above.
             None => unsafe { copy_from_mapping_parallel(dst, src, threads) },
         }
         compare(
