@@ -13,6 +13,7 @@
 
 mod info;
 pub use info::*;
+mod copy;
 mod log;
 mod table;
 
@@ -202,6 +203,7 @@ pub extern "C" fn gdr_open() -> *mut c_void {
         let Some(g) = open_inner() else {
             return std::ptr::null_mut();
         };
+        copy::init(g.vulkan.as_ref());
         // A token that is never handed out twice (not a freed allocation that malloc could
         // return again), so a stale gdr_t can never alias a newer one.
         with_state(|s| {
@@ -400,6 +402,7 @@ fn pin(g: *mut c_void, addr: c_ulong, size: usize, handle: *mut GdrMh) -> c_int 
             map: None,
             pin: pinned,
         },
+        pinner.context().clone(),
     );
     let window = entry.window;
     let backend = entry.backend();
@@ -676,7 +679,12 @@ pub extern "C" fn gdr_unmap(g: *mut c_void, mh: GdrMh, va: *mut c_void, size: us
 
 /// Checks that `[ptr, ptr + size)` lies in `mh`'s live mapping and runs `f` with the table
 /// read-locked (so no unmap can race the copy, while copies on other handles go on).
-fn with_mapped_range(mh: GdrMh, ptr: *const u8, size: usize, f: impl FnOnce()) -> c_int {
+fn with_mapped_range(
+    mh: GdrMh,
+    ptr: *const u8,
+    size: usize,
+    f: impl FnOnce(&Handle, u64),
+) -> c_int {
     let s = table::read();
     let Some(h) = s.as_ref().and_then(|s| s.handles.get(&(mh.h as u64))) else {
         return libc::EINVAL;
@@ -687,7 +695,8 @@ fn with_mapped_range(mh: GdrMh, ptr: *const u8, size: usize, f: impl FnOnce()) -
     let (start, end) = (h.cpu as usize, h.cpu as usize + h.cpu_len);
     match (ptr as usize).checked_add(size) {
         Some(e) if ptr as usize >= start && e <= end => {
-            f();
+            // The GPU address of `ptr`: the mapping starts at the window's first byte.
+            f(h, h.window.va + (ptr as usize - start) as u64);
             0
         }
         _ => libc::EINVAL,
@@ -705,17 +714,17 @@ pub extern "C" fn gdr_copy_to_mapping(
     guard("gdr_copy_to_mapping", || {
         if size == 0 {
             // Nothing to copy, but a made-up or unmapped handle is still EINVAL (gdrapi.h).
-            return with_mapped_range(mh, map_d_ptr.cast(), 0, || {});
+            return with_mapped_range(mh, map_d_ptr.cast(), 0, |_, _| {});
         }
         if h_ptr.is_null() || map_d_ptr.is_null() {
             return libc::EINVAL;
         }
-        with_mapped_range(mh, map_d_ptr.cast(), size, || {
+        with_mapped_range(mh, map_d_ptr.cast(), size, |h, addr| {
             // SAFETY: the caller passes `size` readable bytes at h_ptr; the destination lies in
-            // the handle's live mapping (checked, table locked).
+            // the handle's live mapping of the GPU memory at `addr` (checked, table locked).
             unsafe {
                 let src = std::slice::from_raw_parts(h_ptr.cast::<u8>(), size);
-                gdr::copy::copy_to_mapping(map_d_ptr.cast(), src);
+                copy::to_mapping(&h.engine, map_d_ptr.cast(), addr, src);
             }
         })
     })
@@ -732,17 +741,18 @@ pub extern "C" fn gdr_copy_from_mapping(
     guard("gdr_copy_from_mapping", || {
         if size == 0 {
             // Nothing to copy, but a made-up or unmapped handle is still EINVAL (gdrapi.h).
-            return with_mapped_range(mh, map_d_ptr.cast(), 0, || {});
+            return with_mapped_range(mh, map_d_ptr.cast(), 0, |_, _| {});
         }
         if h_ptr.is_null() || map_d_ptr.is_null() {
             return libc::EINVAL;
         }
-        with_mapped_range(mh, map_d_ptr.cast(), size, || {
+        with_mapped_range(mh, map_d_ptr.cast(), size, |h, addr| {
             // SAFETY: the caller passes `size` writable bytes at h_ptr; the source lies in the
-            // handle's live, page-granular mapping (checked, table locked).
+            // handle's live, page-granular mapping of the GPU memory at `addr` (checked, table
+            // locked).
             unsafe {
                 let dst = std::slice::from_raw_parts_mut(h_ptr.cast::<u8>(), size);
-                gdr::copy::copy_from_mapping(dst, map_d_ptr.cast());
+                copy::from_mapping(&h.engine, dst, map_d_ptr.cast(), addr);
             }
         })
     })
@@ -787,7 +797,8 @@ pub extern "C" fn gdr_alloc_mapped(
             }
         };
         let addr = buf.device_ptr();
-        let entry = Handle::new(g as usize, Kind::Alloc { buf, mapped: false });
+        let ctx = buf.context().clone();
+        let entry = Handle::new(g as usize, Kind::Alloc { buf, mapped: false }, ctx);
         let Some(h) = insert(g, entry) else {
             return libc::EINVAL;
         };

@@ -80,6 +80,8 @@ impl Window {
 
 pub(crate) struct Handle {
     pub owner: usize,
+    /// The copy engine of the GPU the memory is on, for copies off the mapping.
+    pub engine: crate::copy::Engine,
     pub kind: Kind,
     pub window: Window,
     /// CPU address of `window.va` while mapped (else null), and the bytes from there that the
@@ -89,7 +91,7 @@ pub(crate) struct Handle {
 }
 
 impl Handle {
-    pub fn new(owner: usize, kind: Kind) -> Handle {
+    pub fn new(owner: usize, kind: Kind, ctx: Context) -> Handle {
         let window = match &kind {
             Kind::Pin { pin, .. } => {
                 let page = if pin.backend() == PinBackend::DmaBuf {
@@ -107,6 +109,7 @@ impl Handle {
         };
         Handle {
             owner,
+            engine: crate::copy::Engine::new(ctx),
             kind,
             window,
             cpu: std::ptr::null_mut(),

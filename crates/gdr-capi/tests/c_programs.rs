@@ -94,7 +94,16 @@ fn build(src: &str, cxx: bool) -> (TempDir, PathBuf) {
 
 /// Runs `exe`; its stdout and stderr, after checking the exit status.
 fn run(exe: &Path) -> String {
-    let out = Command::new(exe).output().expect("run C test program");
+    run_with(exe, &[], &[])
+}
+
+/// Runs `exe` with `args` and the environment variables `env` added.
+fn run_with(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
+    let out = Command::new(exe)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run C test program");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -121,8 +130,13 @@ fn api_names_cxx11() {
 
 /// A GPU program run by test `test`: passes, or (no GPU, not required) says it skipped.
 fn gpu_program(test: &str, src: &str, passed: &str) {
+    gpu_program_with(test, src, &[], &[], passed)
+}
+
+/// [`gpu_program`] with arguments and environment variables.
+fn gpu_program_with(test: &str, src: &str, args: &[&str], env: &[(&str, &str)], passed: &str) {
     let (_dir, exe) = build(src, false);
-    let text = run(&exe);
+    let text = run_with(&exe, args, env);
     // Both programs skip with `<program>: skipped: <why>` (under GDR_REQUIRE_GPU=1 they exit
     // non-zero instead, which `run` has already failed on).
     if let Some(line) = text.lines().find(|l| l.contains(": skipped: ")) {
@@ -144,4 +158,17 @@ fn gdrapi_test_program() {
 #[test]
 fn semantics_program() {
     gpu_program("semantics_program", "semantics.c", " 0 failed");
+}
+
+/// The copy paths again with every copy on the calling thread's loads and stores
+/// (`GDR_CAPI_COPY=mapping`, gdrcopy's behaviour): the switch works and keeps the contract.
+#[test]
+fn semantics_copies_on_the_mapping() {
+    gpu_program_with(
+        "semantics_copies_on_the_mapping",
+        "semantics.c",
+        &["copy_paths"],
+        &[("GDR_CAPI_COPY", "mapping")],
+        "1 passed, 0 failed",
+    );
 }

@@ -1440,6 +1440,72 @@ static void on_alarm(int sig) {
     _exit(1);
 }
 
+/* ---- copy paths: every size class of gdr_copy_{to,from}_mapping ---- */
+
+/* libgdrapi copies large sizes off the one-thread mapping (several threads, the copy engine;
+ * GDR_CAPI_COPY=mapping keeps them on it). Whatever the path, for sizes across every class and
+ * unaligned offsets: bytes written with gdr_copy_to_mapping are what the GPU holds, and only
+ * those bytes change; stores made straight through the mapping just before are what
+ * gdr_copy_from_mapping reads (it fences them first); bytes the GPU wrote are what it reads. */
+static void case_copy_paths(void) {
+    struct rng *r = &main_rng;
+    static const size_t sizes[] = {8, 4 * KiB, 8 * KiB + 1, 16 * KiB, 64 * KiB + 3, MiB,
+                                   4 * MiB + 5};
+    static const size_t offsets[] = {0, 1, 4095};
+    size_t total = 8 * MiB;
+    struct vmm m;
+    if (!vmm_alloc(total, 1, &m))
+        return;
+    struct pinmap p;
+    if (!pin_and_map(g, m.dptr, total, 0, &p, "copy_paths")) {
+        vmm_free(&m);
+        return;
+    }
+    unsigned char *want = xmalloc(total), *got = xmalloc(total), *src = xmalloc(total);
+    fill_random(r, want, total);
+    if (!CU_OK(cu.MemcpyHtoD(m.dptr, want, total)) || !CU_OK(cu.CtxSynchronize()))
+        goto out;
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        for (size_t oi = 0; oi < sizeof offsets / sizeof offsets[0]; oi++) {
+            size_t n = sizes[si], off = offsets[oi] + (si * 4099) % (total - n - 4096);
+            char *user = (char *)p.user + off;
+            char what[128];
+            snprintf(what, sizeof what, "copy_paths: %zu bytes at +%zu", n, off);
+            /* Write: new bytes, each different from the old one. */
+            fill_random(r, src, n);
+            for (size_t i = 0; i < n; i++)
+                src[i] = (unsigned char)(want[off + i] ^ (1 + src[i] % 255));
+            if (!EXPECT_RC(gdr_copy_to_mapping(p.mh, user, src, n), 0))
+                continue;
+            memcpy(want + off, src, n);
+            memset(got, 0xee, total);
+            if (CU_OK(cu.MemcpyDtoH(got, m.dptr, total)))
+                SAME_BYTES(got, want, total, "%s: the GPU after gdr_copy_to_mapping", what);
+            /* Stores straight through the mapping, then a read of the same bytes. */
+            fill_random(r, src, n);
+            memcpy(user, src, n);
+            memcpy(want + off, src, n);
+            memset(got, 0xee, n);
+            if (EXPECT_RC(gdr_copy_from_mapping(p.mh, got, user, n), 0))
+                SAME_BYTES(got, src, n, "%s: read after stores through the mapping", what);
+            /* Bytes the GPU wrote. */
+            fill_random(r, src, n);
+            if (CU_OK(cu.MemcpyHtoD(m.dptr + off, src, n)) && CU_OK(cu.CtxSynchronize())) {
+                memcpy(want + off, src, n);
+                memset(got, 0xee, n);
+                if (EXPECT_RC(gdr_copy_from_mapping(p.mh, got, user, n), 0))
+                    SAME_BYTES(got, src, n, "%s: read after cuMemcpyHtoD", what);
+            }
+        }
+    }
+out:
+    free(want);
+    free(got);
+    free(src);
+    unmap_and_unpin(g, &p);
+    vmm_free(&m);
+}
+
 static const struct {
     const char *name;
     void (*fn)(void);
@@ -1454,6 +1520,7 @@ static const struct {
     {"force_pcie", case_force_pcie},
     {"refusals", case_refusals},
     {"info_and_versions", case_info_and_versions},
+    {"copy_paths", case_copy_paths},
 };
 
 int main(int argc, char **argv) {

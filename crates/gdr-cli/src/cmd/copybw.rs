@@ -1,6 +1,7 @@
 //! `gdr copybw`: bandwidth through the mapping on 1..N threads, beside the copy engines and
 //! the auto copier.
 
+use super::capi_map::CapiMapping;
 use super::copylat::copier_for;
 use super::gpu::{self, GpuArg};
 use super::measure::{dir_name, time_all, RawLog, ReportArgs, Timed};
@@ -40,6 +41,13 @@ struct Row {
     auto_path: String,
     best_gbps: f64,
     auto_vs_best: f64,
+    /// libgdrapi's `gdr_copy_to_mapping` / `gdr_copy_from_mapping` on a mapping of its own
+    /// (absent when libgdrapi could not pin and map here).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capi_gbps: Option<f64>,
+    /// C API / auto: 1.0 means C callers copy as fast as the auto copier.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capi_vs_auto: Option<f64>,
     /// The auto copier's contenders here and their estimates after this row (see copylat).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     auto_contenders: Vec<super::measure::Contender>,
@@ -60,6 +68,14 @@ pub fn run(args: CopybwArgs) -> CmdResult {
     let auto = copier_for(&be, &args.report)?;
     let max = *args.sizes.iter().max().expect("checked non-empty");
     let buf = be.alloc(max, 4096)?;
+    // libgdrapi's copies, timed beside the Rust paths; without it the rows say nothing of C.
+    let capi = match CapiMapping::open(be.context(), max) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            eprintln!("C API rows left out: {e}");
+            None
+        }
+    };
     let budget = Duration::from_millis(args.budget_ms);
     let raw = RawLog::create(args.report.raw_samples.as_deref())?;
     let mut rows = Vec::new();
@@ -75,7 +91,19 @@ pub fn run(args: CopybwArgs) -> CmdResult {
                 .collect();
             what.push(Timed::Path(Path::CopyEngine));
             what.push(Timed::Auto);
-            let s = time_all(&what, dir, &buf, size, &auto, budget, raw.as_ref())?;
+            if capi.is_some() {
+                what.push(Timed::Capi);
+            }
+            let s = time_all(
+                &what,
+                dir,
+                &buf,
+                size,
+                &auto,
+                capi.as_ref(),
+                budget,
+                raw.as_ref(),
+            )?;
             let n = args.threads.len();
             let mapping: Vec<(usize, f64)> = args
                 .threads
@@ -85,6 +113,7 @@ pub fn run(args: CopybwArgs) -> CmdResult {
                 .collect();
             let ce = gbps(size, s[n].median);
             let a = gbps(size, s[n + 1].median);
+            let c = capi.as_ref().map(|_| gbps(size, s[n + 2].median));
             // The best over the thread counts that run as asked at this size (8 threads asked
             // for 64 KiB run as 4: the same copy timed twice would let noise set the "best").
             let best = mapping
@@ -101,6 +130,8 @@ pub fn run(args: CopybwArgs) -> CmdResult {
                 auto_path: auto.path_for(dir, size).to_string(),
                 best_gbps: best,
                 auto_vs_best: a / best,
+                capi_gbps: c,
+                capi_vs_auto: c.map(|c| c / a),
                 auto_contenders: super::measure::contenders(&auto, dir, size),
             });
         }
@@ -119,6 +150,8 @@ pub fn run(args: CopybwArgs) -> CmdResult {
             "auto".into(),
             "auto path".into(),
             "auto/best".into(),
+            "C API".into(),
+            "C/auto".into(),
         ]);
         let hdr: Vec<&str> = header.iter().map(String::as_str).collect();
         let mut t = Table::new(&hdr);
@@ -130,6 +163,9 @@ pub fn run(args: CopybwArgs) -> CmdResult {
                 format!("{:.2}", r.auto_gbps),
                 r.auto_path.clone(),
                 format!("{:.0}%", r.auto_vs_best * 100.0),
+                r.capi_gbps.map_or("-".into(), |v| format!("{v:.2}")),
+                r.capi_vs_auto
+                    .map_or("-".into(), |v| format!("{:.0}%", v * 100.0)),
             ]);
             t.row(cells);
         }
@@ -163,6 +199,16 @@ pub fn run(args: CopybwArgs) -> CmdResult {
                 points: rs.iter().map(|r| (r.size as f64, r.auto_gbps)).collect(),
                 baseline: false,
             });
+            if rs.iter().all(|r| r.capi_gbps.is_some()) {
+                series.push(Series {
+                    name: "C API".into(),
+                    points: rs
+                        .iter()
+                        .map(|r| (r.size as f64, r.capi_gbps.unwrap_or(f64::NAN)))
+                        .collect(),
+                    baseline: false,
+                });
+            }
             panels.push(Panel {
                 title: dir.into(),
                 series,

@@ -1,6 +1,7 @@
 //! `gdr copylat`: copy latency by size through the mapping, beside cuMemcpy and the auto
 //! copier.
 
+use super::capi_map::CapiMapping;
 use super::gpu::{self, GpuArg};
 use super::measure::{dir_name, time_all, RawLog, ReportArgs, Timed};
 use super::plot::{write_svg, Panel, Series, SIZE_LABEL};
@@ -45,6 +46,13 @@ pub struct CopylatRow {
     pub best_median_us: f64,
     /// best / auto: 1.0 means the auto copier is as fast as the best path.
     pub auto_vs_best: f64,
+    /// libgdrapi's `gdr_copy_to_mapping` / `gdr_copy_from_mapping` on a mapping of its own,
+    /// median (absent when libgdrapi could not pin and map here).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capi_median_us: Option<f64>,
+    /// auto median / C API median: 1.0 means C callers copy as fast as the auto copier.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capi_vs_auto: Option<f64>,
     /// gpu->cpu at 8 bytes only: the median of a bare volatile 8-byte load from the mapping,
     /// timed in the same interleaved rounds (the floor the mapping's read is held against).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -113,6 +121,16 @@ pub fn measure(
 ) -> Result<Vec<CopylatRow>, Box<dyn std::error::Error + Send + Sync>> {
     let max = *sizes.iter().max().unwrap_or(&1);
     let buf = be.alloc(max, 4096)?;
+    // libgdrapi's copies, timed beside the Rust paths; without it the rows say nothing of C.
+    let capi = match CapiMapping::open(be.context(), max) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            if progress {
+                eprintln!("C API rows left out: {e}");
+            }
+            None
+        }
+    };
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(8);
@@ -133,6 +151,9 @@ pub fn measure(
             if dir == Direction::FromGpu && size == 8 {
                 what.push(Timed::BareLoad);
             }
+            if capi.is_some() {
+                what.push(Timed::Capi);
+            }
             // The other thread counts, where they run as asked (8 threads asked for 32 KiB
             // run as 2: the same copy timed twice would let noise choose the "best").
             what.extend(
@@ -143,7 +164,7 @@ pub fn measure(
                     .filter(|p| p.is_distinct_at(size))
                     .map(Timed::Path),
             );
-            let s = time_all(&what, dir, &buf, size, auto, budget, raw)?;
+            let s = time_all(&what, dir, &buf, size, auto, capi.as_ref(), budget, raw)?;
             let (map, plain, a) = (s[0], s[1], s[2]);
             let (best_i, best) = what
                 .iter()
@@ -157,6 +178,7 @@ pub fn measure(
                 Timed::Path(p) => p,
                 _ => unreachable!("filtered to paths"),
             };
+            let capi_at = what.iter().position(|w| matches!(w, Timed::Capi));
             rows.push(CopylatRow {
                 direction: dir_name(dir),
                 size,
@@ -174,6 +196,8 @@ pub fn measure(
                     .iter()
                     .position(|w| matches!(w, Timed::BareLoad))
                     .map(|i| s[i].median),
+                capi_median_us: capi_at.map(|i| s[i].median),
+                capi_vs_auto: capi_at.map(|i| a.median / s[i].median),
                 auto_contenders: super::measure::contenders(auto, dir, size),
             });
         }
@@ -196,6 +220,8 @@ pub fn print(rows: &[CopylatRow]) {
         "auto med",
         "auto path",
         "auto/best",
+        "C API med",
+        "C/auto",
     ]);
     for r in rows {
         t.row(vec![
@@ -209,6 +235,9 @@ pub fn print(rows: &[CopylatRow]) {
             format!("{:.3}", r.auto_median_us),
             r.auto_path.clone(),
             format!("{:.0}%", r.auto_vs_best * 100.0),
+            r.capi_median_us.map_or("-".into(), |v| format!("{v:.3}")),
+            r.capi_vs_auto
+                .map_or("-".into(), |v| format!("{:.0}%", v * 100.0)),
         ]);
     }
     t.print();
@@ -252,25 +281,31 @@ pub fn run(args: CopylatArgs) -> CmdResult {
         print(&rows);
     }
     if let Some(f) = &args.report.plot {
-        let panels: Vec<Panel> = ["cpu->gpu", "gpu->cpu"]
-            .into_iter()
-            .map(|dir| {
-                let rs: Vec<&CopylatRow> = rows.iter().filter(|r| r.direction == dir).collect();
-                let line = |name: &str, baseline: bool, y: fn(&CopylatRow) -> f64| Series {
-                    name: name.into(),
-                    points: rs.iter().map(|r| (r.size as f64, y(r))).collect(),
-                    baseline,
-                };
-                Panel {
-                    title: dir.into(),
-                    series: vec![
-                        line("mapping", false, |r| r.mapping_median_us),
-                        line("cuMemcpy", true, |r| r.cumemcpy_median_us),
-                        line("auto", false, |r| r.auto_median_us),
-                    ],
-                }
-            })
-            .collect();
+        let panels: Vec<Panel> =
+            ["cpu->gpu", "gpu->cpu"]
+                .into_iter()
+                .map(|dir| {
+                    let rs: Vec<&CopylatRow> = rows.iter().filter(|r| r.direction == dir).collect();
+                    let line = |name: &str, baseline: bool, y: fn(&CopylatRow) -> f64| Series {
+                        name: name.into(),
+                        points: rs.iter().map(|r| (r.size as f64, y(r))).collect(),
+                        baseline,
+                    };
+                    Panel {
+                        title: dir.into(),
+                        series: vec![
+                            line("mapping", false, |r| r.mapping_median_us),
+                            line("cuMemcpy", true, |r| r.cumemcpy_median_us),
+                            line("auto", false, |r| r.auto_median_us),
+                        ]
+                        .into_iter()
+                        .chain(rs.iter().all(|r| r.capi_median_us.is_some()).then(|| {
+                            line("C API", false, |r| r.capi_median_us.unwrap_or(f64::NAN))
+                        }))
+                        .collect(),
+                    }
+                })
+                .collect();
         write_svg(
             f,
             "gdr copylat: median latency",

@@ -1,5 +1,6 @@
 //! Timing one copy path between host memory and a mapped buffer (copylat, copybw, check).
 
+use super::capi_map::{CapiError, CapiMapping};
 use gdr::bar::auto::{read_on, write_on, AutoCopier, Direction, Path};
 use gdr::bar::{BarError, MappedBuffer};
 use gdr::cuda;
@@ -85,6 +86,29 @@ pub enum Timed {
     /// The floor for an 8-byte read: one volatile 8-byte load from the mapping, nothing else
     /// (no dispatch, no fences, no copy out). Reads only; the reference row of copylat.
     BareLoad,
+    /// libgdrapi's `gdr_copy_to_mapping` / `gdr_copy_from_mapping`, on a mapping of its own
+    /// (the [`CapiMapping`] passed to [`time_all`]).
+    Capi,
+}
+
+/// Why a timed copy failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    /// A Rust path.
+    #[error(transparent)]
+    Bar(#[from] BarError),
+    /// A C entry point.
+    #[error(transparent)]
+    Capi(#[from] CapiError),
+    /// [`Timed::Capi`] asked for without a mapping.
+    #[error("the C API's copies were asked for without a libgdrapi mapping")]
+    NoCapiMapping,
+}
+
+impl From<cuda::CudaError> for MeasureError {
+    fn from(e: cuda::CudaError) -> Self {
+        MeasureError::Bar(e.into())
+    }
 }
 
 impl Timed {
@@ -95,46 +119,59 @@ impl Timed {
             Timed::PlainCuMemcpy => "cuMemcpy".into(),
             Timed::Auto => "auto".into(),
             Timed::BareLoad => "bare load".into(),
+            Timed::Capi => "C API".into(),
         }
     }
 }
 
 /// Times each of `what` copying `size` bytes in `dir`, interleaved round by round so that
 /// drift on the machine affects every path alike. All share one host buffer of fresh random
-/// data.
+/// data. [`Timed::Capi`] copies through `capi`.
+#[allow(clippy::too_many_arguments)]
 pub fn time_all(
     what: &[Timed],
     dir: Direction,
     buf: &MappedBuffer,
     size: usize,
     auto: &AutoCopier,
+    capi: Option<&CapiMapping>,
     budget: Duration,
     raw: Option<&RawLog>,
-) -> Result<Vec<Summary>, BarError> {
+) -> Result<Vec<Summary>, MeasureError> {
     // One host buffer for every path: they run one at a time, and pageable copies depend on
     // the buffer (alignment, pages), which must not differ between the paths compared.
     let mut data = vec![0u8; size];
     rand::thread_rng().fill_bytes(&mut data);
     let host = std::cell::RefCell::new(data);
     let host = &host;
-    let mut ops: Vec<Op<'_, BarError>> = what
+    let mut ops: Vec<Op<'_, MeasureError>> = what
         .iter()
-        .map(|&w| -> Op<'_, BarError> {
+        .map(|&w| -> Op<'_, MeasureError> {
             Box::new(move || match (w, dir) {
-                (Timed::Path(p), Direction::ToGpu) => write_on(p, buf, 0, &host.borrow()),
-                (Timed::Path(p), Direction::FromGpu) => read_on(p, buf, 0, &mut host.borrow_mut()),
+                (Timed::Path(p), Direction::ToGpu) => Ok(write_on(p, buf, 0, &host.borrow())?),
+                (Timed::Path(p), Direction::FromGpu) => {
+                    Ok(read_on(p, buf, 0, &mut host.borrow_mut())?)
+                }
                 (Timed::PlainCuMemcpy, Direction::ToGpu) => {
                     Ok(cuda::memcpy_htod(buf, 0, &host.borrow())?)
                 }
                 (Timed::PlainCuMemcpy, Direction::FromGpu) => {
                     Ok(cuda::memcpy_dtoh(&mut host.borrow_mut(), buf, 0)?)
                 }
-                (Timed::Auto, Direction::ToGpu) => auto.write(buf, 0, &host.borrow()),
-                (Timed::Auto, Direction::FromGpu) => auto.read(buf, 0, &mut host.borrow_mut()),
+                (Timed::Auto, Direction::ToGpu) => Ok(auto.write(buf, 0, &host.borrow())?),
+                (Timed::Auto, Direction::FromGpu) => {
+                    Ok(auto.read(buf, 0, &mut host.borrow_mut())?)
+                }
                 (Timed::BareLoad, _) => {
-                    std::hint::black_box(buf.load_u64(0)?);
+                    std::hint::black_box(buf.load_u64(0).map_err(BarError::from)?);
                     Ok(())
                 }
+                (Timed::Capi, Direction::ToGpu) => Ok(capi
+                    .ok_or(MeasureError::NoCapiMapping)?
+                    .write(&host.borrow())?),
+                (Timed::Capi, Direction::FromGpu) => Ok(capi
+                    .ok_or(MeasureError::NoCapiMapping)?
+                    .read(&mut host.borrow_mut())?),
             })
         })
         .collect();

@@ -3,6 +3,7 @@
 //! that takes them and returns a `CmdResult`.
 
 pub mod apiperf;
+pub mod capi_map;
 pub mod check;
 pub mod copybw;
 pub mod copylat;

@@ -92,6 +92,37 @@ pub struct Calibration {
     pub points: Vec<Point>,
 }
 
+impl Calibration {
+    /// Decisions for a machine without a cached calibration, shaped like those measured on a
+    /// PCIe gen5 host (docs/perf.md): CPU->GPU on one thread below 32 KiB, two threads to
+    /// 64 KiB, four to 4 MiB and eight above (at most the cores there are); GPU->CPU through
+    /// the mapping below 16 KiB and the copy engine from there (loads through a BAR are slow,
+    /// the copy engine's reads are not). No points: nothing is contested.
+    pub fn typical() -> Calibration {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = |n: usize| Path::Mapping {
+            threads: n.min(cores).max(1),
+        };
+        let to_gpu = (0..CLASSES)
+            .map(|k| match k {
+                0..=14 => threads(1),
+                15 => threads(2),
+                16..=21 => threads(4),
+                _ => threads(8),
+            })
+            .collect();
+        let from_gpu = (0..CLASSES)
+            .map(|k| if k < 14 { threads(1) } else { Path::CopyEngine })
+            .collect();
+        Calibration {
+            key: String::from("typical"),
+            to_gpu,
+            from_gpu,
+            points: Vec::new(),
+        }
+    }
+}
+
 /// Size class of `len` (floor of log2, clamped).
 #[inline]
 pub fn class_of(len: usize) -> usize {
@@ -406,15 +437,22 @@ impl AutoCopier {
     /// Uses the cached calibration for this machine, or measures one (8-9 s on the H100 host)
     /// and caches it. Returns the copier and whether it was freshly calibrated.
     pub fn new(be: &VulkanBackend) -> Result<(AutoCopier, bool), BarError> {
+        if let Some(copier) = AutoCopier::cached(be)? {
+            return Ok((copier, false));
+        }
+        Ok((AutoCopier::recalibrate(be)?, true))
+    }
+
+    /// The copier of this machine's cached calibration, or `None` when there is none (no
+    /// measuring: for callers that cannot wait for a calibration, such as the C library,
+    /// which then uses [`Calibration::typical`]).
+    pub fn cached(be: &VulkanBackend) -> Result<Option<AutoCopier>, BarError> {
         let key = machine_key(be)?;
-        if let Some(cal) = cache_file(&key)
+        Ok(cache_file(&key)
             .and_then(|f| std::fs::read(f).ok())
             .and_then(|b| serde_json::from_slice::<Calibration>(&b).ok())
             .filter(|c| c.key == key && c.to_gpu.len() == CLASSES && c.from_gpu.len() == CLASSES)
-        {
-            return Ok((AutoCopier::from_calibration(cal), false));
-        }
-        Ok((AutoCopier::recalibrate(be)?, true))
+            .map(AutoCopier::from_calibration))
     }
 
     /// Measures a fresh calibration (ignoring the cache) and caches it.
@@ -515,14 +553,30 @@ impl AutoCopier {
         }
     }
 
+    /// The smallest copy in `dir` that may leave the one-thread mapping: every size class below
+    /// it is fixed to [`Path::Mapping`] on one thread, so a caller can send smaller copies
+    /// straight there without asking (usize::MAX when no class leaves it).
+    pub fn smallest_off_one_thread(&self, dir: Direction) -> usize {
+        let slots = match dir {
+            Direction::ToGpu => &self.to_gpu,
+            Direction::FromGpu => &self.from_gpu,
+        };
+        slots
+            .iter()
+            .position(|s| !matches!(s, Slot::Fixed(Path::Mapping { threads: 1 })))
+            .map_or(usize::MAX, |k| 1usize << k)
+    }
+
     /// Runs one copy of `len` bytes in `dir` with `copy`, on the path its class's contest picks.
+    /// For callers with their own kind of memory (the C library copies between raw pointers):
+    /// `copy` is called once, with the path to take, and whatever it returns is returned.
     #[inline]
-    fn run(
+    pub fn copy_with<E>(
         &self,
         dir: Direction,
         len: usize,
-        mut copy: impl FnMut(Path) -> Result<(), BarError>,
-    ) -> Result<(), BarError> {
+        mut copy: impl FnMut(Path) -> Result<(), E>,
+    ) -> Result<(), E> {
         let contest = match self.slot(dir, len) {
             Slot::Fixed(p) => return copy(*p),
             Slot::Contested(c) => c,
@@ -540,7 +594,7 @@ impl AutoCopier {
 
     /// Copies `src` into `dst` at `offset` on the fastest path for its size.
     pub fn write(&self, dst: &MappedBuffer, offset: usize, src: &[u8]) -> Result<(), BarError> {
-        self.run(Direction::ToGpu, src.len(), |p| {
+        self.copy_with(Direction::ToGpu, src.len(), |p| {
             write_on(p, dst, offset, src)
         })
     }
@@ -548,7 +602,7 @@ impl AutoCopier {
     /// Copies `dst.len()` bytes at `offset` of `src` into `dst` on the fastest path.
     pub fn read(&self, src: &MappedBuffer, offset: usize, dst: &mut [u8]) -> Result<(), BarError> {
         let len = dst.len();
-        self.run(Direction::FromGpu, len, |p| read_on(p, src, offset, dst))
+        self.copy_with(Direction::FromGpu, len, |p| read_on(p, src, offset, dst))
     }
 }
 

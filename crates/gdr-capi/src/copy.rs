@@ -1,0 +1,307 @@
+//! The paths behind `gdr_copy_to_mapping` and `gdr_copy_from_mapping`.
+//!
+//! gdrcopy copies with the CPU through the mapping, on the calling thread. That is the fastest
+//! way for small copies, but CPU loads from a BAR are slow (a few outstanding reads at a time),
+//! and one thread's stores do not fill the link. So, as the Rust auto copier does
+//! (`gdr::bar::auto`), each copy takes the path its direction and size class were measured
+//! fastest on: the mapping on one thread, the mapping split over several threads, or the GPU's
+//! copy engine. The decisions are the machine's cached calibration (written by any gdr program
+//! that calibrates, e.g. `gdr copylat`), or [`Calibration::typical`] where there is none: a C
+//! program never waits for a calibration.
+//!
+//! `GDR_CAPI_COPY=mapping` keeps every copy on the calling thread's loads and stores through the
+//! mapping, as gdrcopy does; `auto` (the default) chooses.
+//!
+//! What a copy means does not change with its path. When the call returns, the bytes are in
+//! GPU memory (to) or in the caller's buffer (from). A copy-engine read first fences the
+//! calling thread's earlier stores through the mapping, so it sees them (the fence drains the
+//! write-combining buffers; the copy's launch reaches the GPU behind those writes, in PCIe
+//! order). The copy engine runs on a stream of gdr's own that does not wait for the legacy
+//! default stream, so a persistent kernel on that stream cannot block a copy; the caller's
+//! current CUDA context is put back before the call returns. When the copy engine fails, the
+//! copy is done through the mapping and the failure is logged once.
+
+use crate::log::{log, Level};
+use gdr::bar::auto::{AutoCopier, Calibration, Direction, Path};
+use gdr::bar::VulkanBackend;
+use gdr::cuda::{Context, CudaError, CurrentContextGuard, DeviceMemory, Stream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+/// How the copies of this process choose their path.
+enum Policy {
+    /// Every copy on the calling thread, through the mapping (gdrcopy's behaviour).
+    Mapping,
+    /// Per size class, from a calibration.
+    Auto {
+        copier: AutoCopier,
+        /// Copies to the GPU smaller than this stay on the one-thread mapping without asking
+        /// the copier, so an 8-byte copy pays one comparison.
+        min_to: usize,
+        /// The same for copies from the GPU.
+        min_from: usize,
+    },
+}
+
+static POLICY: OnceLock<Policy> = OnceLock::new();
+
+/// Set once the copy engine failed somewhere, so the failure is logged once.
+static ENGINE_FAILED: AtomicBool = AtomicBool::new(false);
+
+/// `GDR_CAPI_COPY` as given: `Ok(true)` for `auto` (also unset or empty), `Ok(false)` for
+/// `mapping`, `Err` with the value otherwise.
+fn parse_choice(v: Option<&str>) -> Result<bool, &str> {
+    match v.map(str::trim) {
+        None | Some("" | "auto") => Ok(true),
+        Some("mapping") => Ok(false),
+        Some(other) => Err(other),
+    }
+}
+
+/// The environment switch, as read: `true` for `auto`; a value that is not a choice is said
+/// once, and auto is used.
+fn auto_from_env() -> bool {
+    let v = std::env::var("GDR_CAPI_COPY").ok();
+    parse_choice(v.as_deref()).unwrap_or_else(|other| {
+        log!(
+            Level::Error,
+            "GDR_CAPI_COPY={other:?} is not a choice (auto, mapping); using auto"
+        );
+        true
+    })
+}
+
+/// Chooses the process's copy policy, once (the first `gdr_open` that gets here): the cached
+/// calibration of the machine `vulkan` is on, else the typical decisions.
+pub(crate) fn init(vulkan: Option<&VulkanBackend>) {
+    POLICY.get_or_init(|| {
+        if !auto_from_env() {
+            log!(
+                Level::Info,
+                "copies: through the mapping on the calling thread (GDR_CAPI_COPY=mapping)"
+            );
+            return Policy::Mapping;
+        }
+        let cached = vulkan.and_then(|be| match AutoCopier::cached(be) {
+            Ok(c) => c,
+            Err(e) => {
+                log!(Level::Info, "copies: no cached calibration readable: {e}");
+                None
+            }
+        });
+        let copier = match cached {
+            Some(c) => {
+                log!(Level::Info, "copies: paths from this machine's calibration");
+                c
+            }
+            None => {
+                log!(
+                    Level::Info,
+                    "copies: no calibration cached for this machine, typical paths (`gdr \
+                     copylat --recalibrate --min-size 1 --max-size 1` measures one)"
+                );
+                AutoCopier::fixed(Calibration::typical())
+            }
+        };
+        Policy::Auto {
+            min_to: copier.smallest_off_one_thread(Direction::ToGpu),
+            min_from: copier.smallest_off_one_thread(Direction::FromGpu),
+            copier,
+        }
+    });
+}
+
+/// What a handle needs for copies off the mapping: the context of the GPU its memory is on, and
+/// (made at its first copy-engine copy) a stream there.
+pub(crate) struct Engine {
+    ctx: Context,
+    stream: OnceLock<Option<Stream>>,
+}
+
+impl Engine {
+    /// The copy engine of memory on `ctx`'s GPU; nothing is created until it is used.
+    pub(crate) fn new(ctx: Context) -> Engine {
+        Engine {
+            ctx,
+            stream: OnceLock::new(),
+        }
+    }
+
+    fn stream(&self) -> Result<&Stream, CudaError> {
+        self.stream
+            .get_or_init(|| match Stream::new(&self.ctx) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    // Logged here, with its reason; later calls only fall back.
+                    engine_failed(&e);
+                    None
+                }
+            })
+            .as_ref()
+            .ok_or(CudaError::NoDevice)
+    }
+
+    /// Copies `len` bytes between host memory and GPU memory at `addr` with the copy engine,
+    /// and waits for it.
+    fn run(&self, to_gpu: bool, host: *mut u8, addr: u64, len: usize) -> Result<(), CudaError> {
+        // The caller's stores through the mapping are drained before the copy is launched.
+        gdr::copy::store_fence();
+        let _current = CurrentContextGuard::save()?;
+        self.ctx.bind()?;
+        let stream = self.stream()?;
+        let range = DeviceRange { addr, len };
+        if to_gpu {
+            // SAFETY: the caller of to_mapping/from_mapping passes `len` readable bytes at
+            // `host`; they stay untouched until the synchronize below returns.
+            let src = unsafe { std::slice::from_raw_parts(host, len) };
+            // SAFETY: `src` outlives the copy (synchronized before returning).
+            unsafe { stream.memcpy_htod_async(&range, 0, src)? };
+        } else {
+            // SAFETY: as above, `len` writable bytes at `host`, not read until synchronized.
+            let dst = unsafe { std::slice::from_raw_parts_mut(host, len) };
+            // SAFETY: `dst` outlives the copy (synchronized before returning).
+            unsafe { stream.memcpy_dtoh_async(dst, &range, 0)? };
+        }
+        stream.synchronize()
+    }
+}
+
+/// A range of device memory named by address, for the copy engine's calls.
+struct DeviceRange {
+    addr: u64,
+    len: usize,
+}
+
+impl DeviceMemory for DeviceRange {
+    fn device_ptr(&self) -> u64 {
+        self.addr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+fn engine_failed(e: &CudaError) {
+    if !ENGINE_FAILED.swap(true, Ordering::Relaxed) {
+        log!(
+            Level::Warn,
+            "copies: the copy engine failed ({e}); this copy and later ones that fail go \
+             through the mapping"
+        );
+    }
+}
+
+/// The copier and its one-thread threshold for `dir`, unless copies stay on the mapping.
+#[inline]
+fn chooser(dir: Direction) -> Option<(&'static AutoCopier, usize)> {
+    match POLICY.get()? {
+        Policy::Mapping => None,
+        Policy::Auto {
+            copier,
+            min_to,
+            min_from,
+        } => Some((
+            copier,
+            match dir {
+                Direction::ToGpu => *min_to,
+                Direction::FromGpu => *min_from,
+            },
+        )),
+    }
+}
+
+/// Copies `src` to the mapping at `dst`, which is GPU address `addr`, on the path chosen for its
+/// size.
+///
+/// # Safety
+/// `dst..dst + src.len()` lies in a live CPU mapping of the GPU memory at `addr..`, mapped for
+/// writing, and stays mapped for the call.
+pub(crate) unsafe fn to_mapping(engine: &Engine, dst: *mut u8, addr: u64, src: &[u8]) {
+    let len = src.len();
+    let copier = match chooser(Direction::ToGpu) {
+        Some((copier, min)) if len >= min => copier,
+        _ => {
+            // SAFETY: the caller's contract.
+            unsafe { gdr::copy::copy_to_mapping(dst, src) };
+            return;
+        }
+    };
+    let _ = copier.copy_with(Direction::ToGpu, len, |path| -> Result<(), ()> {
+        match path {
+            // SAFETY: the caller's contract.
+            Path::Mapping { threads: 1 } => unsafe { gdr::copy::copy_to_mapping(dst, src) },
+            // SAFETY: the caller's contract; every part is fenced before this returns.
+            Path::Mapping { threads } => unsafe {
+                gdr::copy::copy_to_mapping_parallel(dst, src, threads)
+            },
+            Path::CopyEngine => {
+                if let Err(e) = engine.run(true, src.as_ptr().cast_mut(), addr, len) {
+                    engine_failed(&e);
+                    // SAFETY: the caller's contract.
+                    unsafe { gdr::copy::copy_to_mapping(dst, src) };
+                }
+            }
+        }
+        Ok(())
+    });
+}
+
+/// Copies from the mapping at `src`, which is GPU address `addr`, into `dst`, on the path chosen
+/// for its size.
+///
+/// # Safety
+/// `src..src + dst.len()` lies in a live, page-granular CPU mapping of the GPU memory at
+/// `addr..`, and stays mapped for the call.
+pub(crate) unsafe fn from_mapping(engine: &Engine, dst: &mut [u8], src: *const u8, addr: u64) {
+    let len = dst.len();
+    let copier = match chooser(Direction::FromGpu) {
+        Some((copier, min)) if len >= min => copier,
+        _ => {
+            // SAFETY: the caller's contract.
+            unsafe { gdr::copy::copy_from_mapping(dst, src) };
+            return;
+        }
+    };
+    let _ = copier.copy_with(Direction::FromGpu, len, |path| -> Result<(), ()> {
+        match path {
+            // SAFETY: the caller's contract.
+            Path::Mapping { threads: 1 } => unsafe { gdr::copy::copy_from_mapping(dst, src) },
+            // SAFETY: the caller's contract.
+            Path::Mapping { threads } => unsafe {
+                gdr::copy::copy_from_mapping_parallel(dst, src, threads)
+            },
+            Path::CopyEngine => {
+                if let Err(e) = engine.run(false, dst.as_mut_ptr(), addr, len) {
+                    engine_failed(&e);
+                    // SAFETY: the caller's contract.
+                    unsafe { gdr::copy::copy_from_mapping(dst, src) };
+                }
+            }
+        }
+        Ok(())
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_switch_takes_auto_and_mapping_only() {
+        assert_eq!(parse_choice(None), Ok(true));
+        assert_eq!(parse_choice(Some("")), Ok(true));
+        assert_eq!(parse_choice(Some(" auto ")), Ok(true));
+        assert_eq!(parse_choice(Some("mapping")), Ok(false));
+        assert_eq!(parse_choice(Some("Mapping")), Err("Mapping"));
+        assert_eq!(parse_choice(Some("cuda")), Err("cuda"));
+    }
+
+    #[test]
+    fn a_device_range_is_its_address_and_length() {
+        let r = DeviceRange {
+            addr: 0x7f00_0000_1000,
+            len: 12345,
+        };
+        assert_eq!((r.device_ptr(), r.len()), (0x7f00_0000_1000, 12345));
+    }
+}
