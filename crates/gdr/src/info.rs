@@ -8,51 +8,93 @@ use crate::bar::{GdrDrv, PinBackend, Pinner, VulkanBackend, BACKEND_ENV};
 use crate::cuda::{self, Attribute, Context, Device, DeviceMemory};
 use serde::Serialize;
 
+/// Everything `gdr info` reports about this machine ([`gather`] fills it). Each library or
+/// module is a pair: its version when it loaded, else the error that says why not.
 #[derive(Serialize, Default)]
 pub struct Info {
+    /// The CUDA driver's version, `major.minor` (`cuDriverGetVersion`), when libcuda loaded.
     pub cuda_driver: Option<String>,
+    /// Why libcuda did not load, or (with `cuda_driver` set) why the GPUs could not be counted.
     pub cuda_error: Option<String>,
+    /// The NVIDIA kernel driver's version as NVML reports it (`580.159.04`, say).
     pub nvml_driver: Option<String>,
+    /// Why NVML did not load or answer.
     pub nvml_error: Option<String>,
+    /// NVRTC's version, `major.minor` (`nvrtcVersion`).
     pub nvrtc: Option<String>,
+    /// Why NVRTC did not load.
     pub nvrtc_error: Option<String>,
     /// The Vulkan loader's instance version (both Vulkan backends need the loader).
     pub vulkan_loader: Option<String>,
+    /// Why the Vulkan loader did not load or answer.
     pub vulkan_loader_error: Option<String>,
     /// The gdrdrv kernel module's version (`/dev/gdrdrv`), for the gdrdrv pinning backend.
     pub gdrdrv: Option<String>,
+    /// Why `/dev/gdrdrv` did not open ([`crate::bar::GdrDrvError`], as text).
     pub gdrdrv_error: Option<String>,
+    /// Every GPU the CUDA driver lists, in CUDA's device order; empty without a driver.
     pub gpus: Vec<Gpu>,
     /// What is missing for gdr to work, and how to get it: every library that did not load and
     /// every mapping backend that does not work, each with why.
     pub missing: Vec<String>,
 }
 
+/// One GPU as `gdr info` reports it: CUDA's attributes, NVML's BAR1 and link details, and
+/// which mapping backends work on it.
 #[derive(Serialize, Default)]
 pub struct Gpu {
+    /// The CUDA device ordinal.
     pub index: usize,
+    /// The product name (`cuDeviceGetName`); empty if CUDA would not say.
     pub name: String,
+    /// The PCI address, `dddd:bb:dd.0` in lower case, from CUDA's PCI domain, bus and device
+    /// attributes (NVML's details are matched by it); empty if CUDA would not say.
     pub bus_id: String,
+    /// The compute capability, `major.minor` (`9.0` on an H100).
     pub compute_capability: String,
+    /// Total device memory in bytes (`cuDeviceTotalMem`).
     pub memory_bytes: usize,
+    /// Size of the BAR1 aperture in bytes (NVML): how much GPU memory can be mapped for the
+    /// CPU and other devices at once. `None` without NVML or the GPU in NVML's list.
     pub bar1_total: Option<u64>,
+    /// Bytes of BAR1 mapped now, by every process (NVML).
     pub bar1_used: Option<u64>,
+    /// The PCIe link now and at most, `gen5 x16 (max gen5 x16)` (NVML); `None` when NVML does
+    /// not say.
     pub pcie: Option<String>,
     /// Active NVLinks, from NVML: direct GPU links and links into an NVSwitch fabric.
     pub nvlink: Option<crate::nvml::NvLinks>,
+    /// `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED`: other devices may reach this GPU's
+    /// memory through `nvidia_p2p_get_pages` (what gdrdrv and peer-memory drivers use).
     pub gpudirect_rdma: bool,
+    /// `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`: `cuMemGetHandleForAddressRange` can export
+    /// dma-bufs (the dma-buf backend and [`crate::peer::DmaBuf`]).
     pub dma_buf: bool,
+    /// `CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED`: `cuMemHostRegister` can pin host memory.
     pub host_register: bool,
+    /// `CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED`: `cuMemCreate` and friends
+    /// work (the Vulkan pinning backend and gdr's allocator need them).
     pub vmm: bool,
+    /// `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS`: a mask of
+    /// `CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_*` (1 host, 2 memops); 0 when unknown.
     pub rdma_flush_writes_options: i32,
+    /// `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING`: 0 none, 100 the owning GPU
+    /// sees RDMA writes in order, 200 all devices do.
     pub rdma_writes_ordering: i32,
+    /// One row per mapping backend, each proven or refused on this GPU: `vulkan`,
+    /// `pin-gdrdrv`, `pin-dmabuf`, `pin-vulkan`, then `pin-auto` (the one a [`Pinner`] picks).
     pub backends: Vec<Backend>,
 }
 
+/// Whether one mapping backend works on one GPU, and why (not).
 #[derive(Serialize)]
 pub struct Backend {
+    /// The row's name: `vulkan`, `pin-gdrdrv`, `pin-dmabuf`, `pin-vulkan` or `pin-auto`.
     pub name: &'static str,
+    /// Whether the backend opened and its probe (a small allocation written and read back, or
+    /// pinned and mapped) succeeded.
     pub usable: bool,
+    /// What it found when usable (versions, the heap size), else the error.
     pub detail: String,
 }
 

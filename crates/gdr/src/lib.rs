@@ -21,6 +21,57 @@
 //! the benchmarks and the server (order statistics, latency histograms). The message queues
 //! are the `gdr-mq` crate; the benchmarks and the host-centric baselines are in the
 //! `gdr-bench` crate; the GPU-test skip gate is the dev-only `gdr-testing` crate.
+//!
+//! # Example
+//!
+//! GPU memory that the CPU writes and reads through a BAR1 mapping, with no kernel module: the
+//! Vulkan backend allocates it, maps it for the CPU and imports it into CUDA, so the same bytes
+//! have a CPU mapping and a device pointer. Without libcuda, a GPU, the Vulkan loader or a
+//! GPU whose BAR1 Vulkan can map (a build machine), the example stops at the first step, whose
+//! error says what is missing.
+//!
+//! ```
+//! use gdr::bar::{BarError, VulkanBackend};
+//! use gdr::cuda::{self, Context, Device, DeviceMemory};
+//!
+//! // GPU 0, its primary context, and the Vulkan device of the same GPU (matched by UUID).
+//! let opened = Device::get(0)
+//!     .and_then(Context::new)
+//!     .map_err(BarError::from)
+//!     .and_then(|ctx| VulkanBackend::new(&ctx));
+//! let be = match opened {
+//!     Ok(be) => be,
+//!     Err(e) => {
+//!         println!("no usable GPU: {e}");
+//! #       // gdr-testing's skip rule: a failure under GDR_REQUIRE_GPU=1 (GPU hosts), else a
+//! #       // skip logged to GDR_SKIP_LOG for scripts/test.sh to count.
+//! #       gdr_testing::skip_or_fail::<()>("gdr crate example (doctest)", &e.to_string());
+//!         return Ok(());
+//!     }
+//! };
+//! println!("{}: {} bytes of BAR-mappable VRAM", be.info().device_name, be.info().heap_size);
+//!
+//! // 4 KiB of GPU memory, 64-byte aligned on both sides of the mapping.
+//! let buf = be.alloc(4096, 64)?;
+//! println!("device pointer {:#x}", buf.device_ptr());
+//!
+//! // The CPU writes through the mapping (streaming stores and a fence: visible to GPU work
+//! // started afterwards); the copy engine reads the same bytes through the device pointer.
+//! buf.write(16, b"hello, GPU")?;
+//! let mut back = [0u8; 10];
+//! cuda::memcpy_dtoh(&mut back, &buf, 16)?;
+//! assert_eq!(&back, b"hello, GPU");
+//!
+//! // The other way: the GPU writes, the CPU reads through the mapping (streaming loads).
+//! cuda::memcpy_htod(&buf, 0, b"hello, CPU")?;
+//! buf.context().synchronize()?; // a pageable copy returns once staged, not landed
+//! buf.read(0, &mut back)?;
+//! assert_eq!(&back, b"hello, CPU");
+//!
+//! // Accesses are checked against the buffer before memory is touched.
+//! assert!(matches!(buf.write(4090, &[0; 8]), Err(BarError::Access(_))));
+//! # Ok::<(), BarError>(())
+//! ```
 
 pub mod bar;
 mod page;

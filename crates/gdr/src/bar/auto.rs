@@ -6,9 +6,9 @@
 //! holds the path that was fastest when copying `2^k` bytes. Looking a path up costs a
 //! leading-zero count and an index.
 //!
-//! Where calibration found the copy engine and the one-thread mapping near-tied (the read
-//! crossover near 8 KiB), the class keeps measuring both while copying and follows the faster
-//! ([`contest`]); elsewhere, thread counts included, calibration's choice is fixed.
+//! Where calibration found the copy engine and the one-thread mapping near-tied (around the
+//! read crossover; docs/perf.md), the class keeps measuring both while copying and follows the
+//! faster ([`contest`]); elsewhere, thread counts included, calibration's choice is fixed.
 //!
 //! What a finished copy means is the same on every path: after [`AutoCopier::write`] returns
 //! the bytes are in GPU memory (stores fenced, or the copy engine's copy synchronised); after
@@ -30,7 +30,11 @@ pub const CLASSES: usize = 29; // up to 256 MiB
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Path {
     /// CPU stream stores / stream loads through the BAR mapping, on this many threads.
-    Mapping { threads: usize },
+    Mapping {
+        /// CPU threads the copy is split over (1: the calling thread alone); a small copy
+        /// runs on fewer ([`Path::runs_as`]).
+        threads: usize,
+    },
     /// `cuMemcpyHtoD` (+ legacy-stream synchronize) or `cuMemcpyDtoH`.
     CopyEngine,
 }
@@ -75,9 +79,13 @@ pub enum Direction {
 /// One measured point of a calibration.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Point {
+    /// The direction copied.
     pub direction: Direction,
+    /// Bytes per copy (a power of two: the first size of its class).
     pub size: usize,
+    /// The path timed.
     pub path: Path,
+    /// The median time of one copy in microseconds, over one pass's interleaved rounds.
     pub median_us: f64,
 }
 
@@ -86,7 +94,10 @@ pub struct Point {
 pub struct Calibration {
     /// Identifies the machine and gdr version the numbers hold for.
     pub key: String,
+    /// The path chosen for host-to-GPU copies, one per size class ([`CLASSES`] entries, index
+    /// [`class_of`] the size).
     pub to_gpu: Vec<Path>,
+    /// The path chosen for GPU-to-host copies, indexed as `to_gpu`.
     pub from_gpu: Vec<Path>,
     /// Every median measured: the first pass, then the second.
     pub points: Vec<Point>,
@@ -209,8 +220,8 @@ fn machine_key(be: &VulkanBackend) -> Result<String, BarError> {
 const CALIBRATION_VERSION: u32 = 3;
 
 /// How long both directions of both kinds of path run before calibration starts, so that the
-/// first sizes are not timed against a GPU and host still waking from idle (copylat found the
-/// copy engine 2x faster than calibration had rated it at some sizes).
+/// first sizes are not timed against a GPU and host still waking from idle (without it, copylat
+/// found the copy engine much faster than calibration had rated it at some sizes).
 const WARM_UP_FOR: Duration = Duration::from_millis(300);
 
 /// Copies 1 MiB (or the buffer) both ways on the mapping and on the copy engine for `dur`.
@@ -261,11 +272,10 @@ fn median_times(
 /// Two passes, seconds apart. The first times every path at every size of both directions;
 /// the second times the same paths again, and each path is rated by the lower of its two
 /// medians ([`choose`]).
-/// A shared machine has slow spells of a few hundred milliseconds that hit one path and not
-/// another (calibrations on the H100 host timed a pageable 8 MiB `cuMemcpyDtoH` at 2.03 ms
-/// against 0.56 ms in the next run, and a 4 KiB mapping read at 10.3 us against 4.2-4.6 us);
-/// a slow spell only ever adds time, so the lower median of two passes far apart in time is
-/// the one that did not fall in it.
+/// A shared machine has slow spells that hit one path and not another (one calibration can
+/// time a path several times slower than the next does; docs/results/2026-11-24-copies.md has
+/// the runs); a slow spell only ever adds time, so the lower median of two passes far apart in
+/// time is the one that did not fall in it.
 pub fn calibrate(be: &VulkanBackend, opts: &CalibrateOptions) -> Result<Calibration, BarError> {
     let max = opts
         .max_measured
@@ -335,9 +345,9 @@ pub fn calibrate(be: &VulkanBackend, opts: &CalibrateOptions) -> Result<Calibrat
         first_pass(Direction::FromGpu)?,
     ];
     // Second pass and the choice ([`choose`]). Every path of the first pass is timed again,
-    // beside the same others: a path's speed depends on what runs between its copies (timed
-    // against mapping paths only, 8 threads came within 2.5% of 4 at 128 KiB on the H100 host;
-    // beside the copy engine, as in the first pass and in copylat, they were 7-17% behind).
+    // beside the same others: a path's speed depends on what runs between its copies (8
+    // threads timed against mapping paths only came near 4; beside the copy engine, as in the
+    // first pass and in copylat, they fell clearly behind: docs/results/2026-11-24-copies.md).
     let mut decide =
         |dir: Direction, classes: &[Vec<(Path, f64)>]| -> Result<Vec<Path>, BarError> {
             let mut best_per_class = Vec::with_capacity(CLASSES);
@@ -384,8 +394,8 @@ pub fn calibrate(be: &VulkanBackend, opts: &CalibrateOptions) -> Result<Calibrat
 
 /// The path to use, from the first pass's (path, median us) and the second pass's medians of
 /// the same paths: the one with the lowest of its two medians. (Summing the two passes instead
-/// let one slow spell decide; preferring fewer threads among near-ties chose 2 threads on the
-/// H100 host where 4 or 8 were steadily 15% faster.)
+/// let one slow spell decide; preferring fewer threads among near-ties chose 2 threads where 4
+/// or 8 were steadily faster.)
 ///
 /// # Panics
 /// When `first` is empty or `second` is shorter.
@@ -434,7 +444,7 @@ enum Slot {
 }
 
 impl AutoCopier {
-    /// Uses the cached calibration for this machine, or measures one (8-9 s on the H100 host)
+    /// Uses the cached calibration for this machine, or measures one (seconds; docs/perf.md)
     /// and caches it. Returns the copier and whether it was freshly calibrated.
     pub fn new(be: &VulkanBackend) -> Result<(AutoCopier, bool), BarError> {
         if let Some(copier) = AutoCopier::cached(be)? {
@@ -521,6 +531,7 @@ impl AutoCopier {
         }
     }
 
+    /// The calibration the copier was built from (its choices and every point measured).
     pub fn calibration(&self) -> &Calibration {
         &self.cal
     }
@@ -608,8 +619,8 @@ impl AutoCopier {
 
 /// Whether `path` can contend at run time: the copy engine and the one-thread mapping. A
 /// multi-thread path's choice stays calibration's: timed at run time beside other work, its
-/// periods did not hold (in copylat on the H100 host the copier rated 2 threads at 32 KiB
-/// 20-30% slower than they ran, and moved to one thread, 10% slower).
+/// periods did not hold (in copylat the copier rated 2 threads at 32 KiB slower than they ran,
+/// and moved to one thread, which was slower still: docs/results/2026-11-24-copies.md).
 pub fn can_contend(path: Path) -> bool {
     matches!(path, Path::CopyEngine | Path::Mapping { threads: 1 })
 }

@@ -46,14 +46,23 @@ pub const BACKEND_ENV: &str = "GDR_BACKEND";
 /// A way to pin existing GPU memory for a CPU mapping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum PinBackend {
+    /// gdrcopy's kernel module (`/dev/gdrdrv`): `nvidia_p2p_get_pages` and an `mmap` of the
+    /// device file; pins any `cuMemAlloc` range.
     GdrDrv,
+    /// `cuMemGetHandleForAddressRange` exports the range as a dma-buf, and the process `mmap`s
+    /// its descriptor; needs a CUDA driver that allows that mmap.
     DmaBuf,
+    /// The POSIX-fd export of a `cuMemCreate` allocation, imported into Vulkan's host-visible
+    /// device-local memory type and mapped with `vkMapMemory`; pins only such allocations.
     Vulkan,
 }
 
 impl PinBackend {
+    /// Every backend, in the order [`Pinner::new`] tries them when none is named.
     pub const ALL: [PinBackend; 3] = [PinBackend::GdrDrv, PinBackend::DmaBuf, PinBackend::Vulkan];
 
+    /// The backend's name as `GDR_BACKEND` and `gdr info` spell it: `gdrdrv`, `dmabuf` or
+    /// `vulkan`.
     pub fn name(self) -> &'static str {
         match self {
             PinBackend::GdrDrv => "gdrdrv",
@@ -89,44 +98,72 @@ impl fmt::Display for PinBackend {
 /// Why pinning or mapping failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PinError {
+    /// A CUDA call failed (making the context current, the probe's allocation, the
+    /// allocation's range or granularity, its BUFFER_ID).
     #[error(transparent)]
     Cuda(#[from] CudaError),
+    /// The Vulkan backend failed to open or to map an import.
     #[error(transparent)]
     Bar(#[from] BarError),
+    /// The dma-buf export failed, or the range leaves its allocation.
     #[error(transparent)]
     Peer(#[from] PeerError),
+    /// gdrdrv failed to open, pin or map.
     #[error(transparent)]
     GdrDrv(#[from] GdrDrvError),
+    /// A backend name that is not `gdrdrv`, `dmabuf`, `vulkan` (or `auto`, in `GDR_BACKEND`);
+    /// the text is the name given.
     #[error("unknown backend {0:?} (known: gdrdrv, dmabuf, vulkan, auto)")]
     UnknownBackend(String),
+    /// No backend was named and none works; the text has each backend's reason, `; `-separated.
     #[error("no pinning backend works here: {0}")]
     NoBackend(String),
+    /// `mmap` of the dma-buf descriptor failed: CUDA drivers before 13.3 refuse it on discrete
+    /// GPUs with [`ENOTSUPP`].
     #[error(
         "the CUDA driver refuses mmap of its dma-buf (errno {errno}{}): CPU mappings of \
          dma-bufs need CUDA driver 13.3+ on discrete GPUs; this one is {driver}",
         if *errno == ENOTSUPP { ", ENOTSUPP" } else { "" }
     )]
-    MmapRefused { errno: i32, driver: String },
+    MmapRefused {
+        /// The errno `mmap` returned.
+        errno: i32,
+        /// The CUDA driver's version (`cuDriverGetVersion`), empty if unknown.
+        driver: String,
+    },
+    /// The Vulkan backend cannot pin the range: it is not `cuMemCreate` memory made with
+    /// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`, so it cannot be exported as a POSIX fd.
     #[error(
         "{addr:#x} is not a cuMemCreate allocation exportable as a POSIX fd ({why}); the Vulkan \
          backend pins only memory allocated with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR \
          (gdr::cuda::vmm::VmmBuffer)"
     )]
     NotExportable {
+        /// The start of the range asked for.
         addr: u64,
         /// Whether the range is `cuMemCreate` memory (made without a POSIX-fd handle type, or
         /// whose export failed) rather than `cuMemAlloc`/`cudaMalloc` memory.
         cumemcreate: bool,
+        /// The export's error, as text.
         why: String,
     },
+    /// `vkAllocateMemory` with `VkImportMemoryFdInfoKHR` refused the exported allocation in
+    /// the host-visible memory type.
     #[error("Vulkan refused to import the CUDA allocation into the host-visible memory type: {0}")]
     ImportRefused(BarError),
+    /// [`Pinned::map`] was called while a mapping of the pin is alive.
     #[error("the pinned range is already mapped (one mapping per pin, as gdrcopy)")]
     AlreadyMapped,
+    /// gdr's allocator failed to pin or map memory of its own.
     #[error(transparent)]
     Pool(#[from] PoolPinError),
+    /// A range of 0 bytes was asked for; refused before any backend is called.
     #[error("nothing to pin at {addr:#x}: size 0")]
-    Empty { addr: u64 },
+    Empty {
+        /// The range's start.
+        addr: u64,
+    },
+    /// A read or write of a [`PinnedMapping`] outside its bounds.
     #[error("pinned range: {0}")]
     Access(#[from] AccessError),
 }
@@ -134,7 +171,9 @@ pub enum PinError {
 /// What one backend can do here, for `gdr info`.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct BackendStatus {
+    /// The backend probed.
     pub backend: PinBackend,
+    /// Whether it opened and pinned, mapped and unmapped a small allocation.
     pub usable: bool,
     /// Why not, or what it found.
     pub reason: String,
@@ -251,6 +290,8 @@ impl Pinner {
             .collect()
     }
 
+    /// The backend this pinner pins through (memory of gdr's allocator is pinned through the
+    /// allocator whatever it is).
     pub fn backend(&self) -> PinBackend {
         match self.imp {
             Imp::GdrDrv(_) => PinBackend::GdrDrv,
@@ -272,6 +313,7 @@ impl Pinner {
         &self.reason
     }
 
+    /// The CUDA context the pinner was made for; it is made current before each pin.
     pub fn context(&self) -> &Context {
         &self.ctx
     }
@@ -379,8 +421,12 @@ fn pin_vulkan(be: &VulkanBackend, addr: u64, size: u64) -> Result<Pinned, PinErr
 /// into a device-only type (which tells "no import at all" from "no host-visible import").
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct VulkanImportOutcome {
+    /// Importing the allocation's fd into the host-visible device-local memory type; the error
+    /// as text.
     pub host_visible_import: Result<(), String>,
+    /// `vkMapMemory` of that import (an error saying "not imported" when the import failed).
     pub host_visible_map: Result<(), String>,
+    /// Importing the same allocation into a device-local type without HOST_VISIBLE.
     pub device_only_import: Result<(), String>,
 }
 
@@ -449,10 +495,11 @@ impl Pinned {
         }
     }
 
-    /// The caller's address and size.
+    /// The caller's address: the start of the range asked for.
     pub fn addr(&self) -> u64 {
         self.state.addr
     }
+    /// The caller's size in bytes, as asked for.
     pub fn size(&self) -> u64 {
         self.state.size
     }
@@ -465,6 +512,8 @@ impl Pinned {
         self.state.len
     }
 
+    /// The backend that pinned the range ([`PinBackend::Vulkan`] for memory of gdr's
+    /// allocator, whose chunk mapping is Vulkan's).
     pub fn backend(&self) -> PinBackend {
         match self.state.imp {
             PinnedImp::GdrDrv { .. } => PinBackend::GdrDrv,
@@ -629,7 +678,9 @@ pub struct PinnedMapping {
 // SAFETY: the mapping is of device memory reached only through the copy routines; the pin it
 // holds is Send + Sync.
 unsafe impl Send for PinnedMapping {}
-// SAFETY: as above.
+// SAFETY: as above; through `&PinnedMapping` its fields are only read (unmapping needs the
+// value itself, in drop), and the bytes behind the pointer are device memory that the copy
+// routines reach, never a Rust reference.
 unsafe impl Sync for PinnedMapping {}
 
 impl PinnedMapping {
@@ -643,6 +694,7 @@ impl PinnedMapping {
         self.pinned.size() as usize
     }
 
+    /// Whether the caller's size is 0; never true, since pins of 0 bytes are refused.
     pub fn is_empty(&self) -> bool {
         self.pinned.size() == 0
     }

@@ -3,7 +3,8 @@
 //! gdr's allocator (`libgdr_alloc.so`, the `gdr-alloc` crates) serves a program's `cudaMalloc`
 //! from chunks of POSIX-fd `cuMemCreate` memory and keeps one CPU mapping per chunk. A pin of
 //! its memory asks the allocator for that mapping instead of importing the allocation into
-//! Vulkan again, which is what makes such a pin cost microseconds instead of a Vulkan import.
+//! Vulkan again, so such a pin costs a lookup instead of an import
+//! (docs/results/2026-11-26-alloc.md).
 //! The allocator is a separate shared library (preloaded into programs that are not rebuilt),
 //! so it is reached through its C ABI (`gdr_alloc.h`), found at run time:
 //! - in the process's global symbol scope (the library preloaded, or linked), or
@@ -45,6 +46,7 @@ pub struct PoolPinInfo {
     pub cpu: *mut c_void,
     /// CUDA device ordinal of the chunk.
     pub device: i32,
+    /// Reserved for the ABI's growth; the allocator writes 0.
     pub reserved: u32,
 }
 
@@ -80,12 +82,30 @@ struct PoolApi {
 /// Why a named pool library cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum PoolLibraryError {
+    /// `dlopen` failed.
     #[error("cannot load {path}: {reason}")]
-    Load { path: String, reason: String },
+    Load {
+        /// The library's path, as given.
+        path: String,
+        /// The loader's error text.
+        reason: String,
+    },
+    /// The library loaded but lacks one of the allocator's symbols.
     #[error("{path} is not gdr's allocator: it lacks {symbol}")]
-    NotAllocator { path: String, symbol: String },
+    NotAllocator {
+        /// The library's path, as given.
+        path: String,
+        /// The first missing symbol (`gdr_alloc_abi_version`, say).
+        symbol: String,
+    },
+    /// `gdr_alloc_abi_version` answered another version than [`ABI_VERSION`].
     #[error("{path} speaks allocator ABI {found}, this gdr speaks {ABI_VERSION}")]
-    Version { path: String, found: c_int },
+    Version {
+        /// The library's path, as given.
+        path: String,
+        /// The version it speaks (-1 if it could not be read back).
+        found: c_int,
+    },
 }
 
 /// The ABI once found (never unset: a pool library stays loaded for the life of the process).
@@ -185,7 +205,10 @@ pub fn is_present() -> bool {
 #[derive(Debug, thiserror::Error)]
 #[error("gdr's allocator refused to pin {addr:#x}+{size}: {}", describe(*errno))]
 pub struct PoolPinError {
+    /// The range's start: the address asked to pin, or for a failed map, unmap or freed
+    /// query, the pinned chunk's base.
     pub addr: u64,
+    /// The range's length in bytes (the chunk's size for a failed map, unmap or freed query).
     pub size: u64,
     /// EINVAL (the range leaves its chunk), ENOTSUP (the chunk cannot be mapped here), ENOMEM,
     /// EIO.
@@ -210,7 +233,8 @@ pub struct PoolPin {
 // SAFETY: the CPU pointer is the allocator's mapping, reached only through the copy routines;
 // the ABI is thread safe.
 unsafe impl Send for PoolPin {}
-// SAFETY: as above.
+// SAFETY: as above; through `&PoolPin` the pin info is only read, and the ABI's calls (map,
+// unmap, the freed query) are made thread safe by the allocator.
 unsafe impl Sync for PoolPin {}
 
 impl PoolPin {

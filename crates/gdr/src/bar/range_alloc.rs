@@ -13,6 +13,7 @@ pub struct RangeAlloc {
 }
 
 impl RangeAlloc {
+    /// A block of `size` bytes with nothing allocated (one free range, none if `size` is 0).
     pub fn new(size: usize) -> Self {
         let mut free = BTreeMap::new();
         if size > 0 {
@@ -25,7 +26,8 @@ impl RangeAlloc {
         }
     }
 
-    /// Reserves `len` bytes at an offset that is a multiple of `align` (a power of two).
+    /// Reserves `len` bytes (more than 0) at an offset that is a multiple of `align` (a power
+    /// of two), in the first free range where it fits; `None` when none does.
     pub fn alloc(&mut self, len: usize, align: usize) -> Option<usize> {
         debug_assert!(align.is_power_of_two() && len > 0);
         let (start, size, at) = self.free.iter().find_map(|(&start, &size)| {
@@ -45,7 +47,10 @@ impl RangeAlloc {
         Some(at)
     }
 
-    /// Returns `[offset, offset+len)`, merging it with free neighbours.
+    /// Returns `[offset, offset+len)`, merging it with free neighbours. The range must be one
+    /// that [`alloc`](Self::alloc) handed out; a range that was not allocated corrupts the
+    /// bookkeeping (debug builds assert against double frees and ranges past the end, and
+    /// freeing more than is used panics on the counter's underflow).
     pub fn free(&mut self, offset: usize, len: usize) {
         debug_assert!(offset + len <= self.size);
         let (mut start, mut end) = (offset, offset + len);
@@ -64,14 +69,17 @@ impl RangeAlloc {
         self.used -= len;
     }
 
+    /// Bytes allocated now (the sum of the live ranges' lengths).
     pub fn used(&self) -> usize {
         self.used
     }
 
+    /// Whether nothing is allocated.
     pub fn is_empty(&self) -> bool {
         self.used == 0
     }
 
+    /// The block's size in bytes, as given to [`new`](Self::new).
     pub fn size(&self) -> usize {
         self.size
     }

@@ -13,10 +13,13 @@ pub struct DmaBufRegistrar {
 }
 
 impl DmaBufRegistrar {
+    /// A registrar that exports ranges of memory in `ctx` (made current before each export
+    /// and BUFFER_ID query).
     pub fn new(ctx: &Context) -> Self {
         Self { ctx: ctx.clone() }
     }
 
+    /// The CUDA context the exported memory lives in.
     pub fn context(&self) -> &Context {
         &self.ctx
     }
@@ -96,6 +99,8 @@ pub fn dmabuf_cache(ctx: &Context) -> RegCache<DmaBufRegistrar> {
 
 /// Something that drops cached registrations of a range: the free hook of [`Tracked`].
 pub trait Invalidate: Send + Sync {
+    /// Drops every cached registration that overlaps `[start, start + len)` (device addresses):
+    /// later lookups of the range register afresh. Called just before the memory is freed.
     fn invalidate_range(&self, start: u64, len: u64);
 }
 
@@ -115,6 +120,7 @@ pub struct Tracked<M: DeviceMemory> {
 }
 
 impl<M: DeviceMemory> Tracked<M> {
+    /// Wraps `mem`, whose range is invalidated in `cache` when the wrapper drops.
     pub fn new(mem: M, cache: Arc<dyn Invalidate>) -> Self {
         Self {
             mem: Some(mem),
@@ -128,6 +134,7 @@ impl<M: DeviceMemory> Tracked<M> {
         self
     }
 
+    /// The memory wrapped (also reachable through `Deref`).
     pub fn get(&self) -> &M {
         self.mem.as_ref().expect("present until drop")
     }

@@ -210,28 +210,44 @@ pub enum CacheConfigError {
 pub enum CacheError<E: std::error::Error + 'static> {
     /// Zero-length requests have nothing to register.
     #[error("empty range at {addr:#x}")]
-    Empty { addr: u64 },
+    Empty {
+        /// The start of the range asked for.
+        addr: u64,
+    },
     /// The request, rounded out to pages, does not fit the 64-bit address space.
     #[error("range {addr:#x}+{len:#x} overflows the address space")]
-    Overflow { addr: u64, len: u64 },
+    Overflow {
+        /// The start of the range asked for.
+        addr: u64,
+        /// Its length in bytes, as asked.
+        len: u64,
+    },
     /// The registrar refused; nothing was cached.
     #[error("registering {start:#x}+{len:#x} failed: {source}")]
     Register {
+        /// The start of the page-rounded range handed to the registrar.
         start: u64,
+        /// That range's length in bytes.
         len: u64,
+        /// The registrar's error.
         #[source]
         source: E,
     },
     /// The tag query of a checked lookup failed.
     #[error("allocation tag query at {addr:#x} failed: {source}")]
     Tag {
+        /// The address whose allocation was asked about.
         addr: u64,
+        /// The registrar's error.
         #[source]
         source: E,
     },
     /// A checked lookup found no allocation at the address (its entry, if any, is gone).
     #[error("no allocation at {addr:#x}: the memory was freed")]
-    Freed { addr: u64 },
+    Freed {
+        /// The address looked up.
+        addr: u64,
+    },
 }
 
 /// Counters of a [`RegCache`]; a snapshot, not taken atomically as a whole.

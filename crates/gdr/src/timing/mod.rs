@@ -69,9 +69,8 @@ pub fn batch_length<E>(
 ///
 /// The order is shuffled afresh every round: an operation can leave state behind that slows
 /// or speeds the next one (parked worker threads, dirty cache lines, driver staging buffers),
-/// and with a fixed order the same operation would always pay for the same neighbour. On the
-/// H100 host, two slots timing the same copy-engine read of 16 MiB in a fixed order differed
-/// by 2.4x in their medians.
+/// and with a fixed order the same operation would always pay for the same neighbour: two
+/// slots timing the same copy-engine read in a fixed order then differ in their medians.
 ///
 /// Each timed batch is preceded by an untimed batch (and at least [`WARM_UP`]) of the same
 /// operation, so each is timed in its own steady state rather than paying for the operation
@@ -98,8 +97,8 @@ pub fn time_interleaved<E>(
         // Warm up first: a cold first call (worker threads parked by the operation before) can
         // take longer than `min_batch` alone and leave this operation with shorter batches than
         // its neighbours. Without this, the auto copier's 2- and 4-thread 32-64 KiB writes,
-        // third in copylat's list, timed 5-8% slower on the H100 host than the same writes
-        // later in the list; with it, within 1%.
+        // third in copylat's list, timed slower than the same writes later in the list; with
+        // it, level (docs/results/2026-11-24-copies.md).
         let w = Instant::now();
         while w.elapsed() < WARM_UP {
             op()?;

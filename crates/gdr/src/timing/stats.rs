@@ -8,12 +8,19 @@ use std::time::{Duration, Instant};
 /// Order statistics of a set of samples (in whatever unit they were given).
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct Summary {
+    /// Number of samples.
     pub n: usize,
+    /// The smallest sample.
     pub min: f64,
+    /// The sample at quantile 0.5 ([`super::quantile`]: rank `round(0.5 * (n - 1))`).
     pub median: f64,
+    /// The sample at quantile 0.99.
     pub p99: f64,
+    /// The sample at quantile 0.999.
     pub p999: f64,
+    /// The largest sample.
     pub max: f64,
+    /// The arithmetic mean.
     pub mean: f64,
 }
 

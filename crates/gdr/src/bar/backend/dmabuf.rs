@@ -20,35 +20,57 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Why an export failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PeerError {
+    /// A CUDA call around the export failed (making the context current, or a range outside
+    /// the [`DeviceMemory`] given, which is `CudaError::OutOfBounds`).
     #[error(transparent)]
     Cuda(#[from] CudaError),
+    /// A range of 0 bytes was asked for; refused before calling the driver.
     #[error("nothing to export at {addr:#x}: size 0")]
-    Empty { addr: u64 },
+    Empty {
+        /// The range's start.
+        addr: u64,
+    },
+    /// `cuMemGetAddressRange` does not know the address: it is not device memory of the
+    /// current context.
     #[error("{addr:#x} is not CUDA device memory of the current context: {source}")]
     NotDeviceMemory {
+        /// The address asked about.
         addr: u64,
+        /// The driver's answer.
         #[source]
         source: CudaError,
     },
+    /// The range leaves the allocation its start lies in; one dma-buf covers one allocation.
     #[error(
         "range {addr:#x}+{size:#x} runs past its allocation {base:#x}+{alloc_size:#x}: one \
          export covers one allocation"
     )]
     OutsideAllocation {
+        /// The range's start.
         addr: u64,
+        /// The range's length in bytes.
         size: u64,
+        /// The start of the allocation `addr` lies in.
         base: u64,
+        /// That allocation's size in bytes.
         alloc_size: u64,
     },
+    /// `cuMemGetHandleForAddressRange` answered `CUDA_ERROR_NOT_SUPPORTED` without the PCIe
+    /// flag too: this GPU, driver or kernel cannot export dma-bufs.
     #[error(
         "this GPU or driver cannot export dma-bufs (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0 \
          or the call is refused): {0}"
     )]
     Unsupported(CudaError),
+    /// `cuMemGetHandleForAddressRange` failed for the (host-page-rounded) range; out of BAR1
+    /// space shows here ([`PeerError::is_out_of_memory`]).
     #[error("exporting {start:#x}+{len:#x} as a dma-buf failed: {source}")]
     Export {
+        /// The rounded range's start, host-page aligned.
         start: u64,
+        /// The rounded range's length in bytes, a multiple of the host page.
         len: u64,
+        /// The driver's answer.
         #[source]
         source: CudaError,
     },
@@ -250,6 +272,8 @@ impl DmaBuf {
         self.len
     }
 
+    /// Whether nothing is exported; never true of a successful export (a size of 0 is
+    /// refused with [`PeerError::Empty`]).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -14,6 +14,7 @@ pub struct GdrDrvPin<'d, F: DeviceFile = DevFile> {
 }
 
 impl<'d, F: DeviceFile> GdrDrvPin<'d, F> {
+    /// The driver's handle of the pin (also the page offset its mapping is made at).
     pub fn handle(&self) -> Handle {
         self.handle
     }
@@ -23,10 +24,14 @@ impl<'d, F: DeviceFile> GdrDrvPin<'d, F> {
         self.size
     }
 
+    /// What the driver knows of the pin: [`GdrDrv::get_info`] (`GET_INFO_V2`/`GET_INFO`).
     pub fn info(&self) -> Result<PinInfo, GdrDrvError> {
         self.drv.get_info(self.handle)
     }
 
+    /// Whether the NVIDIA free callback fired: the memory was freed, or its context destroyed,
+    /// while pinned, and the pin no longer refers to it ([`GdrDrv::get_callback_flag`],
+    /// `GET_CB_FLAG`).
     pub fn callback_fired(&self) -> Result<bool, GdrDrvError> {
         self.drv.get_callback_flag(self.handle)
     }
@@ -73,8 +78,9 @@ impl<F: DeviceFile> fmt::Debug for GdrDrvPin<'_, F> {
 ///     pinned.map(1).unwrap() // error: `pinned` is unpinned at the end of this function
 /// }
 /// ```
-/// while the same use inside the pin's scope compiles:
-/// ```no_run
+/// while the same use inside the pin's scope compiles (the function is only compiled here,
+/// not called: it needs gdrdrv):
+/// ```
 /// use gdr::bar::gdrdrv::{GdrDrv, PinFlags};
 /// fn fine(drv: &GdrDrv) -> usize {
 ///     let pinned = drv.pin(0x7f00_0000_0000, 1, PinFlags::NONE).unwrap();
@@ -113,6 +119,7 @@ impl<F: DeviceFile> GdrDrvMapping<'_, F> {
         self.len
     }
 
+    /// The handle of the pin this maps.
     pub fn handle(&self) -> Handle {
         self.handle
     }

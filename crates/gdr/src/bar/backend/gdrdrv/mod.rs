@@ -40,59 +40,111 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// What went wrong with gdrdrv.
 #[derive(Debug, thiserror::Error)]
 pub enum GdrDrvError {
+    /// The device node does not exist (`ENOENT` from `open`).
     #[error(
         "no {}: the gdrdrv kernel module is not loaded (gdrcopy's insmod.sh or \
          `modprobe gdrdrv` loads it; in a container, pass the device in)",
         path.display()
     )]
-    NotLoaded { path: PathBuf },
+    NotLoaded {
+        /// The device node that was opened.
+        path: PathBuf,
+    },
+    /// The device node exists but no driver is registered for its major number (`ENXIO` or
+    /// `ENODEV` from `open`).
     #[error("{} exists but no driver answers behind it: the gdrdrv module was unloaded", path.display())]
-    NoDriver { path: PathBuf },
+    NoDriver {
+        /// The device node that was opened.
+        path: PathBuf,
+    },
+    /// `open` answered `EACCES` or `EPERM`.
     #[error(
         "permission denied opening {}: the device node must be readable and writable by this \
          user (gdrcopy's insmod.sh creates it 0666; containers need it passed in)",
         path.display()
     )]
-    PermissionDenied { path: PathBuf },
+    PermissionDenied {
+        /// The device node that was opened.
+        path: PathBuf,
+    },
+    /// `open` failed for another reason.
     #[error("cannot open {}: {source}", path.display())]
     Open {
+        /// The device node that was opened.
         path: PathBuf,
+        /// The error `open` returned.
         #[source]
         source: io::Error,
     },
+    /// An ioctl answered `ENOTTY`: the file is not gdrdrv, or the command is newer than the
+    /// driver.
     #[error(
         "the device does not understand {op} (ENOTTY): not gdrdrv, or a gdrdrv too old for it"
     )]
-    Unsupported { op: &'static str },
+    Unsupported {
+        /// The command, as gdrdrv.h names it without its prefix (`PIN_BUFFER_V2`).
+        op: &'static str,
+    },
+    /// An ioctl answered `EACCES`: gdrdrv serves only the process that opened the device.
     #[error("gdrdrv refused {op}: the device was opened by another process (fork?)")]
-    NotOwner { op: &'static str },
+    NotOwner {
+        /// The command refused.
+        op: &'static str,
+    },
+    /// An ioctl failed with any other errno (`EINVAL` for an unknown handle or a range that is
+    /// not CUDA memory, for instance).
     #[error("gdrdrv {op} failed: {source}")]
     Ioctl {
+        /// The command that failed.
         op: &'static str,
+        /// The errno the kernel returned.
         #[source]
         source: io::Error,
     },
+    /// The driver's oldest accepted API version is newer than [`API_VERSION`].
     #[error(
         "gdrdrv {driver} requires API version {required} or newer; this library speaks {ours}"
     )]
     ApiTooOld {
+        /// The driver's own version.
         driver: Version,
+        /// The oldest API version the driver accepts.
         required: Version,
+        /// The API version this module speaks ([`API_VERSION`]).
         ours: Version,
     },
+    /// A pin or a mapping of 0 bytes was asked for; refused before calling the driver.
     #[error("nothing to {op}: size 0")]
-    EmptyRange { op: &'static str },
+    EmptyRange {
+        /// `"pin"` or `"map"`.
+        op: &'static str,
+    },
+    /// The mapping's size rounded up to the host page overflows `usize`.
     #[error("a mapping of {size} bytes does not fit the address space")]
-    SizeOverflow { size: usize },
+    SizeOverflow {
+        /// The size asked for, in bytes.
+        size: usize,
+    },
+    /// The handle shifted by the host page shift (its mmap offset) exceeds `i64::MAX`.
     #[error("handle {handle:#x} does not fit an mmap offset")]
-    HandleOutOfRange { handle: u64 },
+    HandleOutOfRange {
+        /// The driver's handle.
+        handle: u64,
+    },
+    /// `mmap` of the device file failed: an unknown handle, a second mapping of it, a size
+    /// past the pin, or a process other than the one that opened the device.
     #[error("mapping {len} bytes of handle {handle:#x} failed: {source}")]
     Map {
+        /// The pin being mapped.
         handle: u64,
+        /// The length passed to `mmap` (the size rounded up to the host page), in bytes.
         len: usize,
+        /// The error `mmap` returned.
         #[source]
         source: io::Error,
     },
+    /// `GET_INFO_V2` returned a mapping type outside `GDR_MAPPING_TYPE_*` (0..=3); the value
+    /// is the raw number.
     #[error("gdrdrv answered mapping type {0}, which this library does not know")]
     UnknownMappingType(u32),
 }
@@ -116,9 +168,11 @@ impl GdrDrvError {
 pub struct Version(pub u32);
 
 impl Version {
+    /// The major version: the upper 16 bits.
     pub fn major(self) -> u32 {
         self.0 >> 16
     }
+    /// The minor version: the lower 16 bits.
     pub fn minor(self) -> u32 {
         self.0 & 0xffff
     }
@@ -133,7 +187,10 @@ impl fmt::Display for Version {
 /// The driver's version and the oldest API version it accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DriverVersion {
+    /// The driver's own version (gdrcopy's release, 2.4 say).
     pub driver: Version,
+    /// The oldest user-space API version the driver accepts; opening fails with
+    /// [`GdrDrvError::ApiTooOld`] when it is newer than [`API_VERSION`].
     pub minimum_api: Version,
 }
 
@@ -146,6 +203,8 @@ pub struct Handle(pub u64);
 pub struct PinFlags(pub u32);
 
 impl PinFlags {
+    /// No flag: the driver picks the path (BAR1 on PCIe, the coherent link on C2C platforms).
+    /// The only value drivers older than 2.5 accept.
     pub const NONE: Self = Self(0);
     /// Map through BAR1 even on coherent (C2C) platforms.
     pub const FORCE_PCIE: Self = Self(1);
@@ -197,8 +256,9 @@ pub struct PinInfo {
     pub mapped_size: u64,
     /// GPU page size the driver used.
     pub page_size: u32,
-    /// TSC frequency and the cycles the pin took, as the driver measured them.
+    /// The CPU's TSC frequency in kHz as the driver reports it, to turn `tm_cycles` into time.
     pub tsc_khz: u32,
+    /// TSC cycles the driver spent pinning (`nvidia_p2p_get_pages`).
     pub tm_cycles: u64,
     /// Current CPU mapping type (`None` when not mapped).
     pub mapping_type: MappingType,

@@ -49,13 +49,18 @@ pub const GET_VERSION: u32 = iowr::<Pointer>(255);
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PinBufferParams {
+    /// In: the CUDA device virtual address where the range starts.
     pub addr: u64,
+    /// In: the range's length in bytes (the driver rounds the range out to GPU pages).
     pub size: u64,
+    /// In: the P2P token of `cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_P2P_TOKENS)`; 0 for
+    /// memory of the CUDA driver API.
     pub p2p_token: u64,
+    /// In: the VA space token that comes with `p2p_token`; 0 with it.
     pub va_space: u32,
     /// C's implicit padding, made explicit so every byte sent is defined.
     pub _pad: u32,
-    /// Out.
+    /// Out: the driver's handle of the new pin (also its mmap page offset).
     pub handle: u64,
 }
 
@@ -63,6 +68,7 @@ pub struct PinBufferParams {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UnpinBufferParams {
+    /// In: the handle `PIN_BUFFER`/`PIN_BUFFER_V2` returned.
     pub handle: u64,
 }
 
@@ -70,9 +76,12 @@ pub struct UnpinBufferParams {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GetCbFlagParams {
+    /// In: the pin asked about.
     pub handle: u64,
-    /// Out.
+    /// Out: non-zero once the NVIDIA driver's free callback has run for the pin (the memory
+    /// was freed or its context destroyed while pinned).
     pub flag: u32,
+    /// Explicit tail padding (sent as 0).
     pub _pad: u32,
 }
 
@@ -80,14 +89,22 @@ pub struct GetCbFlagParams {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GetInfoParams {
+    /// In: the pin asked about.
     pub handle: u64,
-    /// Out from here on.
+    /// Out (as all fields below): the GPU virtual address where the pinned, GPU-page-rounded
+    /// range starts.
     pub va: u64,
+    /// Bytes pinned (a multiple of `page_size`).
     pub mapped_size: u64,
+    /// The GPU page size of the pin in bytes (64 KiB on current GPUs).
     pub page_size: u32,
+    /// The CPU's TSC frequency in kHz, to turn `tm_cycles` into time.
     pub tsc_khz: u32,
+    /// TSC cycles the kernel spent in `nvidia_p2p_get_pages` for this pin.
     pub tm_cycles: u64,
+    /// Non-zero while the pin is mapped by a process.
     pub mapped: u32,
+    /// Non-zero if that mapping is write-combined (else cached).
     pub wc_mapping: u32,
 }
 
@@ -95,14 +112,23 @@ pub struct GetInfoParams {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GetInfoV2Params {
+    /// In: the pin asked about.
     pub handle: u64,
-    /// Out from here on.
+    /// Out (as all fields below): the GPU virtual address where the pinned, GPU-page-rounded
+    /// range starts.
     pub va: u64,
+    /// Bytes pinned (a multiple of `page_size`).
     pub mapped_size: u64,
+    /// The GPU page size of the pin in bytes (64 KiB on current GPUs).
     pub page_size: u32,
+    /// The CPU's TSC frequency in kHz, to turn `tm_cycles` into time.
     pub tsc_khz: u32,
+    /// TSC cycles the kernel spent in `nvidia_p2p_get_pages` for this pin.
     pub tm_cycles: u64,
+    /// The current CPU mapping type, `GDR_MAPPING_TYPE_*` (0 none, 1 write-combined,
+    /// 2 cached, 3 device); [`super::MappingType`] decodes it.
     pub mapping_type: u32,
+    /// Explicit tail padding.
     pub _pad: u32,
 }
 
@@ -110,8 +136,9 @@ pub struct GetInfoV2Params {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GetAttrParams {
+    /// In: the attribute asked for, `GDRDRV_ATTR_*` ([`super::GdrDrvAttr`]).
     pub attr: u32,
-    /// Out.
+    /// Out: the attribute's value.
     pub val: u32,
 }
 
@@ -119,11 +146,15 @@ pub struct GetAttrParams {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PinBufferV2Params {
+    /// In: the CUDA device virtual address where the range starts.
     pub addr: u64,
+    /// In: the range's length in bytes (the driver rounds the range out to GPU pages).
     pub size: u64,
+    /// In: `GDR_PIN_FLAG_*` bits ([`super::PinFlags`]).
     pub flags: u32,
+    /// C's implicit padding, made explicit so every byte sent is defined.
     pub pad: u32,
-    /// Out.
+    /// Out: the driver's handle of the new pin (also its mmap page offset).
     pub handle: u64,
 }
 
@@ -131,8 +162,11 @@ pub struct PinBufferV2Params {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReqMappingTypeParams {
+    /// In: the pin the next `mmap` will map.
     pub handle: u64,
+    /// In: the `GDR_MAPPING_TYPE_*` wanted (0 lets the driver choose).
     pub mapping_type: u32,
+    /// Explicit tail padding (sent as 0).
     pub _pad: u32,
 }
 
@@ -140,7 +174,9 @@ pub struct ReqMappingTypeParams {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GetVersionParams {
+    /// The driver's own version, `major << 16 | minor`.
     pub driver_version: u32,
+    /// The oldest user-space API version the driver accepts, `major << 16 | minor`.
     pub minimum_api_version: u32,
 }
 
@@ -163,16 +199,26 @@ pub(super) unsafe trait Params: Copy {
     }
 }
 
-// SAFETY (all impls below): repr(C), u32/u64 fields only, sizes asserted below to equal the sum
-// of the fields, so there is no implicit padding.
+// Each impl below holds for the same reason: the struct is repr(C) with u32/u64 fields only,
+// and its size is asserted below to equal the sum of its fields, so there is no implicit
+// padding.
+// SAFETY: repr(C), integer fields, no padding (see above).
 unsafe impl Params for PinBufferParams {}
+// SAFETY: repr(C), integer fields, no padding (see above).
 unsafe impl Params for UnpinBufferParams {}
+// SAFETY: repr(C), integer fields, no padding (see above).
 unsafe impl Params for GetCbFlagParams {}
+// SAFETY: repr(C), integer fields, no padding (see above).
 unsafe impl Params for GetInfoParams {}
+// SAFETY: repr(C), integer fields, no padding (see above).
 unsafe impl Params for GetInfoV2Params {}
+// SAFETY: repr(C), integer fields, no padding (see above).
 unsafe impl Params for GetAttrParams {}
+// SAFETY: repr(C), integer fields, no padding (see above).
 unsafe impl Params for PinBufferV2Params {}
+// SAFETY: repr(C), integer fields, no padding (see above).
 unsafe impl Params for ReqMappingTypeParams {}
+// SAFETY: repr(C), integer fields, no padding (see above).
 unsafe impl Params for GetVersionParams {}
 
 const _: () = {

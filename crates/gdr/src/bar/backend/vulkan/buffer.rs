@@ -34,10 +34,13 @@ impl MappedBuffer {
         }
     }
 
+    /// The buffer's size in bytes, as asked for (the reservation behind it is rounded up to
+    /// 64-byte lines).
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the buffer holds no bytes; never true, since allocations of 0 bytes are refused.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

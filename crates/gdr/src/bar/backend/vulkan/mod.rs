@@ -5,7 +5,8 @@
 //! it with an exportable OPAQUE_FD handle, map each block once with `vkMapMemory` (a
 //! write-combined CPU mapping of BAR1), and import the same memory into CUDA
 //! (`cuImportExternalMemory`), which gives a device pointer to the same bytes. Buffers are
-//! sub-allocated from blocks because `vkAllocateMemory` costs milliseconds.
+//! sub-allocated from blocks because a block of its own (`vkAllocateMemory`, `vkMapMemory`, the
+//! CUDA import) costs far more than a range of one (docs/results/2026-11-22-apiperf.md).
 //!
 //! The same device also imports existing `cuMemCreate` memory (exported as a POSIX fd) into
 //! that memory type and maps it: the Vulkan way of pinning, for the pin layer and for
@@ -34,40 +35,68 @@ const BLOCK_GRANULE: usize = 2 << 20;
 /// Errors from the BAR-mapping backends. Each says what is missing and how to get it.
 #[derive(Debug, thiserror::Error)]
 pub enum BarError {
+    /// A CUDA call failed: getting the device's UUID, making the context current, or a copy
+    /// through the device pointer.
     #[error(transparent)]
     Cuda(#[from] CudaError),
+    /// libvulkan.so.1 could not be loaded; the text is the loader's error.
     #[error(
         "the Vulkan loader (libvulkan.so.1) is not installed ({0}); install the libvulkan1 \
          package"
     )]
     NoLoader(String),
+    /// The loader found no Vulkan driver (no ICD, or `vkCreateInstance` answered
+    /// `ERROR_INCOMPATIBLE_DRIVER`); the text says which.
     #[error(
         "no NVIDIA Vulkan driver (ICD) found: {0}; install the NVIDIA driver's Vulkan part \
          (nvidia_icd.json, e.g. libnvidia-gl-<version>) or point VK_DRIVER_FILES at its ICD file"
     )]
     NoIcd(String),
+    /// No Vulkan physical device has the CUDA device's UUID.
     #[error(
         "Vulkan does not list the CUDA device (it sees: {seen}); is the NVIDIA ICD the one in use?"
     )]
-    DeviceNotFound { seen: String },
+    DeviceNotFound {
+        /// The names of the physical devices Vulkan does list, comma-separated.
+        seen: String,
+    },
+    /// The GPU has no memory type that is DEVICE_LOCAL, HOST_VISIBLE and HOST_COHERENT: BAR1
+    /// is too small for Vulkan to offer VRAM to the CPU.
     #[error(
         "the GPU offers no DEVICE_LOCAL|HOST_VISIBLE memory to Vulkan: BAR1 is not mappable; \
          enable resizable BAR (Above 4G decoding) in the firmware"
     )]
     NoHostVisibleVram,
+    /// `vkAllocateMemory` answered `ERROR_OUT_OF_DEVICE_MEMORY`: the host-visible heap (BAR1)
+    /// has no room left for the block.
     #[error(
         "out of BAR-mappable GPU memory allocating {size} bytes (host-visible heap is {heap} bytes)"
     )]
-    OutOfMemory { size: usize, heap: u64 },
+    OutOfMemory {
+        /// The block asked for, in bytes (a buffer's size rounded up to the 2 MiB granule, or
+        /// the pool's block size).
+        size: usize,
+        /// The size of the host-visible VRAM heap, in bytes.
+        heap: u64,
+    },
+    /// CUDA-Vulkan interop failed: the driver lacks `VK_KHR_external_memory_fd`, or
+    /// `cuImportExternalMemory` refused the block; the text is the cause.
     #[error("CUDA cannot import the Vulkan memory ({0}); CUDA-Vulkan interop is unavailable")]
     NoInterop(String),
+    /// Any other failing Vulkan call.
     #[error("Vulkan call {call} failed: {result}")]
     Vulkan {
+        /// The Vulkan entry point (`vkMapMemory`, say).
         call: &'static str,
+        /// The `VkResult` it returned.
         result: ash::vk::Result,
     },
+    /// An allocation request the backend refuses before calling Vulkan (size 0, an alignment
+    /// that is not a power of two or exceeds 2 MiB, no device-only memory type); the text says
+    /// which.
     #[error("bad allocation request: {0}")]
     BadLayout(String),
+    /// A read or write of a [`MappedBuffer`] outside its bounds.
     #[error("mapped buffer: {0}")]
     Access(#[from] AccessError),
 }
@@ -75,10 +104,17 @@ pub enum BarError {
 /// What Vulkan says about the BAR-mappable memory of one GPU (for `gdr info`).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct VulkanInfo {
+    /// The physical device's name as Vulkan reports it (`VkPhysicalDeviceProperties::deviceName`).
     pub device_name: String,
+    /// The NVIDIA driver version, `major.minor` (decoded from NVIDIA's 10.8.8.6-bit packing of
+    /// `driverVersion`).
     pub driver_version: String,
+    /// The Vulkan API version the device supports, `major.minor.patch`.
     pub api_version: String,
+    /// Index of the DEVICE_LOCAL | HOST_VISIBLE | HOST_COHERENT memory type buffers are
+    /// allocated from (the one on the largest heap, if several).
     pub memory_type_index: u32,
+    /// Index of the memory heap that type lives on.
     pub heap_index: u32,
     /// Size of the VRAM heap that the host-visible device-local type lives on.
     pub heap_size: u64,
@@ -249,7 +285,8 @@ struct Block {
 // SAFETY: the raw host pointer is the block's own mapping; access to ranges is locked, and
 // bytes behind the pointer are only reached through MappedBuffer's copy routines.
 unsafe impl Send for Block {}
-// SAFETY: as above.
+// SAFETY: as above; through `&Block` the host pointer and the memory handle are only read (they
+// never change after `new`), and the range allocator is behind its mutex.
 unsafe impl Sync for Block {}
 
 impl Block {
@@ -468,6 +505,10 @@ impl VulkanBackend {
         Self::with_block_size(ctx, DEFAULT_BLOCK_SIZE)
     }
 
+    /// As [`new`](Self::new), with sub-allocation blocks of `block_size` bytes instead of
+    /// the default 64 MiB: clamped to between 2 MiB and a quarter of the host-visible heap,
+    /// then rounded up to a multiple of 2 MiB. A buffer of at least half a block, or of at
+    /// least 16 MiB, gets a block of its own.
     pub fn with_block_size(ctx: &Context, block_size: usize) -> Result<Self, BarError> {
         let dev = shared_device(ctx)?;
         // Small-BAR GPUs have a ~256 MiB host-visible heap: keep blocks well inside it.
@@ -485,10 +526,12 @@ impl VulkanBackend {
         })
     }
 
+    /// What Vulkan says about the device and its BAR-mappable memory.
     pub fn info(&self) -> &VulkanInfo {
         &self.pool.dev.info
     }
 
+    /// The CUDA context the backend's memory is imported into (the one it was opened with).
     pub fn context(&self) -> &Context {
         &self.pool.ctx
     }
@@ -580,7 +623,9 @@ pub(crate) struct Imported {
 // SAFETY: a Vulkan memory handle is a plain value usable from any thread; mapping and unmapping
 // are serialised by the owner (the pin layer, `bar::pin`).
 unsafe impl Send for Imported {}
-// SAFETY: as above.
+// SAFETY: as above; `vkMapMemory`/`vkUnmapMemory` need the memory object externally
+// synchronised, and the owner maps it at most once at a time (the pin's `mapped` flag, or
+// `MappedImport`, which maps once and unmaps in drop).
 unsafe impl Sync for Imported {}
 
 impl VulkanBackend {
@@ -652,7 +697,7 @@ pub struct MappedImport {
 // SAFETY: the mapping is reached only through raw pointers handed to the copy routines; the
 // import is Send + Sync.
 unsafe impl Send for MappedImport {}
-// SAFETY: as above.
+// SAFETY: as above; through `&MappedImport` only the pointer and the length are read.
 unsafe impl Sync for MappedImport {}
 
 impl MappedImport {
@@ -666,6 +711,8 @@ impl MappedImport {
         self.imported.size
     }
 
+    /// Whether the mapping is empty (an import of 0 bytes; Vulkan refuses those, so never in
+    /// practice).
     pub fn is_empty(&self) -> bool {
         self.imported.size == 0
     }
