@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README.md), four parts:
-#   1. cargo test --workspace: every test; GPU tests skip where there is no GPU
+#   1. cargo test --workspace: every test, doctests included (the README's library example and
+#      each crate's example among them); GPU tests skip where there is no GPU
 #      (GDR_REQUIRE_GPU=1 makes them fail instead); then every test binary again from /, as
 #      the GPU bundle runs them away from the source tree (only failures count there);
 #   2. libgdrapi installed as users install it (cargo cinstall) and the C programs built against

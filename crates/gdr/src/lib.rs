@@ -84,3 +84,8 @@ pub mod info;
 pub mod peer;
 pub mod timing;
 pub use gdr_pci as topo;
+
+/// The README's library example, run as a doctest so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExample;
