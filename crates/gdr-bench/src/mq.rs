@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 /// What to measure.
 #[derive(Clone, Debug)]
 pub struct BenchConfig {
+    /// Placements whose one-message round trip is measured (each in every RX format of
+    /// `rx_formats`, each with a profiled run for [`GpuStages`]).
     pub placements: Vec<Placement>,
     /// RX formats for latency (false: header + doorbell, true: words); each placement is
     /// measured in each.
@@ -71,15 +73,28 @@ impl BenchConfig {
     }
 }
 
+/// One latency point: the round trips of one path, timed one at a time.
+///
+/// A queue path's round trip runs from before `send` to the echoed response in hand after
+/// `recv` (one queue, one worker warp, 64 slots); a host-centric one is a whole copy in,
+/// launch, copy out and synchronise. The quantiles are the samples at index `floor(n * q)` of
+/// the sorted times ([`ns_quantile_us`]); all are NaN when `iters` is 0.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Latency {
     /// `rx-gpu/tx-host`, `host-centric`, `host-centric-graph`.
     pub path: String,
+    /// Bytes of the request, and of its echoed response.
     pub size: u32,
+    /// Round trips timed (after an untimed warm-up of a tenth as many, at least 100 for a
+    /// queue and 50 for the host-centric paths).
     pub iters: usize,
+    /// Median round trip, microseconds.
     pub p50_us: f64,
+    /// 99th percentile round trip, microseconds.
     pub p99_us: f64,
+    /// 99.9th percentile round trip, microseconds.
     pub p999_us: f64,
+    /// Mean round trip, microseconds.
     pub mean_us: f64,
     /// Median time inside `send` per round trip (queue placements only): packing the request
     /// and writing it out (stores and the fence that pushes them out of the CPU).
@@ -96,6 +111,8 @@ pub struct Latency {
 pub struct GpuStages {
     /// Claim to requests in hand (slot header read and checked).
     pub recv_ns: f64,
+    /// Requests in hand to the handler's return (for a lone message in the word format's
+    /// lone-message loop: from the request stored to the warp's buffer).
     pub handler_ns: f64,
     /// Response header and payload stores issued into TX.
     pub tx_copy_ns: f64,
@@ -106,21 +123,36 @@ pub struct GpuStages {
     pub clock_mhz: f64,
 }
 
+/// One throughput point: `queues` queue pairs each streamed by its own CPU thread, which
+/// sends up to `batch` echo requests behind one doorbell whenever half a batch of credits is
+/// free (or nothing is in flight) and takes every response there is, for [`BenchConfig::duration`] after a warm-up of a
+/// fifth of it. Rates count responses received in the measured interval.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Throughput {
+    /// The placement's name, `rx-gpu/tx-host` style ([`Placement::name`]).
     pub placement: String,
     /// `header` or `words`.
     pub rx_format: &'static str,
+    /// Bytes of each request and of its echoed response.
     pub size: u32,
+    /// Queue pairs streamed at once, one CPU thread and one worker block each.
     pub queues: u32,
+    /// Messages per doorbell asked for ([`BenchConfig::batch`]); `per_doorbell` is what the
+    /// credits allowed.
     pub batch: u32,
+    /// Worker warps serving each queue (1 in the word format).
     pub warps_per_queue: u32,
+    /// Responses received over all queues in the measured interval (of the median run).
     pub messages: u64,
+    /// The measured interval in seconds: the longest of the threads' (of the median run).
     pub seconds: f64,
     /// The median of `rounds` runs of the point (the figures beside it are that run's).
     pub msgs_per_s: f64,
+    /// Runs made of the point ([`BenchConfig::throughput_rounds`]).
     pub rounds: u32,
+    /// The lowest rate of the runs, messages per second.
     pub msgs_per_s_min: f64,
+    /// The highest rate of the runs, messages per second.
     pub msgs_per_s_max: f64,
     /// Payload bytes per second, one direction.
     pub gbytes_per_s: f64,
@@ -131,6 +163,7 @@ pub struct Throughput {
     /// loop in passes that took a response). Near 1 together: the CPU threads are the
     /// limit; the rest is passes that found nothing to do, waiting for the GPU.
     pub host_send_share: f64,
+    /// The receiving part of that share, 0 to 1 (see `host_send_share`).
     pub host_recv_share: f64,
     /// Share of the CPU threads' passes (send what there is room for, take every response
     /// there is) that found less than half a batch of room in the ring: the workers are
@@ -138,15 +171,26 @@ pub struct Throughput {
     pub ring_full_share: f64,
 }
 
+/// The result of [`run`]: what `gdr mq bench` prints (and writes as JSON).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct BenchReport {
+    /// The GPU's name as the driver gives it (empty if it gives none).
     pub device: String,
+    /// One point per placement and RX format of the configuration, in that order, then
+    /// `host-centric` and `host-centric-graph`.
     pub latency: Vec<Latency>,
+    /// One point per throughput placement, size and queue count, in that order; counts above
+    /// the GPU's SMs are left out (every worker block must be resident).
     pub throughput: Vec<Throughput>,
-    /// Best queue placement's p50 and the host-centric (copy-launch-copy) p50 over it.
+    /// The path of the queue latency point with the lowest p50 (`"none"` if no placement was
+    /// measured).
     pub best_placement: String,
+    /// That point's p50, microseconds (NaN if none).
     pub best_p50_us: f64,
+    /// The host-centric p50 over `best_p50_us`: how many times faster the best queue path is
+    /// than copy-launch-copy per request.
     pub speedup_vs_host_centric: f64,
+    /// The same against the host-centric path replayed as a CUDA graph.
     pub speedup_vs_graph: f64,
 }
 

@@ -44,8 +44,8 @@ impl WorkerLink for CpuLink {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CpuIdle {
     /// Yield for the first millisecond, then nap 50 us between looks at the ring: a request
-    /// after a pause waits about 50 us more at most, and an idle worker uses some 15 % of a
-    /// core.
+    /// after a pause waits about 50 us more at most, and an idle worker keeps using a
+    /// noticeable share of a core (docs/serve.md, "CPU-mode workers").
     Poll,
     /// As `Poll` for the first [`PARK_AFTER`], then sleep this long between looks: a request
     /// after a quiet spell waits up to that much more, and an idle worker costs next to
@@ -86,6 +86,10 @@ impl CpuWorkers {
     }
 
     /// As [`spawn`](Self::spawn), with `wait` saying how an idle worker waits.
+    ///
+    /// # Errors
+    /// [`MqError::Config`] when `cfg`'s shape is out of range
+    /// ([`QueueConfig::geometry`]), or when ring memory or a worker thread cannot be had.
     pub fn spawn_waiting(
         cfg: &QueueConfig,
         queues: usize,
@@ -153,10 +157,15 @@ impl CpuWorkers {
         Ok(out)
     }
 
+    /// The queue pairs, queue `i` at index `i` (to drive several from their own threads).
     pub fn queues_mut(&mut self) -> &mut [QueuePair] {
         &mut self.queues
     }
 
+    /// Queue pair `i`.
+    ///
+    /// # Panics
+    /// When `i` is not below the number of queues spawned.
     pub fn queue(&mut self, i: usize) -> &mut QueuePair {
         &mut self.queues[i]
     }

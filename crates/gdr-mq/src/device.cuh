@@ -178,7 +178,7 @@ static_assert(sizeof(gdr_mq_queue_desc) == 80, "layout.rs QueueDesc");
 extern "C" __global__ void gdr_mq_layout_check(unsigned int *mismatches) {
     unsigned int bad = 0;
     // A local object of each type: its field addresses fold to constants. (Casting one buffer
-    // to every struct type instead made NVRTC take ~30 s over this kernel.)
+    // to every struct type instead made NVRTC very slow over this kernel.)
 #define GDR_MQ_CHECK_OFFSET(T, f, off) \
     { T probe; if ((unsigned long long)((char *)&probe.f - (char *)&probe) != (off)) ++bad; }
     GDR_MQ_OFFSETS(GDR_MQ_CHECK_OFFSET)
@@ -482,9 +482,9 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_words(gdr_mq_worker &w, gdr_mq_ba
     // Lane 31 also reads the header units of slot next + 1 in every poll, so a poll that finds
     // slot `next` knows in the same round trip whether it came alone. Only then (a batch) do
     // lanes j >= 1 read the header units of slot next + j, one more round trip. Every poll
-    // used to read all 31 of them (62 loads on as many lines): a poll took ~820 cycles on the
-    // H100 (~730 with this), against ~320 for one L2 round trip, and a request waits half a
-    // poll on average before it is seen.
+    // used to read all 31 of them (62 loads on as many lines), which made a poll well over
+    // twice one L2 round trip; this shortens it, and a request waits half a poll on average
+    // before it is seen (measured in docs/results/2026-11-24-mq.md, "Later changes").
     const bool peek = w.lane == 31u && look_lanes > 1u;
     const uint4 *slot1 = (const uint4 *)gdr_mq_rx_slot(w, w.next + 1u);
     uint4 u[GDR_MQ_LONE_ROUNDS], h0 = make_uint4(0, 0, 0, 0), h1 = h0;
@@ -636,12 +636,13 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_words(gdr_mq_worker &w, gdr_mq_ba
 // ---- The lone-message loop (word-format RX in GPU memory, one worker warp) ------------------
 // The latency case: one request at a time. gdr_mq_recv + handler + gdr_mq_send serve batches
 // of up to 32 messages in any placement, and a lone message paid for that generality: one
-// warp runs its dependent instructions at ~5 cycles each on the H100, and a lone 64-byte echo
-// took ~1200 cycles from the request seen to the response stores issued, and a poll ~820
-// cycles against ~320 for one L2 round trip (clock marks in a copy of the worker fed by a GPU
-// producer). Here the worker's profiled stages for that echo are ~250 ns against ~520, and
-// the round trip from the host is 0.3-0.6 us shorter (docs/mq.md). This loop does only what a
-// lone message needs:
+// warp has nothing to overlap its dependent instructions with, so every instruction between
+// seeing a lone request and issuing its response stores is on the round trip, and the
+// general path has many of them (its poll alone is over twice one L2 round trip). This loop
+// roughly halves the worker's profiled stages for a lone 64-byte echo and shortens the round
+// trip from the host (clock marks in a copy of the worker fed by a GPU producer, and `gdr mq
+// bench`: docs/results/2026-11-24-mq.md, "Later changes"; docs/mq.md, "The lone-message
+// loop"). It does only what a lone message needs:
 //   - one load instruction a poll: lane j < 30 reads unit j of slot `next`, lanes 30 and 31
 //     the two header units of slot next + 1 (when that one is here too, a batch follows and
 //     the general path takes over);
@@ -815,8 +816,9 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_header_hook(gdr_mq_worker &w, gdr
         // One message (uniform): lane j loads 16 bytes j (and j + 32, ...) of the slot, one
         // coalesced load instruction per 512 bytes, all in one round trip, and the lanes
         // store the request to the warp's buffer. In host memory this replaces lane 0's
-        // eight loads, which went over PCIe one after another (5.6 us on the H100); in GPU
-        // memory it hands the handler its request in shared memory instead of in L2.
+        // eight loads, which went over PCIe one after another, eight round trips (measured in
+        // docs/results/2026-11-22-mq.md, "What we tried"); in GPU memory it hands the handler
+        // its request in shared memory instead of in L2.
         while ((gdr_u32)mine - first - 1u >= w.q.slots) mine = gdr_ld_acquire_sys_u64(db);
         const unsigned char *slot = gdr_mq_rx_slot(w, first);
         const bool moved = on_lone(slot);

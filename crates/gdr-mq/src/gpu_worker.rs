@@ -115,8 +115,9 @@ __device__ unsigned int handle(const unsigned char *req, unsigned int len,
         for (unsigned int k = 0; k < 8u; k++)
             if (base + k < words) d[base + k] = r[k];
     }
-    // The tail: 8, then 4, then single bytes (a byte loop over 15 was ~200 ns of a lone
-    // message's round trip), behind one test so whole units pay for one branch only.
+    // The tail: 8, then 4, then single bytes (a byte loop over up to 15 bytes was a
+    // noticeable part of a lone message's round trip; docs/results/2026-11-22-mq.md), behind
+    // one test so whole units pay for one branch only.
     unsigned int i = words * 16u;
     if (i < n) {
         if (i + 8u <= n) {
@@ -158,9 +159,8 @@ __device__ unsigned int handle(const unsigned char *req, unsigned int len,
     }
 
     /// The program for workers of queues in one RX format: `gdr_mq_recv` then carries the
-    /// code of that format only (`GDR_MQ_RX_FORMAT_ONLY`). A smaller kernel: the echo worker
-    /// for sm_90 is 43 KB of code for word-format queues, 57 KB with both receives (its round
-    /// trip measured the same on the H100).
+    /// code of that format only (`GDR_MQ_RX_FORMAT_ONLY`). A smaller kernel that compiles
+    /// sooner, with the same round trip (docs/results/2026-11-24-mq.md, "Later changes").
     pub fn program_for(&self, rx_words: bool) -> String {
         format!(
             "#define GDR_MQ_RX_FORMAT_ONLY {}\n{}",
@@ -193,6 +193,8 @@ __device__ unsigned int handle(const unsigned char *req, unsigned int len,
 /// How many workers, where, and how patient.
 #[derive(Clone, Debug)]
 pub struct GpuConfig {
+    /// The shape of every queue pair of the set (slots, `max_msg`, placement, RX format,
+    /// wait timeout, first index).
     pub queue: QueueConfig,
     /// Queue pairs in the set.
     pub queues: u32,
@@ -256,7 +258,10 @@ impl WorkerLink for GpuLink {
 /// What `stop` found for one queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct QueueOutcome {
+    /// Why the queue's workers left ([`ExitReason::Stopped`] after a clean stop); `Unknown
+    /// { state: 0 }` when the status record gave no exit reason.
     pub reason: ExitReason,
+    /// The queue's counters at the end.
     pub stats: crate::QueueStats,
 }
 
@@ -305,6 +310,13 @@ fn as_bytes<T: Copy>(v: &T) -> &[u8] {
 
 impl GpuWorkers {
     /// Compiles `handler`, lays out `cfg.queues` queue pairs, and launches the workers.
+    ///
+    /// # Errors
+    /// [`MqError::Config`] for a shape that cannot run (a zero count, more receiving warps or
+    /// blocks than there are, word RX with several workers, over 32 warps a block or more than
+    /// the kernel's registers allow, more worker blocks than SMs, blocks not whole clusters),
+    /// [`MqError::ClustersDoNotFit`], [`MqError::Cuda`] (compiling, allocating, launching) and
+    /// [`MqError::Bar`] (mapping GPU memory for a ring).
     pub fn launch(ctx: &Context, handler: &Handler, cfg: &GpuConfig) -> Result<Self, MqError> {
         let q = &cfg.queue;
         let geo = q.geometry()?;
@@ -520,14 +532,21 @@ impl GpuWorkers {
         })
     }
 
+    /// The queue pairs, queue `i` at index `i` (the worker blocks `i * blocks_per_queue ..`
+    /// serve it).
     pub fn queues(&self) -> &[QueuePair] {
         &self.queues
     }
 
+    /// The queue pairs, mutably (to drive several from their own threads).
     pub fn queues_mut(&mut self) -> &mut [QueuePair] {
         &mut self.queues
     }
 
+    /// Queue pair `i`.
+    ///
+    /// # Panics
+    /// When `i` is not below [`GpuConfig::queues`].
     pub fn queue(&mut self, i: usize) -> &mut QueuePair {
         &mut self.queues[i]
     }
@@ -544,6 +563,11 @@ impl GpuWorkers {
 
     /// Asks every worker to stop and waits (at most `timeout`) for the kernel to end; then
     /// reports why each queue's workers left and its counters.
+    ///
+    /// # Errors
+    /// [`MqError::Timeout`] when the kernel still runs after `timeout` (a handler that never
+    /// returns; dropping the set then leaks its memory rather than free it under the kernel),
+    /// [`MqError::WorkerFailed`] when the kernel failed.
     pub fn stop(&mut self, timeout: Duration) -> Result<Vec<QueueOutcome>, MqError> {
         for q in &self.queues {
             q.request_stop();

@@ -13,9 +13,9 @@ pub const SLOT_HEADER_SIZE: usize = 16;
 /// Slots are 16-byte aligned (the GPU's vector loads and stores) and packed, not padded to
 /// 64-byte lines: consecutive requests then fill whole write-combining lines as a batch is
 /// written, and a CPU thread sends and receives fewer lines per message. Padded to 64 bytes,
-/// a 64-byte message's 80-byte slot left a partial line behind every request; packing cut
-/// a CPU thread's share of time spent sending from 26-30% to 17% of a one-queue stream on
-/// the H100 (docs/mq.md, "What we tried").
+/// a 64-byte message's 80-byte slot left a partial line behind every request, which write
+/// combining flushed on its own; packing shortened the CPU thread's sending, the limit of one
+/// queue's rate (measured in docs/results/2026-11-24-mq.md, "Later changes").
 pub const SLOT_ALIGN: usize = 16;
 /// Bytes before the first RX slot: the doorbell line, padded so that slot writes and doorbell
 /// writes never share a 128-byte (adjacent-line prefetch) pair.
@@ -43,6 +43,9 @@ pub const TX_HEADER_WORDS: usize = 4;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SlotHeader {
+    /// The owner word: [`seq_of`]`(i)` = `i + 1` (wrapping) once the slot holds message `i`;
+    /// before that it holds the previous lap's value. Written with the rest of the slot before
+    /// the doorbell; the worker checks it after its acquire of the doorbell.
     pub seq: u32,
     /// Payload bytes.
     pub len: u32,
@@ -95,9 +98,11 @@ pub struct WorkerState {
     pub live: u32,
     /// Set when a worker of this queue failed; the others exit too.
     pub failed: u32,
-    /// Queue totals kept by the retiring warp (multi-warp queues).
+    /// Queue totals kept by the retiring warp (multi-warp queues): messages answered.
     pub messages: u64,
+    /// Batches retired, as `messages` (multi-warp queues).
     pub batches: u64,
+    /// Padding to [`WORKER_STATE_SIZE`] bytes; zero, unused.
     pub _reserved: [u64; 4],
 }
 
@@ -145,14 +150,21 @@ pub const FLAG_PROFILE: u32 = 2;
 /// of the doorbell, so a request costs it one memory round trip instead of two.
 pub const FLAG_RX_WORDS: u32 = 4;
 
-/// `QueueStatus::state` values.
+/// `QueueStatus::state`: the workers have not started yet (the zeroed status record). The host
+/// treats it as running while the kernel or thread is alive.
 pub const STATE_NOT_STARTED: u32 = 0;
+/// `QueueStatus::state`: the first worker of the queue is up (written once at its start).
 pub const STATE_RUNNING: u32 = 1;
+/// `QueueStatus::state`: the workers left because the host set `Doorbell::stop`.
 pub const STATE_STOPPED: u32 = 2;
+/// `QueueStatus::state`: the workers left after their idle watchdog saw no request for the
+/// idle timeout.
 pub const STATE_IDLE_TIMEOUT: u32 = 3;
+/// `QueueStatus::state`: a worker failed the queue; `error` and `error_arg` say why (written
+/// before the state).
 pub const STATE_FAILED: u32 = 4;
 
-/// `QueueStatus::error` values.
+/// `QueueStatus::error`: no error (the zeroed status record).
 pub const ERR_NONE: u32 = 0;
 /// A slot below the doorbell did not carry the expected sequence word.
 pub const ERR_BAD_SEQ: u32 = 1;
@@ -167,7 +179,9 @@ pub const ERR_STALLED: u32 = 4;
 /// Sizes of one queue's rings, derived from the slot count and payload capacity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
+    /// Slots per ring, a power of two in `2..=2^24` (indexes map to slots by a mask).
     pub slots: u32,
+    /// Payload capacity of a slot in bytes, for requests and responses alike (at most 2^24).
     pub max_msg: u32,
     /// RX slot stride: header and raw payload, or the word format's size with `rx_words`.
     pub stride: u32,
@@ -187,6 +201,10 @@ fn word_stride(max_msg: u32) -> usize {
 impl Geometry {
     /// Checks the request and derives the stride. `slots` must be a power of two (index
     /// arithmetic is a mask and stays right across the u32 wrap).
+    ///
+    /// # Errors
+    /// The reason, as text, when `slots` is not a power of two in `2..=2^24`, `max_msg` is
+    /// above 2^24, or a ring would exceed 2^34 bytes (16 GiB).
     pub fn new(slots: u32, max_msg: u32) -> Result<Geometry, String> {
         if slots < 2 || !slots.is_power_of_two() || slots > (1 << 24) {
             return Err(format!(

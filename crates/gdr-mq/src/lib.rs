@@ -35,8 +35,8 @@
 //!
 //! # Example
 //!
-//! A queue served by a CPU worker (runs anywhere); [`GpuWorkers::launch`] with a [`Handler`]
-//! gives the same [`QueuePair`]s served by a GPU.
+//! A queue in plain memory served by a CPU worker thread, which runs anywhere: one round
+//! trip, then a batch behind one doorbell whose responses come back in order.
 //!
 //! ```
 //! use gdr_mq::{CpuHandler, CpuWorkers, QueueConfig};
@@ -48,24 +48,41 @@
 //!     req.len()
 //! });
 //! let cfg = QueueConfig { slots: 8, max_msg: 64, ..Default::default() };
+//! // One queue pair; its worker exits on stop, or after 10 s without a request.
 //! let mut workers = CpuWorkers::spawn(&cfg, 1, Duration::from_secs(10), upper)?;
+//! let q = workers.queue(0);
 //! let mut resp = [0u8; 64];
-//! let n = workers.queue(0).call(b"hello", &mut resp)?;
+//! let n = q.call(b"hello", &mut resp)?;
 //! assert_eq!(&resp[..n], b"HELLO");
+//!
+//! // Up to `slots` requests in flight: the credits say how many more may be sent.
+//! let sent = q.try_send_batch(&[&b"a"[..], b"b", b"c"])?;
+//! assert_eq!((sent, q.credits()), (3, 5));
+//! for want in [b"A", b"B", b"C"] {
+//!     q.recv_with(|r| assert_eq!(r, want))?;
+//! }
+//! assert_eq!(q.stats().sent, 4);
 //! workers.stop();
 //! # Ok::<(), gdr_mq::MqError>(())
 //! ```
 //!
-//! ```no_run
-//! use gdr_mq::{GpuConfig, GpuWorkers, Handler};
+//! The same queue served by a persistent GPU worker ([`Handler::echo`], compiled by NVRTC at
+//! run time). Without a usable GPU the example prints why and stops (and fails under
+//! `GDR_REQUIRE_GPU=1`, as the GPU tests do).
 //!
-//! let ctx = gdr::cuda::Context::on(0)?;
+//! ```
+//! use gdr_mq::{GpuConfig, GpuWorkers, Handler};
+//! use std::time::Duration;
+//!
+//! let Some(ctx) = gdr_testing::gpu_context("gdr_mq crate example (doctest)") else {
+//!     return Ok(());
+//! };
 //! let mut workers = GpuWorkers::launch(&ctx, &Handler::echo(), &GpuConfig::default())?;
 //! let mut resp = [0u8; 16];
 //! let n = workers.queue(0).call(b"ping", &mut resp)?;
 //! assert_eq!(&resp[..n], b"ping");
-//! workers.stop(std::time::Duration::from_secs(5))?;
-//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! workers.stop(Duration::from_secs(5))?;
+//! # Ok::<(), gdr_mq::MqError>(())
 //! ```
 
 mod cpu_worker;
@@ -128,6 +145,8 @@ impl Placement {
         rx: MemoryKind::Host,
         tx: MemoryKind::Gpu,
     };
+    /// The four placements, Lynx first: what `gdr mq bench` measures by default and what
+    /// [`parse`](Self::parse) accepts in the `rx-X/tx-Y` form.
     pub const ALL: [Placement; 4] = [Self::LYNX, Self::HOST, Self::GPU, Self::CROSSED];
 
     /// `rx-gpu/tx-host` style.
@@ -154,14 +173,19 @@ impl Placement {
 /// The shape of each queue pair.
 #[derive(Clone, Debug)]
 pub struct QueueConfig {
-    /// Slots per ring (a power of two): the most messages in flight.
+    /// Slots per ring, a power of two in `2..=2^24`: the most messages in flight at once.
     pub slots: u32,
-    /// Largest request or response payload in bytes.
+    /// Largest request or response payload in bytes, at most 2^24 (16 MiB); a slot holds
+    /// its header and this many bytes.
     pub max_msg: u32,
+    /// Where the RX and TX rings live ([`GpuWorkers`]); [`CpuWorkers`] ignores it (all its
+    /// rings are plain memory). [`Placement::LYNX`] by default.
     pub placement: Placement,
-    /// Bound on every blocking host call.
+    /// Bound on every blocking host call ([`QueuePair::recv`], [`QueuePair::call`]): past it
+    /// they return [`MqError::Timeout`]. 5 s by default.
     pub wait_timeout: Duration,
-    /// Index of the first message (tests start near the u32 wrap).
+    /// Index of the first message (a wrapping u32; slot `i & (slots - 1)` carries message
+    /// `i`). 0 by default; tests start near the u32 wrap.
     pub first_index: u32,
     /// RX slots in the word format (every 8-byte word carries its seq, as TX does): the
     /// worker polls the slots, not the doorbell, which saves it a memory round trip per
@@ -172,6 +196,10 @@ pub struct QueueConfig {
 
 impl QueueConfig {
     /// The ring sizes this configuration asks for.
+    ///
+    /// # Errors
+    /// [`MqError::Config`] when `slots` or `max_msg` is out of range (see the fields) or a
+    /// ring would exceed 16 GiB.
     pub fn geometry(&self) -> Result<layout::Geometry, MqError> {
         let g = layout::Geometry::new(self.slots, self.max_msg).map_err(MqError::Config)?;
         Ok(if self.rx_words { g.with_rx_words() } else { g })

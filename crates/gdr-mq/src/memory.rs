@@ -52,9 +52,12 @@ pub struct PlainMemory {
     layout: std::alloc::Layout,
 }
 
-// SAFETY: the allocation is owned; concurrent access follows the ring protocol through Region.
+// SAFETY: the allocation is owned by the value and freed only in its Drop, whichever thread
+// that runs on; the raw pointer carries no thread affinity.
 unsafe impl Send for PlainMemory {}
-// SAFETY: as above.
+// SAFETY: a shared PlainMemory only hands out its pointer, size and caching; every access
+// through that pointer goes through Region, whose shared words are atomics and whose byte
+// copies the ring protocol makes exclusive, so sharing it adds no data race of its own.
 unsafe impl Sync for PlainMemory {}
 
 impl PlainMemory {
@@ -109,10 +112,12 @@ pub struct Region {
     caching: Caching,
 }
 
-// SAFETY: the pointer stays valid while `mem` (held) lives; all concurrent access goes through
-// atomics or through byte copies the ring protocol makes exclusive.
+// SAFETY: the pointer stays valid while `mem` (held, itself Send + Sync) lives, whichever
+// thread holds the region; all concurrent access goes through atomics or through byte copies
+// the ring protocol makes exclusive.
 unsafe impl Send for Region {}
-// SAFETY: as above.
+// SAFETY: the methods of a shared region touch the memory only through atomics (the owner and
+// index words) or through byte copies of ranges the ring protocol gives one side at a time.
 unsafe impl Sync for Region {}
 
 impl std::fmt::Debug for Region {
@@ -149,10 +154,12 @@ impl Region {
         Self::new(mem, 0, len).expect("the whole memory fits")
     }
 
+    /// Bytes in the window.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// True for a window of no bytes (every access to it panics).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -162,6 +169,10 @@ impl Region {
         self.gpu
     }
 
+    /// True when the CPU's stores to this memory are write-combined (a BAR mapping of GPU
+    /// memory): they may leave the CPU out of order and late, so publishing needs
+    /// [`publish_fence`](Self::publish_fence) and [`flush`](Self::flush), and reads are
+    /// uncached round trips over PCIe.
     pub fn write_combined(&self) -> bool {
         self.caching == Caching::WriteCombined
     }
@@ -206,7 +217,8 @@ impl Region {
     /// which carries its own sequence number (so no ordering with other loads is needed).
     pub fn load_u64(&self, off: usize) -> u64 {
         assert!(off.is_multiple_of(8), "unaligned ring word at {off}");
-        // SAFETY: as in word(), 8-aligned.
+        // SAFETY: in bounds (at), 8-aligned (asserted, on the 16-aligned region base), valid
+        // while self holds the memory; shared words are only ever accessed atomically.
         unsafe { AtomicU64::from_ptr(self.at(off, 8).cast()) }.load(Ordering::Relaxed)
     }
 
@@ -246,15 +258,17 @@ impl Region {
     /// Plain 64-bit store (statistics written by the CPU worker).
     pub fn store_u64(&self, off: usize, v: u64) {
         assert!(off.is_multiple_of(8), "unaligned ring word at {off}");
-        // SAFETY: as in word(), 8-aligned.
+        // SAFETY: in bounds (at), 8-aligned (asserted, on the 16-aligned region base), valid
+        // while self holds the memory; shared words are only ever accessed atomically.
         unsafe { AtomicU64::from_ptr(self.at(off, 8).cast()) }.store(v, Ordering::Release)
     }
 
     /// Copies `src` to `off` unfenced ([`MappedMemory::write_at_unfenced`]): the caller
     /// publishes with [`publish_fence`](Self::publish_fence) before the store that hands the
-    /// bytes over, one fence for every piece staged (a fence per piece cut the header format's
-    /// message rate to a third on the H100). The caller must own those bytes under the ring protocol: the other
-    /// side reads them only after a later release store it acquires.
+    /// bytes over, one fence for every piece staged (a fence per piece made the fence, not the
+    /// stores, the cost of a small message: docs/mq.md, "Placements", and
+    /// docs/results/2026-11-23-restructuring.md). The caller must own those bytes under the
+    /// ring protocol: the other side reads them only after a later release store it acquires.
     ///
     /// # Panics
     /// When the bytes are outside the region (a protocol bug, not an input error).

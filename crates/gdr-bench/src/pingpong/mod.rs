@@ -24,27 +24,52 @@ use std::time::{Duration, Instant};
 pub const SOURCE: &str = include_str!("pingpong.cu");
 const STOP: u32 = u32::MAX;
 
+/// What can go wrong in [`ping_pong`] and [`host_centric`]. Rounds are numbered from 1,
+/// warm-up rounds included.
 #[derive(Debug, thiserror::Error)]
 pub enum PingPongError {
+    /// Allocating or mapping a word in GPU memory through BAR1 failed.
     #[error(transparent)]
     Bar(#[from] BarError),
+    /// A CUDA driver or NVRTC call failed (compiling, allocating, launching, copying).
     #[error(transparent)]
     Cuda(#[from] CudaError),
+    /// The CPU saw no answer within the timeout; it then asked the GPU thread to stop.
     #[error("no answer from the GPU thread in round {round} within {timeout:?} ({placement})")]
     Timeout {
+        /// The round that got no answer.
         round: u32,
+        /// The bound the CPU waited per round.
         timeout: Duration,
+        /// Where the two words were.
         placement: PingPongPlacement,
     },
+    /// The GPU thread saw no flag for the round within the timeout and gave up (it wrote
+    /// `u32::MAX` into the answer).
     #[error("the GPU thread's watchdog fired in round {round} ({placement})")]
     Watchdog {
+        /// The round the CPU was waiting for.
         round: u32,
+        /// Where the two words were.
         placement: PingPongPlacement,
     },
+    /// Warm-up plus measured rounds reach `u32::MAX`, the value that tells the GPU thread to
+    /// stop. Nothing was run.
     #[error("{warmup} warm-up + {rounds} rounds is too many (at most {} in all)", STOP - 1)]
-    TooManyRounds { warmup: u32, rounds: u32 },
+    TooManyRounds {
+        /// Warm-up rounds asked for.
+        warmup: u32,
+        /// Measured rounds asked for.
+        rounds: u32,
+    },
+    /// The host-centric kernel answered round `round` with something other than `round + 1`.
     #[error("wrong answer in round {round}: got {got}")]
-    WrongAnswer { round: u32, got: u32 },
+    WrongAnswer {
+        /// The round answered wrongly.
+        round: u32,
+        /// The word the kernel wrote back.
+        got: u32,
+    },
 }
 
 /// Where the flag (CPU -> GPU) and the answer (GPU -> CPU) words live.
@@ -61,6 +86,8 @@ pub enum PingPongPlacement {
 }
 
 impl PingPongPlacement {
+    /// The four placements, in the order `gdr pplat` runs them: the queues' Lynx placement
+    /// (flag in GPU memory, answer in host memory) first.
     pub const ALL: [PingPongPlacement; 4] = [
         PingPongPlacement::GpuFlagHostAnswer,
         PingPongPlacement::HostFlagHostAnswer,

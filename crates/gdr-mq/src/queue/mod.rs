@@ -31,7 +31,9 @@ pub(crate) trait WorkerLink: Send + Sync {
 /// Counters of one queue pair.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct QueueStats {
+    /// Requests sent since the queue was made (written to their slots and published).
     pub sent: u64,
+    /// Responses received (taken by the host, including one dropped as too long).
     pub received: u64,
     /// Doorbell writes: `sent / doorbells` is the batching achieved.
     pub doorbells: u64,
@@ -39,8 +41,11 @@ pub struct QueueStats {
     pub full: u64,
     /// Most messages in flight at once.
     pub max_in_flight: u64,
-    /// Messages and batches the workers report having answered.
+    /// Messages the workers report having answered (`QueueStatus::messages`, written once per
+    /// retired batch, so it may lag the responses already in TX).
     pub worker_messages: u64,
+    /// Batches the workers report having retired (`QueueStatus::batches`):
+    /// `worker_messages / worker_batches` is the workers' batch size.
     pub worker_batches: u64,
 }
 
@@ -129,7 +134,8 @@ pub(crate) fn init_rings(geo: &Geometry, rx: &Region, tx: &Region, first_index: 
 /// Packs a request into RX words (`rx_words` geometry): len, tag low, tag high, 0, then 4
 /// payload bytes per word (the last zero-padded), each word `(data, seq)`; `words` in all
 /// (more than the request needs pads with `(0, seq)`, which restamps the slot). Written in
-/// place into a buffer sized once (a push per word cost ~0.4 us for a 784-byte request).
+/// place into a buffer sized once (a push per word was a large part of a big request's send:
+/// docs/results/2026-11-22-mq.md, "What we tried").
 fn pack_words(out: &mut Vec<u8>, seq: u32, tag: u64, msg: &[u8], words: usize) {
     // Whole 16-byte units (the GPU checks both words of each), then any restamp padding.
     let have = layout::TX_HEADER_WORDS + msg.len().div_ceil(4);
@@ -220,10 +226,14 @@ impl QueuePair {
         self.p.wait_timeout
     }
 
+    /// Sets the bound of the blocking calls from now on (initially
+    /// [`QueueConfig::wait_timeout`](crate::QueueConfig::wait_timeout)).
     pub fn set_wait_timeout(&mut self, t: Duration) {
         self.p.wait_timeout = t;
     }
 
+    /// The queue's counters now: the host's own, and the workers' totals read from the status
+    /// record.
     pub fn stats(&self) -> QueueStats {
         QueueStats {
             sent: self.sent,
