@@ -160,15 +160,15 @@ fn semantics_program() {
     gpu_program("semantics_program", "semantics.c", " 0 failed");
 }
 
-/// The copy paths again with every copy on the calling thread's loads and stores
-/// (`GDR_CAPI_COPY=mapping`, gdrcopy's behaviour): the switch works and keeps the contract.
+/// The copy paths again with the library choosing a path per size (`GDR_CAPI_COPY=auto`:
+/// several threads, the copy engine): the same contract as the calling thread's copies.
 #[test]
-fn semantics_copies_on_the_mapping() {
+fn semantics_copies_on_chosen_paths() {
     gpu_program_with(
-        "semantics_copies_on_the_mapping",
+        "semantics_copies_on_chosen_paths",
         "semantics.c",
         &["copy_paths"],
-        &[("GDR_CAPI_COPY", "mapping")],
+        &[("GDR_CAPI_COPY", "auto")],
         "1 passed, 0 failed",
     );
 }

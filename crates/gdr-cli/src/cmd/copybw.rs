@@ -41,8 +41,8 @@ struct Row {
     auto_path: String,
     best_gbps: f64,
     auto_vs_best: f64,
-    /// libgdrapi's `gdr_copy_to_mapping` / `gdr_copy_from_mapping` on a mapping of its own
-    /// (absent when libgdrapi could not pin and map here).
+    /// libgdrapi's `gdr_copy_to_mapping` / `gdr_copy_from_mapping` on a mapping of its own, on
+    /// the paths `GDR_CAPI_COPY` lets it take (absent when libgdrapi could not pin and map here).
     #[serde(skip_serializing_if = "Option::is_none")]
     capi_gbps: Option<f64>,
     /// C API / auto: 1.0 means C callers copy as fast as the auto copier.
@@ -68,7 +68,8 @@ pub fn run(args: CopybwArgs) -> CmdResult {
     let auto = copier_for(&be, &args.report)?;
     let max = *args.sizes.iter().max().expect("checked non-empty");
     let buf = be.alloc(max, 4096)?;
-    // libgdrapi's copies, timed beside the Rust paths; without it the rows say nothing of C.
+    // libgdrapi's copies, timed beside the Rust paths (on the paths GDR_CAPI_COPY lets the
+    // library take); without it the rows say nothing of C.
     let capi = match CapiMapping::open(be.context(), max) {
         Ok(m) => Some(m),
         Err(e) => {

@@ -47,7 +47,8 @@ pub struct CopylatRow {
     /// best / auto: 1.0 means the auto copier is as fast as the best path.
     pub auto_vs_best: f64,
     /// libgdrapi's `gdr_copy_to_mapping` / `gdr_copy_from_mapping` on a mapping of its own,
-    /// median (absent when libgdrapi could not pin and map here).
+    /// median, on the paths `GDR_CAPI_COPY` lets it take (absent when libgdrapi could not pin
+    /// and map here).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capi_median_us: Option<f64>,
     /// auto median / C API median: 1.0 means C callers copy as fast as the auto copier.
@@ -121,7 +122,8 @@ pub fn measure(
 ) -> Result<Vec<CopylatRow>, Box<dyn std::error::Error + Send + Sync>> {
     let max = *sizes.iter().max().unwrap_or(&1);
     let buf = be.alloc(max, 4096)?;
-    // libgdrapi's copies, timed beside the Rust paths; without it the rows say nothing of C.
+    // libgdrapi's copies, timed beside the Rust paths (on the paths GDR_CAPI_COPY lets the
+    // library take); without it the rows say nothing of C.
     let capi = match CapiMapping::open(be.context(), max) {
         Ok(m) => Some(m),
         Err(e) => {
