@@ -31,7 +31,10 @@ fn info_of(g: *mut c_void, mh: GdrMh) -> Result<GdrInfoV2, c_int> {
     })
 }
 
-/// `gdr_get_info_v2`.
+/// gdrcopy's `gdr_get_info_v2`: fills `*info` with handle `mh`'s range and mapping state
+/// ([`GdrInfoV2`]).
+///
+/// 0, or EINVAL when `info` is NULL, `g` is not open or `mh` is not a handle of `g`.
 #[no_mangle]
 pub extern "C" fn gdr_get_info_v2(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV2) -> c_int {
     guard("gdr_get_info_v2", || {
@@ -46,7 +49,8 @@ pub extern "C" fn gdr_get_info_v2(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV
 }
 
 /// `gdr_get_info`: gdrcopy's v1 call, still exported for binaries and `dlsym` users (NCCL);
-/// fills the 40-byte v1 struct only.
+/// fills the 40-byte v1 struct only ([`GdrInfoV1`]; in C source the name means
+/// `gdr_get_info_v2`). Errors as [`gdr_get_info_v2`].
 #[no_mangle]
 pub extern "C" fn gdr_get_info(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV1) -> c_int {
     guard("gdr_get_info", || {
@@ -70,7 +74,12 @@ pub extern "C" fn gdr_get_info(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV1) 
     })
 }
 
-/// `gdr_get_attribute`.
+/// gdrcopy's `gdr_get_attribute`: writes the value of attribute `attr` of `g` to `*v`
+/// ([`ATTR_USE_PERSISTENT_MAPPING`], [`ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE`],
+/// [`ATTR_USING_DMA_BUF_MMAP`] and gdr's [`ATTR_GDR_BACKEND`]).
+///
+/// 0, or EINVAL when `v` is NULL, `g` is not open or `attr` is none of those, or EIO when
+/// gdrdrv's own answer cannot be had.
 #[no_mangle]
 pub extern "C" fn gdr_get_attribute(g: *mut c_void, attr: c_int, v: *mut c_int) -> c_int {
     guard("gdr_get_attribute", || {
@@ -110,7 +119,10 @@ pub extern "C" fn gdr_get_attribute(g: *mut c_void, attr: c_int, v: *mut c_int) 
     })
 }
 
-/// `gdr_get_mapping_type_string`.
+/// gdrcopy's `gdr_get_mapping_type_string`: writes to `*pstr` a static NUL-terminated name of
+/// `mapping_type` ("None", "Write Combining", "Caching", "Device").
+///
+/// 0, or EINVAL for any other value or a NULL `pstr`.
 #[no_mangle]
 pub extern "C" fn gdr_get_mapping_type_string(
     mapping_type: c_uint,
@@ -128,15 +140,20 @@ pub extern "C" fn gdr_get_mapping_type_string(
     })
 }
 
-/// `gdr_runtime_get_version`: the API level this library implements.
+/// gdrcopy's `gdr_runtime_get_version`: writes the API level this library implements,
+/// [`API_MAJOR`].[`API_MINOR`] (2.6), to `*major` and `*minor`; a NULL pointer is skipped.
+/// Cannot fail, and works without a GPU or a `gdr_t`.
 #[no_mangle]
 pub extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) {
     let _ = put(major, API_MAJOR);
     let _ = put(minor, API_MINOR);
 }
 
-/// `gdr_driver_get_version`: gdrdrv's version, or [`USER_SPACE_DRIVER_VERSION`] for the
-/// backends without a kernel module.
+/// gdrcopy's `gdr_driver_get_version`: writes gdrdrv's version to `*major` and `*minor`, or
+/// [`USER_SPACE_DRIVER_VERSION`] on the backends without a kernel module (so that version
+/// gates such as NCCL's accept a backend that works).
+///
+/// 0, or EINVAL when a pointer is NULL or `g` is not open.
 #[no_mangle]
 pub extern "C" fn gdr_driver_get_version(
     g: *mut c_void,

@@ -1,11 +1,85 @@
 //! gdr's `libgdrapi.so.2`: gdrcopy 2.6's C API and ABI (see `include/gdrapi.h`) on top of gdr,
 //! pinning through [`gdr::bar::Pinner`] (gdrdrv, dma-buf mmap or Vulkan import), with one
-//! extension, `gdr_alloc_mapped`, for machines where only new memory can be mapped.
+//! extension, [`gdr_alloc_mapped`], for machines where only new memory can be mapped.
 //!
 //! Every entry point catches panics (none may unwind into C) and returns 0 or a positive errno.
-//! Handles and `gdr_t` values live in one process-wide table ([`table`]), so a stale or made-up
-//! one is answered with EINVAL. Messages follow gdrcopy's `GDRCOPY_ENABLE_LOGGING` /
-//! `GDRCOPY_LOG_LEVEL` ([`log`]).
+//! Handles and `gdr_t` values live in one process-wide table (the private `table` module), so a
+//! stale or made-up one is answered with EINVAL. Messages follow gdrcopy's
+//! `GDRCOPY_ENABLE_LOGGING` / `GDRCOPY_LOG_LEVEL` (the private `log` module).
+//!
+//! # Errors every entry point shares
+//!
+//! Besides the errnos each function lists: EIO when gdr panics inside the call (the panic is
+//! caught and logged), and in a child forked after `gdr_open`, EINVAL for every call but
+//! `gdr_open`, `gdr_runtime_get_version` and `gdr_close` of the child's own `gdr_t` (neither
+//! CUDA nor the parent's mappings carry across fork). `gdr_open` signals failure with NULL, and
+//! `gdr_runtime_get_version` cannot fail.
+//!
+//! The entry points are safe Rust functions that take C pointers: as in C, an out-pointer must
+//! be NULL (refused with EINVAL) or writable, and a copy's host buffer must hold `size` bytes;
+//! only the GPU side of a copy is checked against the handle's mapping.
+//!
+//! # Example
+//!
+//! gdrcopy's sequence from Rust, through this crate's rlib (the library's crate name is
+//! `gdrapi`): open, allocate GPU memory with a CPU mapping (gdr's extension; pinning existing
+//! memory with `gdr_pin_buffer` goes on the same way), map, copy in and out, release. Without a
+//! usable GPU `gdr_open` answers NULL, as gdrcopy's does, and the example stops there.
+//!
+//! ```
+//! use gdrapi::*;
+//! use std::ffi::{c_ulong, c_void};
+//!
+//! let (mut major, mut minor) = (0, 0);
+//! gdr_runtime_get_version(&mut major, &mut minor);
+//! assert_eq!((major, minor), (API_MAJOR, API_MINOR));
+//! // A `gdr_t` that was never opened is refused, not followed.
+//! assert_eq!(gdr_close(std::ptr::null_mut()), libc::EINVAL);
+//!
+//! let g = gdr_open();
+//! if g.is_null() {
+//!     // No usable GPU or no backend here (GDRCOPY_ENABLE_LOGGING=1 says which).
+//! #   // The skip rule of every GPU test: a failure under GDR_REQUIRE_GPU=1, else logged.
+//! #   gdr_testing::skip_or_fail::<()>("gdr_capi crate example (doctest)", "gdr_open() gave NULL");
+//!     return;
+//! }
+//! let mut backend = 0;
+//! assert_eq!(gdr_get_attribute(g, ATTR_GDR_BACKEND, &mut backend), 0);
+//! // A handle that was never handed out is refused too.
+//! assert_eq!(gdr_unpin_buffer(g, GdrMh { h: 0 }), libc::EINVAL);
+//!
+//! let size = 1 << 16;
+//! let (mut dptr, mut mh): (c_ulong, GdrMh) = (0, GdrMh { h: 0 });
+//! match gdr_alloc_mapped(g, size, &mut dptr, &mut mh) {
+//!     0 => {
+//!         let mut va: *mut c_void = std::ptr::null_mut();
+//!         assert_eq!(gdr_map(g, mh, &mut va, size), 0);
+//!         let mut info = GdrInfoV2::default();
+//!         assert_eq!(gdr_get_info_v2(g, mh, &mut info), 0);
+//!         assert_eq!(info.mapping_type, MAPPING_TYPE_WC);
+//!         // `va` maps `info.va`: GPU address d is at va + (d - info.va).
+//!         let at = |d: u64| -> *mut c_void {
+//!             va.cast::<u8>().wrapping_add((d - info.va) as usize).cast()
+//!         };
+//!
+//!         let msg = *b"hello, BAR1";
+//!         let mut back = [0u8; 11];
+//!         let p = at(dptr as u64);
+//!         assert_eq!(gdr_copy_to_mapping(mh, p, msg.as_ptr().cast(), msg.len()), 0);
+//!         assert_eq!(gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), p, back.len()), 0);
+//!         assert_eq!(back, msg);
+//!         // Past the mapping: refused before any byte is copied.
+//!         let past = at(info.va + size as u64);
+//!         assert_eq!(gdr_copy_to_mapping(mh, past, msg.as_ptr().cast(), 1), libc::EINVAL);
+//!
+//!         assert_eq!(gdr_unmap(g, mh, va, size), 0);
+//!         assert_eq!(gdr_free_mapped(g, mh), 0);
+//!     }
+//!     // ENOTSUP: this GPU has no Vulkan mapping (pinning may still work).
+//!     e => println!("gdr_alloc_mapped: errno {e} on backend {backend}"),
+//! }
+//! assert_eq!(gdr_close(g), 0);
+//! ```
 
 // The entry points are C functions whose pointer contracts are the header's; Rust callers are
 // only this crate's tests and `gdr apiperf`. `c_ulong` is u64 here but not on every target.
@@ -24,10 +98,12 @@ use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use table::{forked, with_state, Gdr, Handle, Kind};
 
-/// `gdr_mh_t`.
+/// `gdr_mh_t`: a pin or allocation handle, passed by value.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GdrMh {
+    /// The handle's number in the process-wide table: a counter value from 1 up, never
+    /// handed out twice (0 is never a handle).
     pub h: c_ulong,
 }
 
@@ -36,12 +112,24 @@ pub struct GdrMh {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GdrInfoV2 {
+    /// GPU virtual address of the first byte the handle covers: the pinned address rounded
+    /// down to `page_size`, within the pinned allocation (what `gdr_map`'s CPU address maps).
     pub va: u64,
+    /// Bytes covered from `va`: the pinned range rounded out to `page_size`, clamped to what
+    /// the backend pinned; the most `gdr_map` may map.
     pub mapped_size: u64,
+    /// The granule of `va` and `mapped_size` in bytes: 64 KiB (gdrcopy's `GPU_PAGE_SIZE`),
+    /// the host page size on the dma-buf backend.
     pub page_size: u32,
+    /// Deprecated by gdrcopy; always 0.
     pub tm_cycles: u64,
+    /// Deprecated by gdrcopy; always 0.
     pub cycles_per_ms: u32,
+    /// Bit 0 `mapped`, bit 1 `wc_mapping`: both set while a `gdr_map` mapping is live (every
+    /// mapping is write-combined), both clear otherwise.
     pub flags: c_uint,
+    /// A `GDR_MAPPING_TYPE_*` value: [`MAPPING_TYPE_WC`] while mapped, [`MAPPING_TYPE_NONE`]
+    /// otherwise.
     pub mapping_type: c_uint,
 }
 
@@ -50,33 +138,60 @@ pub struct GdrInfoV2 {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GdrInfoV1 {
+    /// As [`GdrInfoV2::va`].
     pub va: u64,
+    /// As [`GdrInfoV2::mapped_size`].
     pub mapped_size: u64,
+    /// As [`GdrInfoV2::page_size`].
     pub page_size: u32,
+    /// Deprecated by gdrcopy; always 0.
     pub tm_cycles: u64,
+    /// Deprecated by gdrcopy; always 0.
     pub cycles_per_ms: u32,
+    /// As [`GdrInfoV2::flags`].
     pub flags: c_uint,
 }
 
+/// `GDR_MAPPING_TYPE_NONE`: the handle is not mapped.
 pub const MAPPING_TYPE_NONE: c_uint = 0;
+/// `GDR_MAPPING_TYPE_WC`: write-combined, the type of every mapping gdr makes.
 pub const MAPPING_TYPE_WC: c_uint = 1;
+/// `GDR_MAPPING_TYPE_CACHING`: gdrcopy's cached mapping; gdr never makes one (only
+/// `gdr_get_mapping_type_string` knows it).
 pub const MAPPING_TYPE_CACHING: c_uint = 2;
+/// `GDR_MAPPING_TYPE_DEVICE`: gdrcopy's device (uncached) mapping; gdr never makes one (only
+/// `gdr_get_mapping_type_string` knows it).
 pub const MAPPING_TYPE_DEVICE: c_uint = 3;
+/// `GDR_MAP_FLAG_DEFAULT`: the library's own choice of mapping, write-combined here.
 pub const MAP_FLAG_DEFAULT: c_int = 0;
+/// `GDR_MAP_FLAG_REQ_WC_MAPPING`: a write-combined mapping, granted; `gdr_map_v2` refuses the
+/// caching and device requests (2, 3) with EINVAL, as gdrcopy's dma-buf backend does.
 pub const MAP_FLAG_REQ_WC_MAPPING: c_int = 1;
+/// `GDR_ATTR_USE_PERSISTENT_MAPPING`: whether pins hold the memory until unpinned; gdrdrv's
+/// answer on that backend, 1 on dma-buf and Vulkan.
 pub const ATTR_USE_PERSISTENT_MAPPING: c_int = 1;
+/// `GDR_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE`: whether [`PIN_FLAG_FORCE_PCIE`] is honoured;
+/// gdrdrv's answer on that backend, 1 on dma-buf and Vulkan (every mapping of a discrete GPU
+/// on an x86 host is BAR1 over PCIe).
 pub const ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE: c_int = 2;
+/// `GDR_ATTR_USING_DMA_BUF_MMAP`: 1 on the dma-buf backend, 0 on gdrdrv and Vulkan.
 pub const ATTR_USING_DMA_BUF_MMAP: c_int = 3;
-/// gdr extension: which backend (`GDR_ATTR_GDR_BACKEND`).
+/// gdr extension, `GDR_ATTR_GDR_BACKEND`: which backend a `gdr_t` pins with, as
+/// [`backend_code`] numbers them (`GDR_GDR_BACKEND_GDRDRV`, `_DMABUF`, `_VULKAN`).
 pub const ATTR_GDR_BACKEND: c_int = 0x1000;
+/// `GDR_PIN_FLAG_FORCE_PCIE`, the one flag `gdr_pin_buffer_v2` accepts (what every mapping is
+/// anyway); any other bit is EINVAL.
 pub const PIN_FLAG_FORCE_PCIE: u32 = 1;
+/// `GDR_API_MAJOR_VERSION`: the gdrcopy API major version implemented, 2.
 pub const API_MAJOR: c_int = 2;
+/// `GDR_API_MINOR_VERSION`: the gdrcopy API minor version implemented, 6.
 pub const API_MINOR: c_int = 6;
 /// What `gdr_driver_get_version` answers on the backends without a kernel module: the gdrdrv
 /// interface level they implement (see the header).
 pub const USER_SPACE_DRIVER_VERSION: (c_int, c_int) = (2, 6);
 
-/// `GDR_GDR_BACKEND_*`.
+/// The `GDR_GDR_BACKEND_*` number of a backend, what `gdr_get_attribute` answers for
+/// [`ATTR_GDR_BACKEND`]: 1 gdrdrv, 2 dma-buf, 3 Vulkan.
 pub fn backend_code(b: PinBackend) -> c_int {
     match b {
         PinBackend::GdrDrv => 1,
@@ -182,7 +297,14 @@ fn is_child_token(g: *mut c_void) -> bool {
     g as usize & 1 == 1
 }
 
-/// `gdr_open`.
+/// gdrcopy's `gdr_open`: opens CUDA device 0 (or `GDR_CUDA_DEVICE`), picks the first pinning
+/// backend that works there (gdrdrv, dma-buf mmap, Vulkan; `GDRCOPY_USE_DMABUF_MMAP=1` or
+/// `GDR_BACKEND` choose one) and opens Vulkan for [`gdr_alloc_mapped`].
+///
+/// Returns a `gdr_t`: an opaque token, not a pointer, valid until [`gdr_close`]. NULL when
+/// no GPU is usable, when no backend works (nor `gdr_alloc_mapped`), or when the backend
+/// `GDRCOPY_USE_DMABUF_MMAP=1` asks for does not; the log says why, and there is no errno.
+/// In a child forked after a `gdr_open`, a token that only `gdr_close` accepts.
 #[no_mangle]
 pub extern "C" fn gdr_open() -> *mut c_void {
     if forked() {
@@ -215,7 +337,10 @@ pub extern "C" fn gdr_open() -> *mut c_void {
     .unwrap_or(std::ptr::null_mut())
 }
 
-/// `gdr_close`.
+/// gdrcopy's `gdr_close`: unmaps and unpins every handle still held through `g`, frees its
+/// [`gdr_alloc_mapped`] memory, and forgets `g`.
+///
+/// 0, or EINVAL when `g` is not an open `gdr_t` (closed before, made up, NULL).
 #[no_mangle]
 pub extern "C" fn gdr_close(g: *mut c_void) -> c_int {
     if forked() && is_child_token(g) {
@@ -436,8 +561,19 @@ fn insert(g: *mut c_void, entry: Handle) -> Option<u64> {
     h
 }
 
-/// `gdr_pin_buffer`. The P2P token and VA space (for legacy UVA-less code) are ignored, as
-/// gdrcopy's own dma-buf backend does.
+/// gdrcopy's `gdr_pin_buffer`: pins `size` bytes of CUDA device memory at `addr` for a CPU
+/// mapping, through the backend of the GPU that owns `addr`, and writes the new handle to
+/// `*handle`. The P2P token and VA space (for legacy UVA-less code) are ignored, as gdrcopy's
+/// own dma-buf backend does. The range the handle covers is `addr` rounded out to pages
+/// ([`GdrInfoV2`]).
+///
+/// 0, or:
+/// - EINVAL: `g` not open, `handle` NULL, `size` 0, `addr` not CUDA device memory, or the
+///   range not inside one allocation;
+/// - ENOTSUP: no backend can pin on that GPU, or this one cannot pin this kind of memory (a
+///   plain `cuMemAlloc` range on Vulkan without gdr's allocator; the log says what works);
+/// - ENOMEM: memory ran out while gdr's allocator mapped the chunk that holds the range;
+/// - EIO: the backend failed otherwise.
 #[no_mangle]
 pub extern "C" fn gdr_pin_buffer(
     g: *mut c_void,
@@ -450,7 +586,10 @@ pub extern "C" fn gdr_pin_buffer(
     guard("gdr_pin_buffer", || pin(g, addr, size, handle))
 }
 
-/// `gdr_pin_buffer_v2`: FORCE_PCIE is what every mapping is on an x86 host with a discrete GPU.
+/// gdrcopy's `gdr_pin_buffer_v2`: [`gdr_pin_buffer`] with `flags`, a set of
+/// `gdr_pin_flags_t` bits: only [`PIN_FLAG_FORCE_PCIE`], which is what every mapping is on an
+/// x86 host with a discrete GPU, so it changes nothing. Errors as `gdr_pin_buffer`, and EINVAL
+/// for any other flag bit.
 #[no_mangle]
 pub extern "C" fn gdr_pin_buffer_v2(
     g: *mut c_void,
@@ -489,7 +628,11 @@ fn take_handle(g: *mut c_void, mh: GdrMh, accept: fn(&Kind) -> bool) -> c_int {
     }
 }
 
-/// `gdr_unpin_buffer` (a live mapping is torn down first).
+/// gdrcopy's `gdr_unpin_buffer`: unpins handle `mh` of `g` (a live mapping is torn down
+/// first) and forgets it.
+///
+/// 0, or EINVAL when `g` is not open, `mh` is not a handle of `g`, or it came from
+/// [`gdr_alloc_mapped`] (released with [`gdr_free_mapped`]).
 #[no_mangle]
 pub extern "C" fn gdr_unpin_buffer(g: *mut c_void, mh: GdrMh) -> c_int {
     guard("gdr_unpin_buffer", || {
@@ -497,7 +640,11 @@ pub extern "C" fn gdr_unpin_buffer(g: *mut c_void, mh: GdrMh) -> c_int {
     })
 }
 
-/// `gdr_free_mapped` (extension).
+/// gdr extension, `gdr_free_mapped`: frees the memory of a [`gdr_alloc_mapped`] handle (a live
+/// mapping is torn down first) and forgets the handle.
+///
+/// 0, or EINVAL when `g` is not open, `mh` is not a handle of `g`, or it is a pin (released
+/// with [`gdr_unpin_buffer`]).
 #[no_mangle]
 pub extern "C" fn gdr_free_mapped(g: *mut c_void, mh: GdrMh) -> c_int {
     guard("gdr_free_mapped", || {
@@ -518,10 +665,14 @@ fn with_handle(g: *mut c_void, mh: GdrMh, f: impl FnOnce(&mut Handle) -> c_int) 
     })
 }
 
-/// `gdr_get_callback_flag`: whether the application freed the pinned memory before unpinning
-/// (gdrdrv says so itself; the persistent backends hold the memory until unpin and tell by the
-/// allocation's BUFFER_ID or, for allocator memory, by asking the allocator: see
+/// gdrcopy's `gdr_get_callback_flag`: writes 1 to `*flag` when the application freed the
+/// pinned memory before unpinning it, else 0 (always 0 for a [`gdr_alloc_mapped`] handle).
+/// gdrdrv says so itself; the persistent backends hold the memory until unpin and tell by the
+/// allocation's BUFFER_ID or, for allocator memory, by asking the allocator (see
 /// `Pinned::callback_fired`).
+///
+/// 0, or EINVAL (`flag` NULL, `g` not open, `mh` not a handle of `g`), or EIO when the check
+/// itself fails.
 #[no_mangle]
 pub extern "C" fn gdr_get_callback_flag(g: *mut c_void, mh: GdrMh, flag: *mut c_int) -> c_int {
     guard("gdr_get_callback_flag", || {
@@ -635,13 +786,24 @@ fn map_out(g: *mut c_void, mh: GdrMh, va: *mut *mut c_void, size: usize, flags: 
     }
 }
 
-/// `gdr_map`.
+/// gdrcopy's `gdr_map`: maps the first `size` bytes of handle `mh` for the CPU (write-combined)
+/// and writes to `*va` the CPU address of the handle's `va` ([`GdrInfoV2::va`]): GPU address
+/// `d` is at `*va + (d - info.va)`. One mapping per handle.
+///
+/// 0, or:
+/// - EINVAL: `g` not open, `mh` not a handle of `g`, `va` NULL, `size` 0 or larger than
+///   [`GdrInfoV2::mapped_size`], or a pin whose address does not start a page (as gdrcopy:
+///   pin the page-aligned range around the buffer);
+/// - EAGAIN: the handle is mapped already;
+/// - EIO: the backend could not map it.
 #[no_mangle]
 pub extern "C" fn gdr_map(g: *mut c_void, mh: GdrMh, va: *mut *mut c_void, size: usize) -> c_int {
     guard("gdr_map", || map_out(g, mh, va, size, MAP_FLAG_DEFAULT))
 }
 
-/// `gdr_map_v2`: `flags` is a `gdr_map_flags_t`; default and WC are granted (mappings are WC).
+/// gdrcopy's `gdr_map_v2`: [`gdr_map`] with `flags`, a `gdr_map_flags_t` value:
+/// [`MAP_FLAG_DEFAULT`] and [`MAP_FLAG_REQ_WC_MAPPING`] are granted (mappings are
+/// write-combined); the caching and device requests, and any other value, are EINVAL.
 #[no_mangle]
 pub extern "C" fn gdr_map_v2(
     g: *mut c_void,
@@ -653,7 +815,11 @@ pub extern "C" fn gdr_map_v2(
     guard("gdr_map_v2", || map_out(g, mh, va, size, flags))
 }
 
-/// `gdr_unmap`: `va` must be what gdr_map gave.
+/// gdrcopy's `gdr_unmap`: removes handle `mh`'s CPU mapping; `va` must be what [`gdr_map`]
+/// gave. The handle stays pinned and may be mapped again.
+///
+/// 0, or EINVAL when `g` is not open, `mh` is not a handle of `g`, it is not mapped, `va` is
+/// another address, or `size` is 0.
 #[no_mangle]
 pub extern "C" fn gdr_unmap(g: *mut c_void, mh: GdrMh, va: *mut c_void, size: usize) -> c_int {
     guard("gdr_unmap", || {
@@ -703,7 +869,15 @@ fn with_mapped_range(
     }
 }
 
-/// `gdr_copy_to_mapping`.
+/// gdrcopy's `gdr_copy_to_mapping`: copies `size` bytes from host memory at `h_ptr` to
+/// `map_d_ptr`, an address inside handle `mh`'s live mapping, with whole-line write-combining
+/// stores; the bytes are visible to the GPU when the call returns (a store fence ends it).
+/// `h_ptr` must hold `size` readable bytes. No ordering against GPU work already running is
+/// promised (see the GPUDirect RDMA guide).
+///
+/// 0, or EINVAL when `mh` is unknown or not mapped, `[map_d_ptr, map_d_ptr + size)` is not
+/// inside its mapping, or (for a `size` above 0) a pointer is NULL. `size` 0 copies nothing
+/// but still checks the handle.
 #[no_mangle]
 pub extern "C" fn gdr_copy_to_mapping(
     mh: GdrMh,
@@ -730,7 +904,12 @@ pub extern "C" fn gdr_copy_to_mapping(
     })
 }
 
-/// `gdr_copy_from_mapping`.
+/// gdrcopy's `gdr_copy_from_mapping`: copies `size` bytes from `map_d_ptr`, an address inside
+/// handle `mh`'s live mapping, to host memory at `h_ptr`, with streaming loads of whole
+/// aligned chunks (plain loads from write-combined memory are uncached round trips each).
+/// `h_ptr` must hold `size` writable bytes.
+///
+/// 0, or EINVAL as [`gdr_copy_to_mapping`].
 #[no_mangle]
 pub extern "C" fn gdr_copy_from_mapping(
     mh: GdrMh,
@@ -758,7 +937,17 @@ pub extern "C" fn gdr_copy_from_mapping(
     })
 }
 
-/// `gdr_alloc_mapped` (extension): GPU memory with a CPU mapping, through Vulkan.
+/// gdr extension, `gdr_alloc_mapped`: `size` bytes of new GPU memory on `g`'s GPU with a CPU
+/// mapping, through Vulkan (64 KiB aligned): for hosts where existing memory cannot be
+/// pinned. Writes the CUDA device address to `*dptr` and a handle to `*handle`, which works
+/// with [`gdr_map`], [`gdr_unmap`], `gdr_get_info(_v2)` and the copies, and is released with
+/// [`gdr_free_mapped`].
+///
+/// 0, or:
+/// - EINVAL: `g` not open, `dptr` or `handle` NULL, `size` 0 or a size Vulkan cannot lay out;
+/// - ENOTSUP: `gdr_open` found no usable Vulkan mapping on this GPU;
+/// - ENOMEM: the GPU memory (or its mappable part) is exhausted;
+/// - EIO: the allocation failed otherwise.
 #[no_mangle]
 pub extern "C" fn gdr_alloc_mapped(
     g: *mut c_void,

@@ -7,9 +7,11 @@ use crate::wire::Status;
 use crate::ServeError;
 use std::sync::Arc;
 
-/// App ids on the wire.
+/// The app id (request header offset 4) of `echo`: the response is the request's payload.
 pub const ID_ECHO: u16 = 1;
+/// The app id of `lenet`: a 784-byte 28x28 image in, ten f32 logits (40 bytes) out.
 pub const ID_LENET: u16 = 2;
+/// The app id of `vecadd`: n f32 `a` then n f32 `b` in (8n bytes), n f32 `a + b` out.
 pub const ID_VECADD: u16 = 3;
 /// Default id of a user app.
 pub const ID_USER: u16 = 100;
@@ -23,15 +25,21 @@ const KERNELS_CU: &str = include_str!("cuda/kernels.cu");
 /// The persistent worker kernel `kernels.cu` defines.
 const WORKER_KERNEL: &str = "gdr_serve_worker";
 
+/// Which app: one of the built-ins or a user's CUDA source.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AppKind {
+    /// Answers with the request's payload ([`ID_ECHO`]).
     Echo,
+    /// LeNet-5 inference on a 28x28 image ([`ID_LENET`]), with weights generated from a seed.
     Lenet {
+        /// The seed of the weights (the same on the GPU and in the CPU reference).
         seed: u32,
     },
+    /// Element-wise sum of two f32 vectors ([`ID_VECADD`]).
     Vecadd,
-    /// CUDA C defining `gdr_serve_app` (see `docs/serve.md`).
+    /// A user's app, [`ID_USER`] unless given another id.
     User {
+        /// CUDA C defining `gdr_serve_app` (see `docs/serve.md`).
         source: String,
     },
 }
@@ -180,18 +188,26 @@ impl App {
         })
     }
 
+    /// Which app this is.
     pub fn kind(&self) -> &AppKind {
         &self.kind
     }
+    /// The app's name: the built-in's (`echo`, `lenet`, `vecadd`) or the one a user app was
+    /// given (its file name); it names the device program and the reports.
     pub fn name(&self) -> &str {
         &self.name
     }
+    /// The app id requests for it carry in the `Gdr` framing.
     pub fn id(&self) -> u16 {
         self.id
     }
+    /// How many times each request's computation is repeated (1 to 1,000,000; the answer is
+    /// the same, the request heavier).
     pub fn work(&self) -> u32 {
         self.work
     }
+    /// Largest request payload in bytes (header excluded); longer ones are
+    /// [`Status::Oversized`].
     pub fn max_request(&self) -> usize {
         self.max_request
     }

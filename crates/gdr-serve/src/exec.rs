@@ -104,6 +104,7 @@ pub enum Idle {
 }
 
 impl Idle {
+    /// The idle policy a command line names: `spin` or `backoff`; None for anything else.
     pub fn parse(s: &str) -> Option<Idle> {
         match s {
             "spin" => Some(Idle::Spin),

@@ -15,6 +15,9 @@ use std::time::Duration;
 pub struct GpuShape {
     /// Slots per queue (power of two).
     pub slots: u32,
+    /// Where each queue's RX and TX rings live (GPU memory behind BAR1, or host memory);
+    /// the default, `Placement::LYNX`, puts the RX ring in GPU memory, which the network
+    /// thread writes through BAR1, and the TX ring in host memory, which it polls.
     pub placement: Placement,
     /// Threads of one worker block = warps * 32 (a power of two up to 16 warps).
     pub warps: u32,
@@ -118,9 +121,9 @@ fn cluster_refusal(
 
 /// The cluster sizes [`GpuShape::cluster`] 0 tries, in order: 8 blocks a request where the
 /// app has a cluster form and the rest of the shape and the GPU allow one, then 4 (when the
-/// GPU cannot hold that many clusters of 8 at once), then 1. Measured on the H100
-/// (docs/serve.md): LeNet's server-side p50 5.7-5.9 us over 8 SMs, 5.9-6.0 over 4, 7.4-7.6
-/// on one.
+/// GPU cannot hold that many clusters of 8 at once), then 1. The order is that of LeNet's
+/// server-side latency, lowest over 8 SMs, then 4, then one (the runs are in
+/// docs/results/2026-11-24-serve.md; docs/serve.md, "Clusters", says why).
 pub fn auto_cluster(ctx: &Context, app: &App, shape: &GpuShape) -> Result<Vec<u32>, ServeError> {
     let mut sizes = Vec::new();
     for c in [8, 4] {
@@ -225,7 +228,9 @@ fn launch_shape(
 /// `clock64` at its stage boundaries; [`GpuShape::profile`]).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct WorkerStages {
+    /// Which queue: `LABEL/qN`, the label given to [`worker_stages`] and the queue's index.
     pub queue: String,
+    /// Batches the worker received on that queue (the means are over these).
     pub batches: u64,
     /// Requests claimed -> in hand (header and first bytes read).
     pub recv_ns: f64,
@@ -288,6 +293,11 @@ pub struct HostCentricExec {
 unsafe impl Send for HostCentricExec {}
 
 impl HostCentricExec {
+    /// Loads `app`'s module on `ctx`, makes `streams` (at least 1) request slots, each a
+    /// stream with device and pinned host buffers for the app's largest request and response,
+    /// and runs the app's one-time setup (`gdr_serve_init`: LeNet's weights) with blocks of
+    /// `warps` warps, the block size every request is then launched with. `label` names the
+    /// executor in reports.
     pub fn new(
         ctx: &Context,
         app: &App,

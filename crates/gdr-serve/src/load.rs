@@ -22,25 +22,53 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How the load generator paces its requests.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub enum LoadMode {
-    /// Keep this many requests outstanding per client thread.
-    Closed { outstanding: usize },
-    /// Send at this many requests per second in total.
-    Open { rate: f64 },
+    /// Closed loop: a new request goes out as an answer comes back (or its request is lost).
+    Closed {
+        /// Requests kept outstanding per client thread (1 to
+        /// [`MAX_OUTSTANDING`](crate::MAX_OUTSTANDING)).
+        outstanding: usize,
+    },
+    /// Open loop: requests go out on a schedule, whatever comes back.
+    Open {
+        /// Requests per second over all client threads (above 0, at most
+        /// [`MAX_RATE`](crate::MAX_RATE)).
+        rate: f64,
+    },
 }
 
 /// What to send.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub enum Payload {
-    /// `size` bytes derived from the request id (checked on the way back).
-    Echo { size: usize },
-    /// 28x28 images: `images` distinct ones, with their reference logits for checking.
-    Lenet { seed: u32, images: usize },
-    /// `n` f32 pairs.
-    Vecadd { n: usize },
-    /// `size` bytes to app `app`, answers not checked.
-    Raw { app: u16, size: usize },
+    /// Requests for `echo`: bytes derived from the request id, so that the answer can be
+    /// checked without keeping the request.
+    Echo {
+        /// Payload bytes per request.
+        size: usize,
+    },
+    /// Requests for `lenet`: 28x28 images, cycled through by request id, with their reference
+    /// logits for checking.
+    Lenet {
+        /// The weight seed the server's lenet runs with (the references are computed with
+        /// it).
+        seed: u32,
+        /// Distinct images (at least 1, at most [`MAX_IMAGES`](crate::MAX_IMAGES)).
+        images: usize,
+    },
+    /// Requests for `vecadd`: `n` f32 pairs derived from the request id.
+    Vecadd {
+        /// Elements of each vector: the payload is `8 * n` bytes, the answer `4 * n`.
+        n: usize,
+    },
+    /// Bytes derived from the request id to any app; answers are not checked.
+    Raw {
+        /// The app id the requests carry.
+        app: u16,
+        /// Payload bytes per request.
+        size: usize,
+    },
 }
 
 impl Payload {
@@ -106,13 +134,20 @@ fn max_datagram(t: SocketAddr) -> usize {
     }
 }
 
+/// What a load run sends, where and how ([`run_load`](crate::run_load)); checked by
+/// [`check`](Self::check) before anything is allocated.
 #[derive(Clone, Debug)]
 pub struct LoadConfig {
+    /// The server's address (IPv4 or IPv6).
     pub target: SocketAddr,
+    /// What each request carries.
     pub payload: Payload,
+    /// Closed or open loop.
     pub mode: LoadMode,
     /// Sending stops after this long, or after `requests` in total, whichever is first.
     pub duration: Duration,
+    /// Requests to send in all, shared out over the threads; None: as many as `duration`
+    /// allows.
     pub requests: Option<u64>,
     /// Client threads (each its own socket).
     pub threads: usize,
@@ -143,11 +178,17 @@ impl Default for LoadConfig {
     }
 }
 
+/// What a load run did: every request accounted for (`sent = answered + lost` once the run
+/// has waited out its timeout), latency, throughput and, when asked, the server's counters.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct LoadReport {
+    /// The configuration's mode (None only in a default-built report).
     pub mode: Option<LoadMode>,
+    /// The configuration's payload (None only in a default-built report).
     pub payload: Option<Payload>,
+    /// Client threads.
     pub threads: usize,
+    /// Seconds from the start of sending to the last thread's end (its drain included).
     pub elapsed_s: f64,
     /// Datagrams the kernel took.
     pub sent: u64,
@@ -168,10 +209,13 @@ pub struct LoadReport {
     pub stray: u64,
     /// Datagrams the client's own sockets dropped (buffer full).
     pub client_drops: u64,
+    /// Ok answers checked and right (with `verify`).
     pub verified: u64,
+    /// Ok answers checked and wrong (with `verify`): the run fails.
     pub verify_failed: u64,
     /// Ok answers per second over the sending period.
     pub throughput_rps: f64,
+    /// Send to answer, over every answered request (ok or error status), in microseconds.
     pub latency: LatencySummary,
     /// Whether the server was asked for its counters.
     pub server_stats: bool,
@@ -181,6 +225,7 @@ pub struct LoadReport {
 }
 
 impl LoadReport {
+    /// Requests answered, with ok or with an error status.
     pub fn answered(&self) -> u64 {
         self.ok + self.errors.values().sum::<u64>()
     }

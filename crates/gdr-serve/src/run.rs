@@ -25,6 +25,8 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// The mode a command line names: `gpu-queue` (or `gpu`, `lynx`), `host-centric` (or
+    /// `host`), `cpu`; None for anything else.
     pub fn parse(s: &str) -> Option<Mode> {
         match s {
             "gpu-queue" | "gpu" | "lynx" => Some(Mode::GpuQueue),
@@ -34,6 +36,7 @@ impl Mode {
         }
     }
 
+    /// The mode's canonical command-line name, as reports print it.
     pub fn name(self) -> &'static str {
         match self {
             Mode::GpuQueue => "gpu-queue",
@@ -47,19 +50,26 @@ impl Mode {
 /// try something is not open to the network.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9000";
 
+/// Everything a whole server run ([`serve`]) needs besides the app; checked by
+/// [`check`](Self::check) before anything is allocated.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
+    /// The UDP address to bind ([`DEFAULT_LISTEN`] by default: loopback only).
     pub listen: SocketAddr,
+    /// Where requests are executed.
     pub mode: Mode,
     /// GPU ordinals; requests go round robin over them (CPU mode: that many CPU queue sets).
     pub gpus: Vec<usize>,
     /// Network threads (CPU cores on the data path).
     pub threads: usize,
+    /// The GPU side (queue slots, placement, worker blocks, clusters); CPU mode uses only its
+    /// `slots`, host-centric mode only its `warps`.
     pub shape: GpuShape,
     /// Most requests in flight per queue (bounds queueing delay; the rest is shed).
     pub max_in_flight: usize,
     /// Host-centric: streams (requests in flight) per network thread and GPU.
     pub streams: usize,
+    /// How the network threads behave (framing, batch, error replies, idling).
     pub server: ServerConfig,
     /// Serve for this long, counted from when the backends are ready (setup, such as
     /// compiling and launching GPU workers, is not serving time); None: until `stop`.

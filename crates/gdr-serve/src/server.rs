@@ -36,6 +36,7 @@ const IDLE_POLL_MS: i32 = 10;
 /// How the server behaves.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
+    /// How requests and responses are laid out.
     pub framing: Framing,
     /// Answer bad input with an error code (true) or drop it silently (false, the default);
     /// both counted. Even when true, a datagram shorter than the error reply gets none: the
@@ -94,16 +95,31 @@ counters! {
     no_reply,
     /// Answered with `app_failed`.
     app_failed,
-    /// Bad input, by kind.
-    empty, truncated, oversized, unknown_app, bad_header,
-    /// Bad input answered with an error code / dropped.
-    bad_replied, bad_dropped,
+    /// Bad input: datagrams of zero bytes (`Status::Empty`).
+    empty,
+    /// Bad input: shorter than the header, or a payload shorter than the app needs
+    /// (`Status::Truncated`).
+    truncated,
+    /// Bad input: longer than the receive buffer or the app's largest request
+    /// (`Status::Oversized`).
+    oversized,
+    /// Bad input: for an app this server does not run (`Status::UnknownApp`).
+    unknown_app,
+    /// Bad input: not our magic, version or kind, or a counters query to a server without
+    /// stats (`Status::BadHeader`).
+    bad_header,
+    /// Bad input answered with its error code.
+    bad_replied,
+    /// Bad input dropped without a reply (error replies off, no reply wanted, or the reply
+    /// would be longer than the datagram).
+    bad_dropped,
     /// Requests dropped because every executor of the thread was full.
     shed,
     /// Datagrams the kernel dropped because the socket buffer was full (SO_RXQ_OVFL).
     kernel_drops,
     /// Datagrams that could not be sent.
     send_failed,
+    /// Counters queries answered (with stats on; without, they count as `bad_header`).
     stats_queries,
     /// In flight when the drain timed out or their executor failed.
     abandoned,
@@ -130,19 +146,24 @@ impl Counters {
 /// What a run of the server did.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ServeReport {
+    /// The app's name.
     pub app: String,
+    /// Network threads.
     pub threads: usize,
+    /// Every executor's name, thread by thread (`gpu0/q1`, `gpu0/hc1`, `cpu0/q1`, ...).
     pub executors: Vec<String>,
     /// From the start of `run::serve` to ready (binding, building the backends: compiling
     /// and launching GPU workers); 0 when the caller built them (`Server::run`).
     pub setup_s: f64,
     /// Serving, from the network threads' start to the end of the drain.
     pub elapsed_s: f64,
+    /// What the server saw and did over the run.
     pub counters: Counters,
     /// Datagram received -> response handed to the socket, for answered requests.
     pub server_time: LatencySummary,
     /// The same time in three stages, to see where it goes.
     pub server_stages: StageSummary,
+    /// The histogram `server_time` summarises (not serialised), for merging or plotting.
     #[serde(skip)]
     pub histogram: Histogram,
     /// GPU-queue mode with `GpuShape::profile`: where each queue's worker spends its time.
@@ -191,6 +212,9 @@ pub struct Server {
 }
 
 impl Server {
+    /// Binds a non-blocking UDP socket to `addr` (port 0: any free port, see
+    /// [`local_addr`](Self::local_addr)) with `cfg.socket_buffer` asked for both ways and the
+    /// kernel's drop counting on; [`ServeError::Io`] when the address cannot be bound.
     pub fn bind(addr: SocketAddr, cfg: &ServerConfig) -> Result<Server, ServeError> {
         let sock = net::bind(addr, cfg.socket_buffer)
             .map_err(|e| ServeError::Io(format!("cannot bind UDP {addr}"), e))?;
@@ -203,6 +227,7 @@ impl Server {
         })
     }
 
+    /// The address the socket is bound to (the port the kernel chose for port 0).
     pub fn local_addr(&self) -> Result<SocketAddr, ServeError> {
         self.sock
             .local_addr()

@@ -28,12 +28,16 @@ pub const HEADER_LEN: usize = 16;
 pub const SOCKPERF_HEADER_LEN: usize = 14;
 /// The two magic bytes of the `Gdr` framing.
 pub const MAGIC: [u8; 2] = *b"gq";
+/// The version byte (offset 2) of the `Gdr` framing, in requests and responses; a request
+/// with any other is refused as [`Status::BadHeader`].
 pub const VERSION: u8 = 1;
-/// Request kinds.
+/// The kind byte (offset 3) of a request for an app; [`KIND_STATS`] is the other kind.
 pub const KIND_REQUEST: u8 = 0;
-/// Asks for the server's counters (JSON payload in the response, app id 0).
+/// The kind byte (offset 3) of a query for the server's counters: the response (app id 0,
+/// the query's request id) carries them as JSON. Answered only by a server started with
+/// stats on; otherwise it is bad input.
 pub const KIND_STATS: u8 = 1;
-/// Largest UDP payload over IPv4.
+/// Largest UDP payload over IPv4: 65535 less the 20-byte IP and 8-byte UDP headers.
 pub const MAX_DATAGRAM: usize = 65507;
 
 /// Sockperf's flag bits (offset 8, big-endian u16).
@@ -43,11 +47,16 @@ const SOCKPERF_PONG_REQUEST: u16 = 2;
 /// How the bytes of a datagram are laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum Framing {
+    /// gdr-serve's own 16-byte header (magic, version, kind or status, app id, request id)
+    /// in front of every request and response.
     Gdr,
+    /// sockperf's 14-byte header in front of every request, handed back in front of the
+    /// response; one app per server, no request ids of ours.
     Sockperf,
 }
 
 impl Framing {
+    /// The framing a command line names: `gdr` or `sockperf`; None for anything else.
     pub fn parse(s: &str) -> Option<Framing> {
         match s {
             "gdr" => Some(Framing::Gdr),
@@ -69,6 +78,7 @@ impl Framing {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[repr(u8)]
 pub enum Status {
+    /// Answered: the payload is the app's response.
     Ok = 0,
     /// A datagram of zero bytes.
     Empty = 1,
@@ -85,6 +95,7 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, in the order of their byte values (0 to 6).
     pub const ALL: [Status; 7] = [
         Status::Ok,
         Status::Empty,
@@ -95,10 +106,13 @@ impl Status {
         Status::AppFailed,
     ];
 
+    /// The status of a response's status byte; None for a value no status has (7 and up).
     pub fn from_u8(v: u8) -> Option<Status> {
         Self::ALL.into_iter().find(|s| *s as u8 == v)
     }
 
+    /// The status in snake case (`ok`, `unknown_app`, ...): the key of a load report's error
+    /// counts.
     pub fn name(self) -> &'static str {
         match self {
             Status::Ok => "ok",
@@ -116,13 +130,20 @@ impl Status {
 /// to build the response header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Control {
+    /// A request in the `Gdr` framing.
     Gdr {
+        /// The app id of the request (offset 4), echoed in the response.
         app: u16,
+        /// The client's request id (offset 8), echoed in the response.
         id: u64,
     },
-    /// Sockperf's header, to be returned; `reply` is false when the client asked for none.
+    /// A request in the `Sockperf` framing.
     Sockperf {
+        /// sockperf's header as the response returns it: the request's, with the client
+        /// flag cleared.
         header: [u8; SOCKPERF_HEADER_LEN],
+        /// Whether the client asked for a reply (sockperf's pong-request flag; clear in
+        /// its under-load mode for most messages).
         reply: bool,
     },
 }
@@ -150,13 +171,25 @@ impl Control {
 /// A parsed datagram.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Parsed<'a> {
-    /// A request for `app` (already checked to be the server's app id in `Gdr` framing).
-    Request { control: Control, payload: &'a [u8] },
-    /// A counters query.
-    Stats { id: u64 },
-    /// Bad input: `control` says where to send the error, when it can be known.
+    /// A request for an app the server runs (in the `Gdr` framing, `accept_app` said yes to
+    /// its app id; sockperf's framing names no app).
+    Request {
+        /// What the response header is built from.
+        control: Control,
+        /// The bytes after the header, for the app (not yet checked against its limits).
+        payload: &'a [u8],
+    },
+    /// A counters query ([`KIND_STATS`]).
+    Stats {
+        /// The query's request id, to be echoed.
+        id: u64,
+    },
+    /// Bad input.
     Bad {
+        /// Which kind of bad input, the code an error reply carries.
         status: Status,
+        /// What an error reply is built from, when the header was good enough to say; None
+        /// when the datagram had no usable header.
         control: Option<Control>,
     },
 }
@@ -263,7 +296,8 @@ pub fn encode_request(out: &mut Vec<u8>, app: u16, id: u64, payload: &[u8]) {
     out.extend_from_slice(payload);
 }
 
-/// A counters query datagram.
+/// The counters query datagram for request id `id`: a `Gdr` header of kind [`KIND_STATS`],
+/// app id 0, no payload.
 pub fn encode_stats_query(id: u64) -> Vec<u8> {
     let mut v = Vec::with_capacity(HEADER_LEN);
     encode_request(&mut v, 0, id, &[]);
@@ -296,9 +330,15 @@ pub fn anonymous_error(out: &mut Vec<u8>, status: Status) {
 /// A decoded response (`Gdr` framing).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Response<'a> {
+    /// The outcome (offset 3).
     pub status: Status,
+    /// The app id of the request (offset 4); 0 for a counters answer or an error to a
+    /// datagram without a usable header.
     pub app: u16,
+    /// The request id of the request (offset 8); 0 for an error to a datagram without a
+    /// usable header.
     pub id: u64,
+    /// The bytes after the header: the app's answer when `status` is `Ok`, else empty.
     pub payload: &'a [u8],
 }
 

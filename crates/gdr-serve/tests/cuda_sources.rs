@@ -1,7 +1,7 @@
-//! Every gdr-serve device program compiles with NVRTC for Hopper (sm_90) in a few seconds (a
-//! server compiles one at start; LeNet's, with the app in three kernels' code, took 2.4 s here
-//! and 3.2 s on the H100 host). Needs NVRTC, no GPU (`GDR_NVRTC` may point at a
-//! libnvrtc.so); skipped without it.
+//! Every gdr-serve device program compiles with NVRTC for Hopper (sm_90) in a few seconds, at
+//! most 8 each (a server compiles one at start; LeNet's, with the app in three kernels' code,
+//! is the slowest). Needs NVRTC, no GPU (`GDR_NVRTC` may point at a libnvrtc.so); skipped
+//! without it.
 
 use gdr::cuda::nvrtc;
 use gdr_serve::App;

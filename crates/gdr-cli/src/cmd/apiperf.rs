@@ -1,8 +1,9 @@
 //! `gdr apiperf`: what making GPU memory reachable costs, by size — gdrcopy's apiperf for every
 //! backend that works here, plus the registration cache's hit and miss.
 //!
-//! Rows (each op timed separately, median and min of `--iters` runs; the cache hit, ~100 ns, is
-//! timed in batches of 1000 and reported per call):
+//! Rows (each op timed separately, median and min of `--iters` runs; the cache hit, a lookup
+//! too short to time one at a time, is timed in batches of 1000 and reported per call; the
+//! figures are in docs/results/2026-11-22-apiperf.md):
 //! - `dmabuf`: export (`cuMemGetHandleForAddressRange`) and close of the fd.
 //! - `vulkan-alloc`: a dedicated Vulkan allocation, mapped and imported into CUDA (this
 //!   backend's pin+map: new memory, not an existing range), and its free.
@@ -196,7 +197,7 @@ fn cache(ctx: &Context, size: usize, iters: usize, out: &mut Vec<Row>) -> Result
         let c = dmabuf_cache(ctx);
         let h = s.time("miss", || c.acquire(buf.device_ptr(), size as u64))?;
         drop(h);
-        // A hit is ~100 ns: time a batch and record the per-call figure.
+        // A hit is too short to time alone: time a batch and record the per-call figure.
         const BATCH: u32 = 1000;
         let t = Instant::now();
         for _ in 0..BATCH {

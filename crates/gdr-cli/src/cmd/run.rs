@@ -113,8 +113,9 @@ fn loaded_path(h: *mut libc::c_void) -> Option<PathBuf> {
     if sym.is_null() {
         return None;
     }
-    // SAFETY: dladdr only reads the loader's tables; `info` is a live out-parameter.
+    // SAFETY: Dl_info is plain C data (pointers and integers): all-zero is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables; `info` is a live out-parameter.
     if unsafe { libc::dladdr(sym, &mut info) } == 0 || info.dli_fname.is_null() {
         return None;
     }

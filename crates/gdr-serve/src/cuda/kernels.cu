@@ -162,8 +162,8 @@ extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS)
 // Set by the host for light apps (echo, vecadd; App::light): a one-warp block's mq loop runs
 // the app inlined, not through the gdr_serve_run call, around which the warp saves and
 // reloads its live mq state. Heavy apps keep the call: inlined next to the mq state, LeNet's
-// convolutions spilled. (For echo on the H100 this and the direct lone path below took the
-// profiled app stage from 327 to 143 ns; the server's device stage measured the same.)
+// convolutions spilled. (For echo, this and the direct lone path below shortened the profiled
+// app stage, and the server's device stage with it.)
 #ifndef GDR_SERVE_SOLO_INLINE
 #define GDR_SERVE_SOLO_INLINE 0
 #endif
@@ -179,8 +179,8 @@ struct gdr_serve_shared {
     // share of the batch was done (the same SM clock as warp 0's).
     gdr_u64 app_clock[2];
     // A lone request's response (when cap fits): gdr_mq_send's warp reads it back from
-    // shared memory (~30 cycles) instead of from scratch the app's warps wrote (the L1 does
-    // not keep global stores, so that read was an L2 round trip on the reply path).
+    // shared memory instead of from scratch the app's warps wrote (the L1 does not keep
+    // global stores, so that read was an L2 round trip on the reply path).
     uint4 lone_resp[GDR_SERVE_LONE_RESP_BYTES / 16];
     uint4 lone_req[GDR_SERVE_LONE_REQ_BYTES / 16];
 };
@@ -199,8 +199,9 @@ __shared__ gdr_serve_shared gdr_serve_wsh;
 
 // clock64 once `v` (a shared-memory value read after a block barrier) has arrived. A clock
 // read right after bar.sync appears to issue before the barrier releases (a profile that read
-// it so put a LeNet request's app in 0.4 us, and its time in the next stage); a load after
-// the barrier cannot, and the branch on v makes the clock read wait for that load.
+// it so showed a LeNet request's app far shorter than it is, and its time in the next stage);
+// a load after the barrier cannot, and the branch on v makes the clock read wait for that
+// load.
 __device__ __forceinline__ gdr_u64 gdr_serve_clock_after(unsigned int v) {
     return v == 0xfffffffeu ? 0ull : (gdr_u64)clock64();
 }
@@ -449,9 +450,10 @@ __device__ __forceinline__ void gdr_serve_cl_push(const unsigned char *req, unsi
 // slot that was not current after all fails the queue (the receive's GDR_MQ_ERR_BAD_SEQ): the
 // blocks are told to leave, and never run the app on what was copied.
 // The payload copy's bytes and the header's make up gdr_serve_cl_go_bytes, as a push's do.
-// A microbenchmark on the H100 (docs/serve.md, "Clusters") put this hand-over ~100 cycles
-// below st.async stores of the same bytes, and it starts one memory round trip sooner.
-// Measured in the worker (--profile): hand-over 600 -> 387 ns, server-side p50 -0.19 us.
+// Why: a microbenchmark found this hand-over quicker than st.async stores of the same bytes,
+// and it starts one memory round trip sooner; in the worker it shortened the profiled
+// hand-over stage and the server-side p50 (docs/results/2026-11-24-serve.md, "Cluster
+// microbenchmarks" and "Attempts on the cluster worker").
 __device__ __forceinline__ bool gdr_serve_cl_multicast(const gdr_mq_worker &w,
                                                        const unsigned char *slot) {
     const unsigned int pay = gdr_serve_cl_go_bytes() - 16u;
