@@ -73,8 +73,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-#![deny(missing_docs)]
-
 mod config;
 mod pool;
 mod source;

@@ -82,7 +82,8 @@
 //! ```
 
 // The entry points are C functions whose pointer contracts are the header's; Rust callers are
-// only this crate's tests and `gdr apiperf`. `c_ulong` is u64 here but not on every target.
+// this crate's tests and doctest, `gdr apiperf` and the C API columns of `gdr copylat` and
+// `gdr copybw`. `c_ulong` is u64 here but not on every target.
 #![allow(clippy::not_unsafe_ptr_arg_deref, clippy::unnecessary_cast)]
 
 mod info;

@@ -1,5 +1,6 @@
 //! gdr-dma: PCIe DMA engines driven from user space through VFIO (the picoevb job, without a
-//! kernel module). Everything is at the crate root; the layers, from the bottom:
+//! kernel module). Everything is at the crate root. The parts, in the order a program meets
+//! them (the modules' own dependency order is in the comment above their declarations):
 //!
 //! - PCI and VFIO: find a device in sysfs ([`Sysfs`], [`PciInfo`]: gdr-pci's reader, the
 //!   workspace's one PCI address type and sysfs reader), check it is ready for VFIO

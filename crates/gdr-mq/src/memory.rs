@@ -30,7 +30,7 @@ pub unsafe trait RingMemory: MappedMemory + Send + Sync + 'static {
     fn gpu_addr(&self) -> u64;
 }
 
-// SAFETY: the BAR mapping is MappedMemory (bar/mod.rs) and device_ptr is the same memory;
+// SAFETY: the BAR mapping is MappedMemory (gdr/src/bar/backend/vulkan/buffer.rs) and device_ptr is the same memory;
 // buffers for rings are allocated 64-byte aligned.
 unsafe impl RingMemory for MappedBuffer {
     fn gpu_addr(&self) -> u64 {

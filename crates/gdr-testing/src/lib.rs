@@ -1,4 +1,4 @@
-//! gdr-testing: the gate for tests that need a GPU, shared by the tests of every gdr crate
+//! gdr-testing: the gate for tests that need a GPU, shared by the tests of the gdr crates above gdr-cuda
 //! (a dev-dependency only; it is no part of the library).
 //!
 //! Without a usable GPU a GPU test prints `skipped: no GPU: <test name>` (and why on the next

@@ -1,18 +1,18 @@
 //! gdr: direct data paths between NVIDIA GPUs, the CPU and other PCIe devices.
 //!
 //! Layers, from the bottom:
-//! - [`mem`] (the gdr-mem crate): the [`mem::MappedMemory`] trait through which the CPU
-//!   touches every mapping of device memory, and the copy routines for write-combined BARs.
+//! - [`mem`] and [`copy`] (the gdr-mem crate): the [`mem::MappedMemory`] trait through which
+//!   the CPU touches every mapping of device memory, and the copy routines for write-combined
+//!   BARs.
+//! - [`topo`] (the gdr-pci crate): PCI addresses, sysfs, the PCIe topology and peer-to-peer
+//!   verdicts; it needs nothing of gdr.
 //! - [`cuda`], [`nvml`] (the gdr-cuda crate): the CUDA driver API, NVRTC and NVML, loaded at
 //!   run time by [`dylib`] (no link-time dependency), a thin safe layer over a private sys layer.
-//! - [`copy`]: copy routines for CPU mappings of GPU memory (gdr-mem's, re-exported).
 //! - [`GPU_PAGE_SIZE`], [`host_page_size`]: the page sizes every mapping is rounded to (a
 //!   private `page` module, the bottom of this crate).
 //! - [`bar`]: GPU memory that the CPU maps directly through the GPU's BAR1: the three mapping
 //!   backends (gdrdrv, dma-buf, Vulkan) side by side, the pin layer over them, and the auto
 //!   copier.
-//! - [`topo`]: the crate `gdr-pci` (PCI addresses, sysfs, the PCIe topology and peer-to-peer
-//!   verdicts); it sits below all of gdr and needs nothing of it.
 //! - [`peer`]: GPU memory for other devices (the dma-buf backend's export lent to other
 //!   drivers, registration cache).
 //!
