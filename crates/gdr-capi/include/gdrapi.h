@@ -178,11 +178,11 @@ int gdr_unmap(gdr_t g, gdr_mh_t handle, void *va, size_t size);
 
 /* map_d_ptr and size must lie inside handle's live mapping. Neither integrity nor ordering of
  * the data is promised towards GPU work already running (see the GPUDirect RDMA guide).
- * gdr: copies run on the calling thread's loads and stores through the mapping, as gdrcopy.
- * With GDR_CAPI_COPY=auto each copy takes the path measured fastest for its direction and size
- * (the mapping on the calling thread, on several threads, or the GPU's copy engine, on a stream
- * of the library's own); when the call returns the bytes are in place, and a read sees the
- * calling thread's earlier stores through the mapping. */
+ * gdr: each copy takes the path measured fastest for its direction and size (the mapping on
+ * the calling thread, on several threads, or the GPU's copy engine, on a stream of the
+ * library's own); when the call returns the bytes are in place, and a read sees the calling
+ * thread's earlier stores through the mapping. GDR_CAPI_COPY=mapping keeps every copy on the
+ * calling thread's loads and stores through the mapping, as gdrcopy. */
 int gdr_copy_to_mapping(gdr_mh_t handle, void *map_d_ptr, const void *h_ptr, size_t size);
 int gdr_copy_from_mapping(gdr_mh_t handle, void *h_ptr, const void *map_d_ptr, size_t size);
 

@@ -9,10 +9,10 @@
 //! that calibrates, e.g. `gdr copylat`), or [`Calibration::typical`] where there is none: a C
 //! program never waits for a calibration.
 //!
-//! `GDR_CAPI_COPY=auto` turns this on. The default, `mapping`, keeps every copy on the calling
-//! thread's loads and stores through the mapping, as gdrcopy does: `auto` becomes the default
-//! once its checks and figures have run on a GPU host (semantics.c's `copy_paths`, the C API
-//! columns of `gdr copylat` and `gdr copybw`).
+//! This is the default (`GDR_CAPI_COPY` unset, empty or `auto`). `GDR_CAPI_COPY=mapping` keeps
+//! every copy on the calling thread's loads and stores through the mapping, as gdrcopy does.
+//! Copies below the size where the copier would leave the one-thread mapping skip it
+//! altogether (one comparison), so small copies cost what they cost on the mapping.
 //!
 //! What a copy means does not change with its path. When the call returns, the bytes are in
 //! GPU memory (to) or in the caller's buffer (from). A copy-engine read first fences the
@@ -50,26 +50,26 @@ static POLICY: OnceLock<Policy> = OnceLock::new();
 /// Set once the copy engine failed somewhere, so the failure is logged once.
 static ENGINE_FAILED: AtomicBool = AtomicBool::new(false);
 
-/// `GDR_CAPI_COPY` as given: `Ok(true)` for `auto`, `Ok(false)` for `mapping` (also unset or
-/// empty), `Err` with the value otherwise.
+/// `GDR_CAPI_COPY` as given: `Ok(true)` for `auto` (also unset or empty), `Ok(false)` for
+/// `mapping`, `Err` with the value otherwise.
 fn parse_choice(v: Option<&str>) -> Result<bool, &str> {
     match v.map(str::trim) {
-        Some("auto") => Ok(true),
-        None | Some("" | "mapping") => Ok(false),
+        None | Some("" | "auto") => Ok(true),
+        Some("mapping") => Ok(false),
         Some(other) => Err(other),
     }
 }
 
 /// The environment switch, as read: `true` for `auto`; a value that is not a choice is said
-/// once, and the default (the mapping) is used.
+/// once, and the default (auto) is used.
 fn auto_from_env() -> bool {
     let v = std::env::var("GDR_CAPI_COPY").ok();
     parse_choice(v.as_deref()).unwrap_or_else(|other| {
         log!(
             Level::Error,
-            "GDR_CAPI_COPY={other:?} is not a choice (auto, mapping); using mapping"
+            "GDR_CAPI_COPY={other:?} is not a choice (auto, mapping); using auto"
         );
-        false
+        true
     })
 }
 
@@ -80,8 +80,8 @@ pub(crate) fn init(vulkan: Option<&VulkanBackend>) {
         if !auto_from_env() {
             log!(
                 Level::Info,
-                "copies: through the mapping on the calling thread (GDR_CAPI_COPY=auto chooses \
-                 per size)"
+                "copies: through the mapping on the calling thread (GDR_CAPI_COPY=mapping; unset, \
+                 the path is chosen per size)"
             );
             return Policy::Mapping;
         }
@@ -291,10 +291,11 @@ mod tests {
 
     #[test]
     fn the_switch_takes_auto_and_mapping_only() {
-        assert_eq!(parse_choice(None), Ok(false));
-        assert_eq!(parse_choice(Some("")), Ok(false));
+        assert_eq!(parse_choice(None), Ok(true));
+        assert_eq!(parse_choice(Some("")), Ok(true));
         assert_eq!(parse_choice(Some(" auto ")), Ok(true));
         assert_eq!(parse_choice(Some("mapping")), Ok(false));
+        assert_eq!(parse_choice(Some(" mapping\n")), Ok(false));
         assert_eq!(parse_choice(Some("Mapping")), Err("Mapping"));
         assert_eq!(parse_choice(Some("cuda")), Err("cuda"));
     }

@@ -160,15 +160,16 @@ fn semantics_program() {
     gpu_program("semantics_program", "semantics.c", " 0 failed");
 }
 
-/// The copy paths again with the library choosing a path per size (`GDR_CAPI_COPY=auto`:
-/// several threads, the copy engine): the same contract as the calling thread's copies.
+/// The copy paths again on gdrcopy's path (`GDR_CAPI_COPY=mapping`: every copy on the calling
+/// thread's loads and stores); the program above ran them on the default, the path chosen per
+/// size (several threads, the copy engine). One contract for both.
 #[test]
-fn semantics_copies_on_chosen_paths() {
+fn semantics_copies_on_the_mapping_only() {
     gpu_program_with(
-        "semantics_copies_on_chosen_paths",
+        "semantics_copies_on_the_mapping_only",
         "semantics.c",
         &["copy_paths"],
-        &[("GDR_CAPI_COPY", "auto")],
+        &[("GDR_CAPI_COPY", "mapping")],
         "1 passed, 0 failed",
     );
 }

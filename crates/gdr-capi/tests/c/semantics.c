@@ -1442,8 +1442,8 @@ static void on_alarm(int sig) {
 
 /* ---- copy paths: every size class of gdr_copy_{to,from}_mapping ---- */
 
-/* With GDR_CAPI_COPY=auto libgdrapi copies large sizes off the one-thread mapping (several
- * threads, the copy engine). Whatever the path, for sizes across every class and
+/* By default libgdrapi copies large sizes off the one-thread mapping (several threads, the
+ * copy engine); GDR_CAPI_COPY=mapping keeps them on it. Whatever the path, for sizes across every class and
  * unaligned offsets: bytes written with gdr_copy_to_mapping are what the GPU holds, and only
  * those bytes change; stores made straight through the mapping just before are what
  * gdr_copy_from_mapping reads (it fences them first); bytes the GPU wrote are what it reads. */
