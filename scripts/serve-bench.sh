@@ -9,7 +9,10 @@
 #   2 GPUs vs 1 with a heavy app (--work), when the host has 2 GPUs (>= 1.7)
 # Environment: SERVE_THREADS (server network threads = cores, default 2), SERVE_CPUS (cores
 # for the server, default 2-(1+threads)), LOAD_CPUS (default the rest), HEAVY_WORK (default 40),
-# SERVE_ONLY (space-separated parts to run: low profile peak million heavy sockperf; default all).
+# SERVE_ONLY (space-separated parts to run: low profile peak floor million heavy sockperf;
+# default all). "floor" runs echo (no compute, LeNet's 784-byte request) at low load and at
+# peak in the GPU mode: the server's path without the app, whose figures bound the ratios
+# (summary.json "floor").
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: serve-bench.sh OUTDIR [GDR]}
@@ -101,6 +104,11 @@ want peak && for mode in gpu-queue host-centric; do
 done
 want peak && run "lenet-peak-gpu-queue-cluster1" "--app lenet --mode gpu-queue --cluster 1 --max-in-flight 512" \
   --app lenet --outstanding 64 --threads 4 --duration 6 --verify
+# The path without the app: echo of LeNet's request size, one outstanding and at peak.
+want floor && run "echo-low-gpu-queue" "--app echo --mode gpu-queue" \
+  --app echo --size 784 --outstanding 1 --duration 3 --verify
+want floor && run "echo-peak-gpu-queue" "--app echo --mode gpu-queue --max-in-flight 512" \
+  --app echo --size 784 --outstanding 64 --threads 4 --duration 6 --verify
 want million && run "million-gpu-queue" "--app lenet --mode gpu-queue" \
   --app lenet --rate 400000 --requests 1000000 --threads 4 --duration 60 --timeout-ms 2000
 if [ "$ngpu" -ge 2 ] && want heavy; then
@@ -188,6 +196,20 @@ gc = j("lenet-peak-gpu-queue-cluster1.load.json")
 if gc and hp:
     s["peak_rps_cluster1"] = gc["throughput_rps"]
     s["peak_ratio_cluster1"] = ratio(gc["throughput_rps"], hp["throughput_rps"])
+# The floor: the same server path with echo (no compute). A ratio against host-centric cannot
+# pass the one its floor gives, whatever the app costs: server-side and end-to-end p50
+# host-centric / echo, peak echo / host-centric.
+el, eL, ep = j("echo-low-gpu-queue.server.json"), j("echo-low-gpu-queue.load.json"), j("echo-peak-gpu-queue.load.json")
+if el and eL:
+    f = {"echo_server_p50_us": el["report"]["server_time"]["p50_us"], "echo_e2e_p50_us": eL["latency"]["p50_us"]}
+    if hl and hL:
+        f["server_ratio_bound"] = ratio(hl["report"]["server_time"]["p50_us"], f["echo_server_p50_us"])
+        f["e2e_ratio_bound"] = ratio(hL["latency"]["p50_us"], f["echo_e2e_p50_us"])
+    if ep:
+        f["echo_peak_rps"] = ep["throughput_rps"]
+        if hp:
+            f["peak_ratio_bound"] = ratio(ep["throughput_rps"], hp["throughput_rps"])
+    s["floor"] = f
 m = j("million-gpu-queue.load.json")
 if m:
     answered = m["ok"] + sum(m["errors"].values())

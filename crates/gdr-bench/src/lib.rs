@@ -8,6 +8,8 @@
 //!   gdr-serve's host-centric executor runs on too).
 //! - [`stats`]: order statistics, batch timing and the latency histogram (`gdr::timing`'s,
 //!   re-exported).
+//! - [`write_ceiling`]: what caps CPU -> GPU writes through the mapping (`gdr storebw`): store
+//!   widths, orders, sources and targets beside the copy engine from pinned memory.
 //!
 //! # Example
 //!
@@ -55,3 +57,4 @@ pub mod host_centric;
 pub mod mq;
 pub mod pingpong;
 pub mod stats;
+pub mod write_ceiling;

@@ -85,3 +85,95 @@ fn pingpong_source_compiles_for_sm_90() {
         Err(e) => panic!("pingpong.cu: {e}"),
     }
 }
+
+/// The Vulkan backend on `ctx`, or a skip (a failure under GDR_REQUIRE_GPU=1) naming why not.
+fn backend(name: &str, ctx: &Context) -> Option<gdr::bar::VulkanBackend> {
+    match gdr::bar::VulkanBackend::new(ctx) {
+        Ok(be) => Some(be),
+        Err(e) => skip_or_fail(name, &e.to_string()),
+    }
+}
+
+#[test]
+fn every_gpu_loop_answers_every_round_and_the_floor_is_timed() {
+    use gdr_bench::pingpong::{bar_read_round_trip, ping_pong, GpuLoop, PingPongPlacement};
+    let name = "every_gpu_loop_answers_every_round_and_the_floor_is_timed";
+    let Some((ctx, _g)) = gpu(name) else { return };
+    let Some(be) = backend(name, &ctx) else {
+        return;
+    };
+    let loops = [
+        GpuLoop::LEAN,
+        GpuLoop::TIMER_EACH_POLL_FENCED,
+        GpuLoop {
+            timer_every: 0,
+            fence: false,
+        },
+    ];
+    for l in loops {
+        for p in PingPongPlacement::ALL {
+            // ping_pong checks every answer against its round and fails on a wrong one.
+            let s = ping_pong(&be, p, l, 20, 300, Duration::from_secs(2))
+                .unwrap_or_else(|e| panic!("{p} [{l}]: {e}"));
+            assert_eq!(s.n, 300);
+            assert!(s.min > 0.0 && s.min <= s.median, "{p} [{l}]: {s:?}");
+        }
+    }
+    let floor = bar_read_round_trip(&be, 10, 200).unwrap();
+    assert_eq!(floor.n, 200);
+    assert!(floor.min > 0.0 && floor.median < 1000.0, "{floor:?}");
+}
+
+#[test]
+fn write_ceiling_cases_land_their_bytes_in_gpu_memory() {
+    use gdr::cuda::memcpy_dtoh;
+    use gdr_bench::write_ceiling::{self, Case, CeilingConfig, Order, Source, Target, Width};
+    let name = "write_ceiling_cases_land_their_bytes_in_gpu_memory";
+    let Some((ctx, _g)) = gpu(name) else { return };
+    let Some(be) = backend(name, &ctx) else {
+        return;
+    };
+    let size = 1 << 20;
+    let buf = be.alloc(size, 4096).unwrap();
+    // Every case once, copy engines included.
+    let cfg = CeilingConfig {
+        sizes: vec![size / 2, size],
+        cases: write_ceiling::cases(&[1, 3]),
+        budget: Duration::from_millis(10),
+        samples: 9,
+    };
+    let (rows, skipped) = write_ceiling::measure(Some(&ctx), &buf, &cfg).unwrap();
+    assert!(
+        skipped.iter().all(|s| !s.case.contains("copy engine")),
+        "{skipped:?}"
+    );
+    assert!(rows.iter().all(|r| r.gbps > 0.0 && r.gbps.is_finite()));
+    // Then a store case alone over poisoned memory: its pattern, and only there.
+    let case = Case::Stores {
+        width: Width::B32,
+        half_lines: true,
+        source: Source::Registers,
+        order: Order::PagesDescending,
+        threads: 3,
+        target: Target::Gpu,
+    };
+    if case.unavailable().is_some() {
+        eprintln!("{name}: the half-line case does not run on this CPU; bytes not checked");
+        return;
+    }
+    let mut poison = vec![0u8; size];
+    rand::thread_rng().fill_bytes(&mut poison);
+    gdr::cuda::memcpy_htod(&buf, 0, &poison).unwrap();
+    let cfg = CeilingConfig {
+        sizes: vec![size / 2],
+        cases: vec![case],
+        ..cfg
+    };
+    write_ceiling::measure(Some(&ctx), &buf, &cfg).unwrap();
+    let mut back = vec![0u8; size];
+    memcpy_dtoh(&mut back, &buf, 0).unwrap();
+    for (i, (&b, &p)) in back.iter().zip(&poison).enumerate() {
+        let written = i < size / 2 && i % 64 < 32;
+        assert_eq!(b, if written { 0xA5 } else { p }, "byte {i}");
+    }
+}

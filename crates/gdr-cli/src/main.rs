@@ -52,6 +52,8 @@ enum Command {
     Copylat(cmd::copylat::CopylatArgs),
     /// Copy bandwidth by size and thread count: mapping vs copy engine vs the auto copier
     Copybw(cmd::copybw::CopybwArgs),
+    /// What caps CPU->GPU writes: store widths, orders and sources beside the copy engine
+    Storebw(cmd::storebw::StorebwArgs),
     /// CPU<->GPU ping-pong with a persistent GPU thread vs the host-centric round trip
     Pplat(cmd::pplat::PplatArgs),
     /// PCIe topology: path class and peer-to-peer verdict for every device pair
@@ -91,6 +93,7 @@ fn main() -> ExitCode {
         Command::Sanity(a) => cmd::sanity::run(a),
         Command::Copylat(a) => cmd::copylat::run(a),
         Command::Copybw(a) => cmd::copybw::run(a),
+        Command::Storebw(a) => cmd::storebw::run(a),
         Command::Pplat(a) => cmd::pplat::run(a),
         Command::Topo(a) => cmd::topo::run(a),
         Command::Dma(a) => cmd::dma::run(a),

@@ -5,7 +5,9 @@
 //! - CPU: a volatile 4-byte store of `i` into the flag, then `sfence` (drains the
 //!   write-combining buffer when the flag is in BAR-mapped GPU memory).
 //! - GPU: volatile loads of the flag (they bypass L1), then a volatile store of `i` into the
-//!   answer and `__threadfence_system()` so the store is visible system-wide.
+//!   answer; with [`GpuLoop::fence`], `__threadfence_system()` after it (the store is one
+//!   aligned word that leaves the SM by itself; the fence makes the thread wait for it to land
+//!   before it polls again).
 //! - CPU: volatile loads of the answer until it reads `i`.
 //!
 //! Every wait on the persistent thread is bounded: the GPU thread has a watchdog, the CPU a
@@ -113,6 +115,42 @@ impl std::fmt::Display for PingPongPlacement {
     }
 }
 
+/// How the persistent GPU thread polls and answers (the knobs of `pingpong.cu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct GpuLoop {
+    /// Polls of the flag between two reads of the GPU's timer for the watchdog (1: every poll).
+    pub timer_every: u32,
+    /// `__threadfence_system()` after each answer.
+    pub fence: bool,
+}
+
+impl GpuLoop {
+    /// The loop `gdr pplat` reports: the watchdog's timer read on every poll and a fence after
+    /// every answer. Timed beside [`GpuLoop::LEAN`] (docs/results/2026-11-26-pplat.md), it
+    /// ties where the flag is in GPU memory and is faster where the GPU polls host memory:
+    /// there, without the fence, the next poll's PCIe read leaves at once, before the CPU can
+    /// have written the next flag, and the new value waits for the read after it.
+    pub const TIMER_EACH_POLL_FENCED: GpuLoop = GpuLoop {
+        timer_every: 1,
+        fence: true,
+    };
+    /// The timer read every 1024 polls and no fence: a shorter poll loop, timed as a variant.
+    pub const LEAN: GpuLoop = GpuLoop {
+        timer_every: 1024,
+        fence: false,
+    };
+}
+
+impl std::fmt::Display for GpuLoop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.timer_every {
+            1 => write!(f, "timer every poll")?,
+            n => write!(f, "timer every {n} polls")?,
+        }
+        f.write_str(if self.fence { ", fence" } else { ", no fence" })
+    }
+}
+
 /// One word shared between the CPU and a GPU thread.
 enum Word {
     Gpu(MappedBuffer),
@@ -179,6 +217,7 @@ fn wait_stream(stream: &Stream, timeout: Duration) -> Result<bool, CudaError> {
 pub fn ping_pong(
     be: &VulkanBackend,
     placement: PingPongPlacement,
+    gpu_loop: GpuLoop,
     warmup: u32,
     rounds: u32,
     timeout: Duration,
@@ -204,13 +243,16 @@ pub fn ping_pong(
         flag.device_ptr(),
         answer.device_ptr(),
         total,
-        timeout.as_nanos() as u64,
+        u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
     );
+    let (mut every, mut fence) = (gpu_loop.timer_every.max(1), u32::from(gpu_loop.fence));
     let mut params = [
         &mut fp as *mut u64 as *mut c_void,
         &mut ap as *mut u64 as *mut c_void,
         &mut n as *mut u32 as *mut c_void,
         &mut to as *mut u64 as *mut c_void,
+        &mut every as *mut u32 as *mut c_void,
+        &mut fence as *mut u32 as *mut c_void,
     ];
     // SAFETY: parameters match gdr_pingpong's signature; flag and answer outlive the kernel:
     // we wait for the stream below, and leak them if it never finishes.
@@ -267,6 +309,29 @@ pub fn ping_pong(
     if let Some(f) = failure {
         return Err(f);
     }
+    Ok(Summary::of(&mut samples))
+}
+
+/// The bus's floor under a round trip: `rounds` 4-byte CPU reads of GPU memory through the
+/// BAR mapping (after `warmup` untimed ones), each timed alone, in microseconds. A read is one
+/// non-posted PCIe request and its completion, the shortest exchange with the GPU there is; a
+/// ping-pong round adds the GPU thread noticing the flag and the CPU noticing the answer.
+pub fn bar_read_round_trip(
+    be: &VulkanBackend,
+    warmup: u32,
+    rounds: u32,
+) -> Result<Summary, PingPongError> {
+    let word = Word::new(be, true)?;
+    let mut samples = Vec::with_capacity(rounds as usize);
+    let mut sink = 0u32;
+    for i in 0..warmup.saturating_add(rounds) {
+        let t0 = Instant::now();
+        sink = sink.wrapping_add(word.load());
+        if i >= warmup {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    std::hint::black_box(sink);
     Ok(Summary::of(&mut samples))
 }
 

@@ -3,8 +3,8 @@
 
 use gdr::cuda::{vmm::VmmBuffer, Context, DeviceMemory};
 use gdrapi::{
-    gdr_close, gdr_copy_from_mapping, gdr_copy_to_mapping, gdr_map, gdr_open, gdr_pin_buffer,
-    gdr_unmap, gdr_unpin_buffer, GdrMh,
+    gdr_alloc_mapped, gdr_close, gdr_copy_from_mapping, gdr_copy_to_mapping, gdr_free_mapped,
+    gdr_map, gdr_open, gdr_pin_buffer, gdr_unmap, gdr_unpin_buffer, GdrMh,
 };
 use std::ffi::c_void;
 
@@ -18,36 +18,78 @@ pub struct CapiError {
     pub errno: i32,
 }
 
-/// `len` bytes of GPU memory (POSIX-fd VMM memory, which every backend of libgdrapi pins)
-/// pinned and mapped through libgdrapi's own `gdr_open`, `gdr_pin_buffer` and `gdr_map`.
+/// Which GPU memory the C API's rows copy to and from (`--capi-memory`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CapiMemory {
+    /// Existing memory pinned with `gdr_pin_buffer` (POSIX-fd VMM memory, which every backend
+    /// pins), as gdrcopy's programs use the library
+    #[default]
+    Pinned,
+    /// Memory from libgdrapi's `gdr_alloc_mapped`: the same kind (a Vulkan allocation) as the
+    /// Rust rows copy to, so the rows differ only in the call
+    Allocated,
+}
+
+/// What backs a [`CapiMapping`], released in `drop` after the unmap.
+enum Backing {
+    /// A VMM allocation of ours, pinned: unpinned, then freed when this drops (held for that
+    /// drop only).
+    Pinned { _mem: VmmBuffer },
+    /// The library's own allocation (`gdr_free_mapped`).
+    Allocated,
+}
+
+/// `len` bytes of GPU memory, pinned or allocated ([`CapiMemory`]) and mapped through
+/// libgdrapi's own `gdr_open` and `gdr_map`.
 pub struct CapiMapping {
     g: *mut c_void,
     mh: GdrMh,
     va: *mut c_void,
     len: usize,
-    // Freed after the unmap and unpin of `drop`.
-    _mem: VmmBuffer,
+    // Released after the unmap of `drop`.
+    backing: Backing,
 }
 
 impl CapiMapping {
     /// Opens libgdrapi and pins and maps `len` bytes on `ctx`'s GPU; `Err` says why not
     /// (the rows are then left out, with that reason).
-    pub fn open(ctx: &Context, len: usize) -> Result<CapiMapping, String> {
-        let mem = VmmBuffer::new(ctx, len).map_err(|e| format!("VMM allocation: {e}"))?;
+    pub fn open(ctx: &Context, len: usize, memory: CapiMemory) -> Result<CapiMapping, String> {
+        let vmm = match memory {
+            CapiMemory::Pinned => {
+                Some(VmmBuffer::new(ctx, len).map_err(|e| format!("VMM allocation: {e}"))?)
+            }
+            CapiMemory::Allocated => None,
+        };
         let g = gdr_open();
         if g.is_null() {
             return Err("gdr_open() failed (GDRCOPY_ENABLE_LOGGING=1 says why)".into());
         }
         let mut mh = GdrMh { h: 0 };
-        let rc = gdr_pin_buffer(g, mem.device_ptr() as _, len, 0, 0, &mut mh);
+        let (rc, call) = match &vmm {
+            Some(mem) => (
+                gdr_pin_buffer(g, mem.device_ptr() as _, len, 0, 0, &mut mh),
+                "gdr_pin_buffer",
+            ),
+            None => {
+                let mut dptr = 0;
+                (
+                    gdr_alloc_mapped(g, len, &mut dptr, &mut mh),
+                    "gdr_alloc_mapped",
+                )
+            }
+        };
         if rc != 0 {
             gdr_close(g);
-            return Err(format!("gdr_pin_buffer: errno {rc}"));
+            return Err(format!("{call}: errno {rc}"));
         }
+        let backing = match vmm {
+            Some(mem) => Backing::Pinned { _mem: mem },
+            None => Backing::Allocated,
+        };
         let mut va = std::ptr::null_mut();
         let rc = gdr_map(g, mh, &mut va, len);
         if rc != 0 {
-            gdr_unpin_buffer(g, mh);
+            release(g, mh, &backing);
             gdr_close(g);
             return Err(format!("gdr_map: errno {rc}"));
         }
@@ -56,11 +98,10 @@ impl CapiMapping {
             mh,
             va,
             len,
-            _mem: mem,
+            backing,
         })
     }
 
-    /// `gdr_copy_to_mapping` of `src` to the start of the mapping.
     pub fn write(&self, src: &[u8]) -> Result<(), CapiError> {
         assert!(src.len() <= self.len, "a copy inside the mapping");
         match gdr_copy_to_mapping(self.mh, self.va, src.as_ptr().cast(), src.len()) {
@@ -85,10 +126,18 @@ impl CapiMapping {
     }
 }
 
+/// Unpins or frees what `mh` holds (a pinned VMM buffer is freed by its own drop afterwards).
+fn release(g: *mut c_void, mh: GdrMh, backing: &Backing) {
+    match backing {
+        Backing::Pinned { .. } => gdr_unpin_buffer(g, mh),
+        Backing::Allocated => gdr_free_mapped(g, mh),
+    };
+}
+
 impl Drop for CapiMapping {
     fn drop(&mut self) {
         gdr_unmap(self.g, self.mh, self.va, self.len);
-        gdr_unpin_buffer(self.g, self.mh);
+        release(self.g, self.mh, &self.backing);
         gdr_close(self.g);
     }
 }

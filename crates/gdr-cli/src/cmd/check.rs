@@ -85,6 +85,7 @@ pub fn run(args: CheckArgs) -> CmdResult {
         Duration::from_millis(60),
         false,
         None,
+        super::capi_map::CapiMemory::Pinned,
     )?;
     if !args.json {
         copylat::print(&rows);

@@ -70,7 +70,7 @@ pub fn run(args: CopybwArgs) -> CmdResult {
     let buf = be.alloc(max, 4096)?;
     // libgdrapi's copies, timed beside the Rust paths (on the paths GDR_CAPI_COPY lets the
     // library take); without it the rows say nothing of C.
-    let capi = match CapiMapping::open(be.context(), max) {
+    let capi = match CapiMapping::open(be.context(), max, args.report.capi_memory) {
         Ok(m) => Some(m),
         Err(e) => {
             eprintln!("C API rows left out: {e}");

@@ -1,7 +1,7 @@
 //! `gdr copylat`: copy latency by size through the mapping, beside cuMemcpy and the auto
 //! copier.
 
-use super::capi_map::CapiMapping;
+use super::capi_map::{CapiMapping, CapiMemory};
 use super::gpu::{self, GpuArg};
 use super::measure::{dir_name, time_all, RawLog, ReportArgs, Timed};
 use super::plot::{write_svg, Panel, Series, SIZE_LABEL};
@@ -119,12 +119,13 @@ pub fn measure(
     budget: Duration,
     progress: bool,
     raw: Option<&RawLog>,
+    capi_memory: CapiMemory,
 ) -> Result<Vec<CopylatRow>, Box<dyn std::error::Error + Send + Sync>> {
     let max = *sizes.iter().max().unwrap_or(&1);
     let buf = be.alloc(max, 4096)?;
     // libgdrapi's copies, timed beside the Rust paths (on the paths GDR_CAPI_COPY lets the
     // library take); without it the rows say nothing of C.
-    let capi = match CapiMapping::open(be.context(), max) {
+    let capi = match CapiMapping::open(be.context(), max, capi_memory) {
         Ok(m) => Some(m),
         Err(e) => {
             if progress {
@@ -273,6 +274,7 @@ pub fn run(args: CopylatArgs) -> CmdResult {
         Duration::from_millis(args.budget_ms),
         !args.report.json,
         raw.as_ref(),
+        args.report.capi_memory,
     )?;
     if let Some(raw) = raw {
         raw.finish()?;

@@ -30,6 +30,10 @@ pub struct ReportArgs {
     /// direction, the size, and each compared path's per-call microseconds in time order)
     #[arg(long, value_name = "FILE.jsonl")]
     pub raw_samples: Option<String>,
+    /// GPU memory of the "C API" rows: existing memory pinned with gdr_pin_buffer, as gdrcopy's
+    /// programs use the library, or memory from gdr_alloc_mapped, the kind the Rust rows use
+    #[arg(long, value_enum, default_value_t = super::capi_map::CapiMemory::Pinned)]
+    pub capi_memory: super::capi_map::CapiMemory,
 }
 
 /// Where `--raw-samples` goes. A write that fails does not stop the measurement; the first

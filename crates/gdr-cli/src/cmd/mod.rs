@@ -18,6 +18,7 @@ pub mod pplat;
 pub mod run;
 pub mod sanity;
 pub mod serve;
+pub mod storebw;
 pub mod table;
 pub mod topo;
 

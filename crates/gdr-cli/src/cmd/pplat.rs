@@ -4,7 +4,9 @@
 use super::gpu::{self, GpuArg};
 use super::table::Table;
 use super::CmdResult;
-use gdr_bench::pingpong::{host_centric, ping_pong, PingPongPlacement};
+use gdr_bench::pingpong::{
+    bar_read_round_trip, host_centric, ping_pong, GpuLoop, PingPongPlacement,
+};
 use gdr_bench::stats::Summary;
 use serde::Serialize;
 use std::process::ExitCode;
@@ -32,15 +34,48 @@ pub struct PplatArgs {
 pub struct PplatRow {
     pub path: String,
     pub persistent: bool,
+    /// The GPU thread's loop (persistent rows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_loop: Option<GpuLoop>,
     pub us: Summary,
 }
 
 #[derive(Serialize)]
 pub struct PplatReport {
+    /// The four placements with the reported GPU loop, the loop's variants, the host-centric
+    /// rows, and the bus floor (a CPU read of GPU memory).
     pub rows: Vec<PplatRow>,
-    /// Host-centric (plain launches) median / best persistent-thread median.
+    /// Host-centric (plain launches) median / best placement's median (reported loop).
     pub speedup_vs_host_centric: f64,
 }
+
+/// The GPU loop's variants, each timed in a placement beside the reported loop: the lean loop
+/// and each of its two differences alone where the flag is in GPU memory, and the lean loop
+/// where the GPU polls host memory.
+const LOOP_VARIANTS: [(PingPongPlacement, GpuLoop); 4] = [
+    (PingPongPlacement::GpuFlagHostAnswer, GpuLoop::LEAN),
+    (
+        PingPongPlacement::GpuFlagHostAnswer,
+        GpuLoop {
+            timer_every: 1,
+            fence: false,
+        },
+    ),
+    (
+        PingPongPlacement::GpuFlagHostAnswer,
+        GpuLoop {
+            timer_every: 1024,
+            fence: true,
+        },
+    ),
+    (PingPongPlacement::HostFlagHostAnswer, GpuLoop::LEAN),
+];
+
+/// The loop of the four placement rows.
+const REPORTED: GpuLoop = GpuLoop::TIMER_EACH_POLL_FENCED;
+
+/// The floor row's name: a CPU read of a GPU word through the mapping, one PCIe round trip.
+pub const FLOOR_ROW: &str = "floor: 4-byte CPU read of GPU memory (one PCIe round trip)";
 
 pub fn measure(
     be: &gdr::bar::VulkanBackend,
@@ -50,10 +85,23 @@ pub fn measure(
 ) -> Result<PplatReport, Box<dyn std::error::Error + Send + Sync>> {
     let mut rows = Vec::new();
     for p in PingPongPlacement::ALL {
-        let s = ping_pong(be, p, warmup, rounds, timeout)?;
+        let s = ping_pong(be, p, REPORTED, warmup, rounds, timeout)?;
         rows.push(PplatRow {
             path: p.to_string(),
             persistent: true,
+            gpu_loop: Some(REPORTED),
+            us: s,
+        });
+    }
+    // The loop's variants, right after the four placements: each placement's row above is the
+    // reference they are read against (each run takes tens of milliseconds, short against the
+    // host's drift).
+    for (p, l) in LOOP_VARIANTS {
+        let s = ping_pong(be, p, l, warmup, rounds, timeout)?;
+        rows.push(PplatRow {
+            path: format!("{p} [{l}]"),
+            persistent: true,
+            gpu_loop: Some(l),
             us: s,
         });
     }
@@ -64,18 +112,27 @@ pub fn measure(
     let graph = host_centric(be.context(), warmup.min(200), hc_rounds, true)?;
     let best = rows
         .iter()
+        .filter(|r| r.gpu_loop == Some(REPORTED))
         .map(|r| r.us.median)
         .fold(f64::INFINITY, f64::min);
     let speedup = hc.median / best;
     rows.push(PplatRow {
         path: "host-centric: HtoD copy, launch, DtoH copy, sync".into(),
         persistent: false,
+        gpu_loop: None,
         us: hc,
     });
     rows.push(PplatRow {
         path: "host-centric as one CUDA graph, sync".into(),
         persistent: false,
+        gpu_loop: None,
         us: graph,
+    });
+    rows.push(PplatRow {
+        path: FLOOR_ROW.into(),
+        persistent: false,
+        gpu_loop: None,
+        us: bar_read_round_trip(be, warmup, rounds)?,
     });
     Ok(PplatReport {
         rows,
