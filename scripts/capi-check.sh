@@ -36,7 +36,8 @@ check build-api_names-c99 cc -std=c99 -Wall -Wextra -Werror "$src/api_names.c" -
 check build-api_names-cxx11 c++ -std=c++11 -x c++ -Wall -Wextra -Werror "$src/api_names.c" -o "$build/api_names_cxx" $flags -ldl
 check build-gdrapi_test cc -std=c99 -O2 -Wall -Wextra -Werror "$src/gdrapi_test.c" -o "$build/gdrapi_test" $flags -ldl
 check build-semantics cc -std=c99 -O2 -Wall -Wextra -Werror -pthread "$src/semantics.c" -o "$build/semantics" $flags -ldl
-for p in api_names api_names_cxx gdrapi_test semantics; do
+check build-copy_overhead cc -std=c99 -O2 -Wall -Wextra -Werror "$src/copy_overhead.c" -o "$build/copy_overhead" $flags -ldl
+for p in api_names api_names_cxx gdrapi_test semantics copy_overhead; do
   [ -x "$build/$p" ] && check "run-$p" env -u LD_LIBRARY_PATH timeout 300 "$build/$p"
 done
 # NCCL opens the unversioned name; NVSHMEM and UCX the soname. Both must resolve the same way

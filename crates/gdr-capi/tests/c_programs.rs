@@ -160,6 +160,19 @@ fn semantics_program() {
     gpu_program("semantics_program", "semantics.c", " 0 failed");
 }
 
+/// The benchmark of a copy call's own cost runs to its end (few rounds; its figures are read
+/// from the bundle's run, docs/results/2026-11-26-c-copies.md).
+#[test]
+fn copy_overhead_program() {
+    gpu_program_with(
+        "copy_overhead_program",
+        "copy_overhead.c",
+        &["21"],
+        &[],
+        "copy_overhead: 1 passed, 0 failed",
+    );
+}
+
 /// The copy paths again on gdrcopy's path (`GDR_CAPI_COPY=mapping`: every copy on the calling
 /// thread's loads and stores); the program above ran them on the default, the path chosen per
 /// size (several threads, the copy engine). One contract for both.
