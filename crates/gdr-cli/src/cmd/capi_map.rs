@@ -51,8 +51,8 @@ pub struct CapiMapping {
 }
 
 impl CapiMapping {
-    /// Opens libgdrapi and pins and maps `len` bytes on `ctx`'s GPU; `Err` says why not
-    /// (the rows are then left out, with that reason).
+    /// Opens libgdrapi and pins (or allocates, per `memory`) and maps `len` bytes on `ctx`'s
+    /// GPU; `Err` says why not (the rows are then left out, with that reason).
     pub fn open(ctx: &Context, len: usize, memory: CapiMemory) -> Result<CapiMapping, String> {
         let vmm = match memory {
             CapiMemory::Pinned => {
@@ -102,6 +102,7 @@ impl CapiMapping {
         })
     }
 
+    /// `gdr_copy_to_mapping` of `src` to the start of the mapping.
     pub fn write(&self, src: &[u8]) -> Result<(), CapiError> {
         assert!(src.len() <= self.len, "a copy inside the mapping");
         match gdr_copy_to_mapping(self.mh, self.va, src.as_ptr().cast(), src.len()) {
