@@ -196,9 +196,10 @@ gc = j("lenet-peak-gpu-queue-cluster1.load.json")
 if gc and hp:
     s["peak_rps_cluster1"] = gc["throughput_rps"]
     s["peak_ratio_cluster1"] = ratio(gc["throughput_rps"], hp["throughput_rps"])
-# The floor: the same server path with echo (no compute). A ratio against host-centric cannot
-# pass the one its floor gives, whatever the app costs: server-side and end-to-end p50
-# host-centric / echo, peak echo / host-centric.
+# The floor: the same server path with echo (no compute). A latency ratio against
+# host-centric cannot pass the one its floor gives, whatever the app costs: server-side and
+# end-to-end p50 host-centric / echo. The peak bound, echo / host-centric, is approximate:
+# echo answers with 784 bytes where LeNet answers with 40.
 el, eL, ep = j("echo-low-gpu-queue.server.json"), j("echo-low-gpu-queue.load.json"), j("echo-peak-gpu-queue.load.json")
 if el and eL:
     f = {"echo_server_p50_us": el["report"]["server_time"]["p50_us"], "echo_e2e_p50_us": eL["latency"]["p50_us"]}

@@ -546,7 +546,11 @@ pub fn measure<M: MappedMemory + DeviceMemory>(
                 };
                 ops.push(op);
             }
-            let out = time_interleaved(&mut ops, cfg.samples, Duration::from_millis(1), cfg.budget);
+            // time_interleaved shares its budget among the ops: each case gets `cfg.budget`.
+            let budget = cfg
+                .budget
+                .saturating_mul(u32::try_from(ops.len()).unwrap_or(u32::MAX));
+            let out = time_interleaved(&mut ops, cfg.samples, Duration::from_millis(1), budget);
             drop(ops);
             drop(crews);
             out
