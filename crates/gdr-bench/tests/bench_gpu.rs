@@ -105,9 +105,19 @@ fn every_gpu_loop_answers_every_round_and_the_floor_is_timed() {
     let loops = [
         GpuLoop::LEAN,
         GpuLoop::TIMER_EACH_POLL_FENCED,
+        // Out-of-range knobs are clamped: a timer read every poll, one poller; 32 pollers.
         GpuLoop {
             timer_every: 0,
             fence: false,
+            pollers: 0,
+        },
+        GpuLoop {
+            pollers: 4,
+            ..GpuLoop::LEAN
+        },
+        GpuLoop {
+            pollers: 64,
+            ..GpuLoop::TIMER_EACH_POLL_FENCED
         },
     ];
     for l in loops {

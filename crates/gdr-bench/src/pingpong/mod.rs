@@ -115,6 +115,9 @@ impl std::fmt::Display for PingPongPlacement {
     }
 }
 
+/// The most polling warps [`GpuLoop::pollers`] takes: one block of 1024 threads.
+pub const MAX_POLLERS: u32 = 32;
+
 /// How the persistent GPU thread polls and answers (the knobs of `pingpong.cu`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct GpuLoop {
@@ -122,6 +125,9 @@ pub struct GpuLoop {
     pub timer_every: u32,
     /// `__threadfence_system()` after each answer.
     pub fence: bool,
+    /// Warps polling the flag (lane 0 of each, 1 to 32; values outside are clamped): the first
+    /// to see a round's flag claims it with a compare-and-swap in shared memory and answers.
+    pub pollers: u32,
 }
 
 impl GpuLoop {
@@ -133,11 +139,13 @@ impl GpuLoop {
     pub const TIMER_EACH_POLL_FENCED: GpuLoop = GpuLoop {
         timer_every: 1,
         fence: true,
+        pollers: 1,
     };
     /// The timer read every 1024 polls and no fence: a shorter poll loop, timed as a variant.
     pub const LEAN: GpuLoop = GpuLoop {
         timer_every: 1024,
         fence: false,
+        pollers: 1,
     };
 }
 
@@ -147,7 +155,11 @@ impl std::fmt::Display for GpuLoop {
             1 => write!(f, "timer every poll")?,
             n => write!(f, "timer every {n} polls")?,
         }
-        f.write_str(if self.fence { ", fence" } else { ", no fence" })
+        f.write_str(if self.fence { ", fence" } else { ", no fence" })?;
+        match self.pollers.clamp(1, MAX_POLLERS) {
+            1 => Ok(()),
+            n => write!(f, ", {n} pollers"),
+        }
     }
 }
 
@@ -225,7 +237,12 @@ pub fn ping_pong(
     let ctx = be.context();
     ctx.bind()?;
     let module = Module::from_source(ctx, "pingpong.cu", SOURCE)?;
-    let kernel = module.function("gdr_pingpong")?;
+    let pollers = gpu_loop.pollers.clamp(1, MAX_POLLERS);
+    let kernel = module.function(if pollers == 1 {
+        "gdr_pingpong"
+    } else {
+        "gdr_pingpong_pollers"
+    })?;
     let (flag_gpu, answer_gpu) = match placement {
         PingPongPlacement::GpuFlagHostAnswer => (true, false),
         PingPongPlacement::HostFlagHostAnswer => (false, false),
@@ -254,9 +271,10 @@ pub fn ping_pong(
         &mut every as *mut u32 as *mut c_void,
         &mut fence as *mut u32 as *mut c_void,
     ];
-    // SAFETY: parameters match gdr_pingpong's signature; flag and answer outlive the kernel:
-    // we wait for the stream below, and leak them if it never finishes.
-    unsafe { kernel.launch(&stream, LaunchConfig::linear(1, 32), &mut params)? };
+    // SAFETY: parameters match the signature of gdr_pingpong and gdr_pingpong_pollers (the
+    // same); flag and answer outlive the kernel: we wait for the stream below, and leak them
+    // if it never finishes.
+    unsafe { kernel.launch(&stream, LaunchConfig::linear(1, 32 * pollers), &mut params)? };
 
     let mut samples = Vec::with_capacity(rounds as usize);
     let mut failure = None;

@@ -6,7 +6,9 @@
 // reaches it over PCIe). The thread gives up after `timeout_ns` without progress (watchdog)
 // and reports that by storing 0xFFFFFFFF into `answer`.
 //
-// Two knobs of the GPU loop (gdr_bench::pingpong::GpuLoop), so their cost can be timed:
+// Three knobs of the GPU loop (gdr_bench::pingpong::GpuLoop), so their cost can be timed:
+// - `pollers` (the launch, not a parameter): one thread polls (gdr_pingpong), or lane 0 of
+//   each of several warps (gdr_pingpong_pollers, below);
 // - `timer_every`: polls of `flag` between two reads of %globaltimer for the watchdog (1: every
 //   poll; each read lengthens the poll loop, and so the time to notice the flag);
 // - `fence`: __threadfence_system() after the answer. The answer is one aligned volatile store
@@ -42,6 +44,54 @@ extern "C" __global__ void gdr_pingpong(volatile unsigned int *flag, volatile un
         }
         *answer = i;
         if (fence) __threadfence_system();
+    }
+}
+
+// The same with several pollers: lane 0 of each warp of the block polls the flag; the first to
+// see round r's flag claims the round with a compare-and-swap on a shared counter and answers
+// it, so each round is answered once and in order. The pollers are at different points of
+// their loops (and, with the flag in host memory, each has its own PCIe read in flight), so
+// one of them sees a new flag sooner than a single poller would.
+extern "C" __global__ void gdr_pingpong_pollers(volatile unsigned int *flag,
+                                                volatile unsigned int *answer, unsigned int rounds,
+                                                unsigned long long timeout_ns,
+                                                unsigned int timer_every, unsigned int fence) {
+    __shared__ unsigned int answered;  // rounds answered so far (0xFFFFFFFF: given up)
+    if (threadIdx.x == 0) answered = 0;
+    __syncthreads();
+    if ((threadIdx.x & 31) != 0 || blockIdx.x != 0) return;
+    if (timer_every == 0) timer_every = 1;
+    volatile unsigned int *done = &answered;
+    unsigned long long start = gdr_now_ns();
+    unsigned int polls = 0, last = 0;
+    for (;;) {
+        unsigned int r = *done;
+        if (r >= rounds) return;  // all answered, given up, or stopped
+        if (r != last) {          // progress restarts this poller's watchdog
+            last = r;
+            start = gdr_now_ns();
+        }
+        unsigned int seen = *flag;
+        if (seen == 0xFFFFFFFFu) {  // the host asked us to stop
+            atomicExch(&answered, 0xFFFFFFFFu);
+            return;
+        }
+        if (seen > r) {  // round r + 1's flag: claim it and answer
+            if (atomicCAS(&answered, r, r + 1) == r) {
+                *answer = r + 1;
+                if (fence) __threadfence_system();
+            }
+            continue;
+        }
+        if (++polls < timer_every) continue;
+        polls = 0;
+        if (gdr_now_ns() - start > timeout_ns) {
+            if (atomicCAS(&answered, r, 0xFFFFFFFFu) == r) {
+                *answer = 0xFFFFFFFFu;
+                __threadfence_system();
+            }
+            return;
+        }
     }
 }
 

@@ -50,26 +50,38 @@ pub struct PplatReport {
 }
 
 /// The GPU loop's variants, each timed in a placement beside the reported loop: the lean loop
-/// and each of its two differences alone where the flag is in GPU memory, and the lean loop
-/// where the GPU polls host memory.
-const LOOP_VARIANTS: [(PingPongPlacement, GpuLoop); 4] = [
+/// and each of its two differences alone where the flag is in GPU memory, the lean loop where
+/// the GPU polls host memory, and 4 and 16 polling warps in both of those placements.
+const LOOP_VARIANTS: [(PingPongPlacement, GpuLoop); 8] = [
     (PingPongPlacement::GpuFlagHostAnswer, GpuLoop::LEAN),
     (
         PingPongPlacement::GpuFlagHostAnswer,
         GpuLoop {
-            timer_every: 1,
             fence: false,
+            ..GpuLoop::TIMER_EACH_POLL_FENCED
         },
     ),
     (
         PingPongPlacement::GpuFlagHostAnswer,
         GpuLoop {
-            timer_every: 1024,
             fence: true,
+            ..GpuLoop::LEAN
         },
     ),
     (PingPongPlacement::HostFlagHostAnswer, GpuLoop::LEAN),
+    (PingPongPlacement::GpuFlagHostAnswer, pollers(4)),
+    (PingPongPlacement::GpuFlagHostAnswer, pollers(16)),
+    (PingPongPlacement::HostFlagHostAnswer, pollers(4)),
+    (PingPongPlacement::HostFlagHostAnswer, pollers(16)),
 ];
+
+/// The reported loop with `n` polling warps.
+const fn pollers(n: u32) -> GpuLoop {
+    GpuLoop {
+        pollers: n,
+        ..GpuLoop::TIMER_EACH_POLL_FENCED
+    }
+}
 
 /// The loop of the four placement rows.
 const REPORTED: GpuLoop = GpuLoop::TIMER_EACH_POLL_FENCED;
