@@ -9,6 +9,7 @@
 #   2 GPUs vs 1 with a heavy app (--work), when the host has 2 GPUs (>= 1.7)
 # Environment: SERVE_THREADS (server network threads = cores, default 2), SERVE_CPUS (cores
 # for the server, default 2-(1+threads)), LOAD_CPUS (default the rest), HEAVY_WORK (default 40),
+# PEAK_THREADS (load-generator threads of the peak runs, 64 outstanding each; default 4),
 # SERVE_ONLY (space-separated parts to run: low profile peak floor million heavy sockperf;
 # default all). "floor" runs echo (no compute, LeNet's 784-byte request) at low load and at
 # peak in the GPU mode: the server's path without the app, whose figures bound the ratios
@@ -36,6 +37,7 @@ T=${SERVE_THREADS:-2}
 SCPUS=${SERVE_CPUS:-2-$((1 + T))}
 LCPUS=${LOAD_CPUS:-$((2 + T))-$((ncpu - 1))}
 HEAVY=${HEAVY_WORK:-40}
+PEAK_THREADS=${PEAK_THREADS:-4}
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); ngpu=${ngpu:-0}
 port=9400
 pid=
@@ -100,15 +102,15 @@ done
 want profile && run "lenet-profile-cluster1" "--app lenet --mode gpu-queue --profile --cluster 1" --app lenet --outstanding 1 --duration 2
 want peak && for mode in gpu-queue host-centric; do
   run "lenet-peak-$mode" "--app lenet --mode $mode --max-in-flight 512 --streams 8" \
-    --app lenet --outstanding 64 --threads 4 --duration 6 --verify
+    --app lenet --outstanding 64 --threads "$PEAK_THREADS" --duration 6 --verify
 done
 want peak && run "lenet-peak-gpu-queue-cluster1" "--app lenet --mode gpu-queue --cluster 1 --max-in-flight 512" \
-  --app lenet --outstanding 64 --threads 4 --duration 6 --verify
+  --app lenet --outstanding 64 --threads "$PEAK_THREADS" --duration 6 --verify
 # The path without the app: echo of LeNet's request size, one outstanding and at peak.
 want floor && run "echo-low-gpu-queue" "--app echo --mode gpu-queue" \
   --app echo --size 784 --outstanding 1 --duration 3 --verify
 want floor && run "echo-peak-gpu-queue" "--app echo --mode gpu-queue --max-in-flight 512" \
-  --app echo --size 784 --outstanding 64 --threads 4 --duration 6 --verify
+  --app echo --size 784 --outstanding 64 --threads "$PEAK_THREADS" --duration 6 --verify
 want million && run "million-gpu-queue" "--app lenet --mode gpu-queue" \
   --app lenet --rate 400000 --requests 1000000 --threads 4 --duration 60 --timeout-ms 2000
 if [ "$ngpu" -ge 2 ] && want heavy; then
