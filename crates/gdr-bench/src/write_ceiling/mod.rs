@@ -327,7 +327,7 @@ pub enum CeilingError {
     /// The target mapping is not aligned to a 64-byte line.
     #[error("the target mapping at {0:#x} is not 64-byte aligned")]
     Misaligned(usize),
-    /// A copy-engine case without a CUDA context, or the driver's refusal.
+    /// The driver refused something a copy-engine case needs (page-locked memory, a copy).
     #[error("copy engine: {0}")]
     Cuda(#[from] cuda::CudaError),
     /// A copy-engine case asked for without a CUDA context to run it in.
