@@ -202,7 +202,11 @@ impl fmt::Display for Case {
 /// The experiment's cases for these thread counts (the largest of them runs the width, half-
 /// line, order and host-memory variations).
 pub fn cases(threads: &[usize]) -> Vec<Case> {
-    let max = threads.iter().copied().max().unwrap_or(1);
+    // Each count once, ascending: a count given twice would time the same case twice.
+    let mut threads = threads.to_vec();
+    threads.sort_unstable();
+    threads.dedup();
+    let max = threads.last().copied().unwrap_or(1);
     let stores = |width, half_lines, source, order, threads, target| Case::Stores {
         width,
         half_lines,
@@ -214,7 +218,7 @@ pub fn cases(threads: &[usize]) -> Vec<Case> {
     let regs = Source::Registers;
     let best = Isa::detected_store();
     let mut v = vec![Case::CopyEnginePinned, Case::CopyEnginePageable];
-    for &t in threads {
+    for &t in &threads {
         v.push(Case::Library {
             isa: best,
             threads: t,
@@ -412,7 +416,8 @@ pub fn measure<M: MappedMemory + DeviceMemory>(
     let mut source = vec![0u8; max + PAGE];
     let skew = source.as_ptr().align_offset(PAGE);
     let source = &mut source[skew..skew + max];
-    fill_pseudo_random(source);
+    // Fresh bytes each run: no page of zeros the memory system could treat specially.
+    rand::RngCore::fill_bytes(&mut rand::thread_rng(), source);
     let needs_host_target = runnable.iter().any(|c| {
         matches!(
             c,
@@ -600,21 +605,6 @@ unsafe fn run_stores(
             kernels::copy(dst.ptr.add(off), src.ptr.add(off), len, reads)
         },
     });
-}
-
-/// Fills `buf` with bytes of a xorshift generator seeded from the clock: fresh data each run,
-/// no page of zeros the memory system could treat specially.
-fn fill_pseudo_random(buf: &mut [u8]) {
-    let mut x = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0x9E37_79B9_7F4A_7C15, |d| d.as_nanos() as u64)
-        | 1;
-    for chunk in buf.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
-    }
 }
 
 #[cfg(test)]

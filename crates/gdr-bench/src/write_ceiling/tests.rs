@@ -231,4 +231,6 @@ fn case_names_are_distinct() {
     names.dedup();
     assert_eq!(names.len(), n, "{names:?}");
     assert!(cs.contains(&Case::CopyEnginePinned));
+    // A count given twice or out of order is the same experiment.
+    assert_eq!(cases(&[4, 1, 4, 2]), cases(&[1, 2, 4]));
 }
