@@ -90,6 +90,7 @@ mod info;
 pub use info::*;
 mod copy;
 mod log;
+mod read_mostly;
 mod table;
 
 use gdr::bar::{PinBackend, PinError, Pinned, Pinner, VulkanBackend};

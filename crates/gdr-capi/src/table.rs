@@ -2,21 +2,24 @@
 //!
 //! A `gdr_t` is a token (never a pointer, never reused) and a `gdr_mh_t` a counter value, both
 //! looked up here, so a stale or made-up value is answered with EINVAL instead of touching freed
-//! memory. The table is one `RwLock`: copies take it shared (copies on different handles run in
-//! parallel, and no unmap can pull a mapping from under one), everything that changes it takes
-//! it exclusive for a lookup or an insert, and the slow work (pinning, allocating, unpinning)
-//! runs unlocked.
+//! memory. The table is one reader-writer lock ([`ReadMostly`]): copies take it shared (copies
+//! on different handles run in parallel, and no unmap can pull a mapping from under one),
+//! everything that changes it takes it exclusive for a lookup or an insert, and the slow work
+//! (pinning, allocating, unpinning) runs unlocked. Its readers run no atomic read-modify-write
+//! (the writers pay with a membarrier), so a copy's lookup costs a few plain loads and stores.
 //!
 //! Fork: a child inherits a copy of the table, but neither the GPU context nor (MADV_DONTFORK)
 //! the mappings. A `pthread_atfork` child handler raises [`forked`], and every entry point checks
 //! it before touching the lock (which another thread of the parent may have held at the fork).
 
+use crate::log::{log, Level};
+use crate::read_mostly::{ReadGuard, ReadMostly, WriteGuard};
 use gdr::bar::{MappedBuffer, PinBackend, Pinned, PinnedMapping, Pinner, VulkanBackend};
 use gdr::cuda::{Context, DeviceMemory};
 use gdr::GPU_PAGE_SIZE;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Once, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Once;
 
 /// One `gdr_open`.
 pub(crate) struct Gdr {
@@ -175,19 +178,26 @@ unsafe impl Send for State {}
 // SAFETY: as above; shared access only reads the pointers.
 unsafe impl Sync for State {}
 
-static STATE: RwLock<Option<State>> = RwLock::new(None);
+static STATE: ReadMostly<Option<State>> = ReadMostly::new(None);
 static FORKED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn mark_forked() {
     FORKED.store(true, Ordering::Relaxed);
 }
 
-/// Registers the fork handler (once, at the first `gdr_open`).
+/// Registers the fork handler and turns on the table's fast reads (once, at the first
+/// `gdr_open`).
 pub(crate) fn watch_fork() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // SAFETY: registers a child handler that only stores to an atomic (async-signal-safe).
         unsafe { libc::pthread_atfork(None, None, Some(mark_forked)) };
+        if !STATE.enable_fast_reads() {
+            log!(
+                Level::Info,
+                "handle lookups take the table's lock (membarrier(2) is not available here)"
+            );
+        }
     });
 }
 
@@ -196,12 +206,12 @@ pub(crate) fn forked() -> bool {
     FORKED.load(Ordering::Relaxed)
 }
 
-pub(crate) fn read() -> RwLockReadGuard<'static, Option<State>> {
-    STATE.read().unwrap_or_else(|e| e.into_inner())
+pub(crate) fn read() -> ReadGuard<'static, Option<State>> {
+    STATE.read()
 }
 
-pub(crate) fn write() -> RwLockWriteGuard<'static, Option<State>> {
-    STATE.write().unwrap_or_else(|e| e.into_inner())
+pub(crate) fn write() -> WriteGuard<'static, Option<State>> {
+    STATE.write()
 }
 
 /// Runs `f` on the table, exclusively.
