@@ -1006,5 +1006,21 @@ pub fn context_of(g: *mut c_void) -> Option<Context> {
         .and_then(|s| s.gdrs.get(&(g as usize)).map(|gd| gd.ctx.clone()))
 }
 
+/// Runs `f` on the buffer behind a `gdr_alloc_mapped` handle, whose CPU mapping is the one
+/// the copies of `mh` go through (for gdr's benchmarks, which time Rust copies into the very
+/// allocation the C calls copy to: two allocations can differ by tens of nanoseconds per
+/// small write); `None` for a handle that is not a live allocation.
+///
+/// The table is read-locked while `f` runs, so `f` may copy (`gdr_copy_*`) but must not call
+/// the functions that change the table (`gdr_open`, pin, map, unmap, free, `gdr_close`): they
+/// would wait for `f` to return.
+pub fn with_allocation<R>(mh: GdrMh, f: impl FnOnce(&gdr::bar::MappedBuffer) -> R) -> Option<R> {
+    let s = table::read();
+    match &s.as_ref()?.handles.get(&(mh.h as u64))?.kind {
+        Kind::Alloc { buf, .. } => Some(f(buf)),
+        Kind::Pin { .. } => None,
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
 //! A mapping made through libgdrapi's C entry points, for timing `gdr_copy_to_mapping` and
 //! `gdr_copy_from_mapping` beside the Rust paths in one run (copylat, copybw).
 
+use gdr::bar::MappedBuffer;
 use gdr::cuda::{vmm::VmmBuffer, Context, DeviceMemory};
 use gdrapi::{
     gdr_alloc_mapped, gdr_close, gdr_copy_from_mapping, gdr_copy_to_mapping, gdr_free_mapped,
@@ -25,8 +26,8 @@ pub enum CapiMemory {
     /// pins), as gdrcopy's programs use the library
     #[default]
     Pinned,
-    /// Memory from libgdrapi's `gdr_alloc_mapped`: the same kind (a Vulkan allocation) as the
-    /// Rust rows copy to, so the rows differ only in the call
+    /// Memory from libgdrapi's `gdr_alloc_mapped`, which the Rust rows then copy to as well
+    /// (the same allocation through the same CPU mapping), so the rows differ only in the call
     Allocated,
 }
 
@@ -100,6 +101,15 @@ impl CapiMapping {
             len,
             backing,
         })
+    }
+
+    /// Runs `f` on the library's own buffer behind this mapping (`None` unless the memory is
+    /// [`CapiMemory::Allocated`]); `f` must not drop or remap this mapping.
+    pub fn with_allocation<R>(&self, f: impl FnOnce(&MappedBuffer) -> R) -> Option<R> {
+        match self.backing {
+            Backing::Allocated => gdrapi::with_allocation(self.mh, f),
+            Backing::Pinned { .. } => None,
+        }
     }
 
     /// `gdr_copy_to_mapping` of `src` to the start of the mapping.

@@ -4,11 +4,12 @@
 use super::capi_map::CapiMapping;
 use super::copylat::copier_for;
 use super::gpu::{self, GpuArg};
-use super::measure::{dir_name, time_all, RawLog, ReportArgs, Timed};
+use super::measure::{dir_name, time_all, MeasureError, RawLog, ReportArgs, Timed};
 use super::plot::{write_svg, Panel, Series, SIZE_LABEL};
 use super::table::{parse_size, size as hsize, Table};
 use super::CmdResult;
 use gdr::bar::auto::{Direction, Path};
+use gdr::bar::MappedBuffer;
 use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -67,7 +68,6 @@ pub fn run(args: CopybwArgs) -> CmdResult {
     let be = gpu::open(args.gpu)?;
     let auto = copier_for(&be, &args.report)?;
     let max = *args.sizes.iter().max().expect("checked non-empty");
-    let buf = be.alloc(max, 4096)?;
     // libgdrapi's copies, timed beside the Rust paths (on the paths GDR_CAPI_COPY lets the
     // library take); without it the rows say nothing of C.
     let capi = match CapiMapping::open(be.context(), max, args.report.capi_memory) {
@@ -79,64 +79,75 @@ pub fn run(args: CopybwArgs) -> CmdResult {
     };
     let budget = Duration::from_millis(args.budget_ms);
     let raw = RawLog::create(args.report.raw_samples.as_deref())?;
-    let mut rows = Vec::new();
-    for dir in [Direction::ToGpu, Direction::FromGpu] {
-        for &size in &args.sizes {
-            if !args.report.json {
-                eprint!("\r{} {:>6}   ", dir_name(dir), hsize(size));
+    // Every size both ways, the Rust paths on `buf`, the C calls on `capi`.
+    let measure_on = |buf: &MappedBuffer| -> Result<Vec<Row>, MeasureError> {
+        let mut rows = Vec::new();
+        for dir in [Direction::ToGpu, Direction::FromGpu] {
+            for &size in &args.sizes {
+                if !args.report.json {
+                    eprint!("\r{} {:>6}   ", dir_name(dir), hsize(size));
+                }
+                let mut what: Vec<Timed> = args
+                    .threads
+                    .iter()
+                    .map(|&t| Timed::Path(Path::Mapping { threads: t }))
+                    .collect();
+                what.push(Timed::Path(Path::CopyEngine));
+                what.push(Timed::Auto);
+                if capi.is_some() {
+                    what.push(Timed::Capi);
+                }
+                let s = time_all(
+                    &what,
+                    dir,
+                    buf,
+                    size,
+                    &auto,
+                    capi.as_ref(),
+                    budget,
+                    raw.as_ref(),
+                )?;
+                let n = args.threads.len();
+                let mapping: Vec<(usize, f64)> = args
+                    .threads
+                    .iter()
+                    .zip(&s)
+                    .map(|(&t, s)| (t, gbps(size, s.median)))
+                    .collect();
+                let ce = gbps(size, s[n].median);
+                let a = gbps(size, s[n + 1].median);
+                let c = capi.as_ref().map(|_| gbps(size, s[n + 2].median));
+                // The best over the thread counts that run as asked at this size (8 threads asked
+                // for 64 KiB run as 4: the same copy timed twice would let noise set the "best").
+                let best = mapping
+                    .iter()
+                    .filter(|m| Path::Mapping { threads: m.0 }.is_distinct_at(size))
+                    .map(|m| m.1)
+                    .fold(ce, f64::max);
+                rows.push(Row {
+                    direction: dir_name(dir),
+                    size,
+                    mapping_gbps: mapping,
+                    copy_engine_gbps: ce,
+                    auto_gbps: a,
+                    auto_path: auto.path_for(dir, size).to_string(),
+                    best_gbps: best,
+                    auto_vs_best: a / best,
+                    capi_gbps: c,
+                    capi_vs_auto: c.map(|c| c / a),
+                    auto_contenders: super::measure::contenders(&auto, dir, size),
+                });
             }
-            let mut what: Vec<Timed> = args
-                .threads
-                .iter()
-                .map(|&t| Timed::Path(Path::Mapping { threads: t }))
-                .collect();
-            what.push(Timed::Path(Path::CopyEngine));
-            what.push(Timed::Auto);
-            if capi.is_some() {
-                what.push(Timed::Capi);
-            }
-            let s = time_all(
-                &what,
-                dir,
-                &buf,
-                size,
-                &auto,
-                capi.as_ref(),
-                budget,
-                raw.as_ref(),
-            )?;
-            let n = args.threads.len();
-            let mapping: Vec<(usize, f64)> = args
-                .threads
-                .iter()
-                .zip(&s)
-                .map(|(&t, s)| (t, gbps(size, s.median)))
-                .collect();
-            let ce = gbps(size, s[n].median);
-            let a = gbps(size, s[n + 1].median);
-            let c = capi.as_ref().map(|_| gbps(size, s[n + 2].median));
-            // The best over the thread counts that run as asked at this size (8 threads asked
-            // for 64 KiB run as 4: the same copy timed twice would let noise set the "best").
-            let best = mapping
-                .iter()
-                .filter(|m| Path::Mapping { threads: m.0 }.is_distinct_at(size))
-                .map(|m| m.1)
-                .fold(ce, f64::max);
-            rows.push(Row {
-                direction: dir_name(dir),
-                size,
-                mapping_gbps: mapping,
-                copy_engine_gbps: ce,
-                auto_gbps: a,
-                auto_path: auto.path_for(dir, size).to_string(),
-                best_gbps: best,
-                auto_vs_best: a / best,
-                capi_gbps: c,
-                capi_vs_auto: c.map(|c| c / a),
-                auto_contenders: super::measure::contenders(&auto, dir, size),
-            });
         }
-    }
+        Ok(rows)
+    };
+    // With --capi-memory allocated every row copies to the library's allocation, through the
+    // mapping the C calls use (as in copylat).
+    let rows = match capi.as_ref().and_then(|c| c.with_allocation(measure_on)) {
+        Some(rows) => rows,
+        None => measure_on(&be.alloc(max, 4096)?),
+    }?;
+    drop(capi);
     if let Some(raw) = raw {
         raw.finish()?;
     }

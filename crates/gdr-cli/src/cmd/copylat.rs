@@ -8,6 +8,7 @@ use super::plot::{write_svg, Panel, Series, SIZE_LABEL};
 use super::table::{parse_size, size as hsize, Table};
 use super::CmdResult;
 use gdr::bar::auto::{AutoCopier, Direction, Path};
+use gdr::bar::MappedBuffer;
 use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -122,7 +123,6 @@ pub fn measure(
     capi_memory: CapiMemory,
 ) -> Result<Vec<CopylatRow>, Box<dyn std::error::Error + Send + Sync>> {
     let max = *sizes.iter().max().unwrap_or(&1);
-    let buf = be.alloc(max, 4096)?;
     // libgdrapi's copies, timed beside the Rust paths (on the paths GDR_CAPI_COPY lets the
     // library take); without it the rows say nothing of C.
     let capi = match CapiMapping::open(be.context(), max, capi_memory) {
@@ -134,6 +134,36 @@ pub fn measure(
             None
         }
     };
+    // With --capi-memory allocated every row copies to the library's allocation, through the
+    // mapping the C calls use: small writes to two allocations can differ by tens of ns.
+    let rows = match capi.as_ref().and_then(|c| {
+        c.with_allocation(|buf| measure_on(buf, auto, sizes, budget, progress, raw, Some(c)))
+    }) {
+        Some(rows) => rows,
+        None => measure_on(
+            &be.alloc(max, 4096)?,
+            auto,
+            sizes,
+            budget,
+            progress,
+            raw,
+            capi.as_ref(),
+        ),
+    }?;
+    drop(capi);
+    Ok(rows)
+}
+
+/// Times every size in both directions, the Rust paths on `buf` and the C calls on `capi`.
+fn measure_on(
+    buf: &MappedBuffer,
+    auto: &AutoCopier,
+    sizes: &[usize],
+    budget: Duration,
+    progress: bool,
+    raw: Option<&RawLog>,
+    capi: Option<&CapiMapping>,
+) -> Result<Vec<CopylatRow>, Box<dyn std::error::Error + Send + Sync>> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(8);
@@ -167,7 +197,7 @@ pub fn measure(
                     .filter(|p| p.is_distinct_at(size))
                     .map(Timed::Path),
             );
-            let s = time_all(&what, dir, &buf, size, auto, capi.as_ref(), budget, raw)?;
+            let s = time_all(&what, dir, buf, size, auto, capi, budget, raw)?;
             let (map, plain, a) = (s[0], s[1], s[2]);
             let (best_i, best) = what
                 .iter()
