@@ -271,6 +271,21 @@ pub fn cases(threads: &[usize]) -> Vec<Case> {
             Target::Gpu,
         ));
     }
+    // The one-thread copy again, into host memory: what the core gets from an uncached source
+    // with no PCIe write in the path (the floor under the one-thread copy to the GPU).
+    v.push(stores(
+        Width::B64,
+        false,
+        Source::Buffer {
+            reads: Reads::Prefetch {
+                distance: 0,
+                hint: Hint::T0,
+            },
+        },
+        Order::Blocks,
+        1,
+        Target::Host,
+    ));
     v.dedup();
     v
 }

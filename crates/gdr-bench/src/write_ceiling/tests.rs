@@ -231,6 +231,10 @@ fn case_names_are_distinct() {
     names.dedup();
     assert_eq!(names.len(), n, "{names:?}");
     assert!(cs.contains(&Case::CopyEnginePinned));
+    // The one-thread copy's floor: the same copy into host memory.
+    assert!(cs
+        .iter()
+        .any(|c| c.to_string() == "64B stores from a buffer x1 to host memory"));
     // A count given twice or out of order is the same experiment.
     assert_eq!(cases(&[4, 1, 4, 2]), cases(&[1, 2, 4]));
 }
