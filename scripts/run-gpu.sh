@@ -2,7 +2,10 @@
 # Runs in a bundle folder on a GPU host: every test binary with GDR_REQUIRE_GPU=1, then the
 # tools and benchmarks. Usage: run.sh OUTDIR [--tests-only]. Logs and JSON go to OUTDIR; a summary is printed.
 # ONLY="tests capi clients apiperf ..." runs just the named parts (names: tests, info, sanity,
-# copylat, copybw, pplat, mq, apiperf, capi, clients, alloc, outside, python, serve). `alloc` is
+# copylat, copybw, ccopies, storebw, pplat, mq, apiperf, capi, clients, alloc, outside, python,
+# serve). `ccopies` times libgdrapi's copies against the Rust auto copier on one allocation
+# (copylat 8 B-64 KiB and copybw with --capi-memory allocated); `storebw` is the CPU->GPU
+# write-ceiling experiment. `alloc` is
 # alloc-gpu.sh (gdr's allocator: C checks, its cost, PyTorch and CuPy under `gdr run`);
 # `outside` is outside-gpu.sh on the folder OUTSIDE names (gdrcopy's and UCX's programs, built
 # outside the repository), run only when OUTSIDE is set.
@@ -46,6 +49,10 @@ if [ "${2:-}" != "--tests-only" ]; then
   want sanity && bench sanity.txt "$g" sanity
   want copylat && bench copylat.json "$g" copylat --max-size 256M --json --plot "$out/copylat.svg"
   want copybw && bench copybw.json "$g" copybw --json --plot "$out/copybw.svg"
+  want ccopies && bench ccopies-copylat.json "$g" copylat --min-size 8 --max-size 64K \
+    --budget-ms 100 --capi-memory allocated --json
+  want ccopies && bench ccopies-copybw.json "$g" copybw --budget-ms 300 --capi-memory allocated --json
+  want storebw && bench storebw.json "$g" storebw --json
   want pplat && bench pplat.json "$g" pplat --json
   want mq && bench mq.json "$g" mq bench --json
   want apiperf && bench apiperf.json "$g" apiperf --json
