@@ -280,6 +280,11 @@ impl Context {
         })
     }
 
+    /// Whether `other` is this same context (both retain one primary context).
+    pub(crate) fn same_as(&self, other: &Context) -> bool {
+        self.0.raw == other.0.raw
+    }
+
     /// The device whose primary context this is.
     pub fn device(&self) -> Device {
         self.0.device

@@ -74,6 +74,7 @@ pub mod nvml;
 pub mod nvrtc;
 mod pointer;
 mod result;
+mod staged;
 mod stream;
 mod sys;
 pub mod vmm;
@@ -87,6 +88,7 @@ pub use memory::{
 pub use module::{Function, LaunchConfig, Module};
 pub use pointer::{allocation_range, buffer_id, dma_buf_fd, set_sync_memops};
 pub use result::{driver, CudaError, Driver, Result};
+pub use staged::{is_page_locked, read_into_host, Stager, STAGED_READ_MAX};
 pub use stream::{synchronize_legacy_stream, Event, Stream};
 
 use memory::check_range;

@@ -123,7 +123,7 @@ impl Drop for Stream {
 /// Destroyed on drop.
 pub struct Event {
     _ctx: Context,
-    raw: sys::CUevent,
+    pub(super) raw: sys::CUevent,
 }
 
 impl Event {

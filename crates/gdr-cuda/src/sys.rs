@@ -59,9 +59,13 @@ pub const FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
 pub const FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: c_int = 11;
 
 // CUpointer_attribute values.
+pub const POINTER_ATTRIBUTE_MEMORY_TYPE: c_int = 2;
 pub const POINTER_ATTRIBUTE_SYNC_MEMOPS: c_int = 6;
 pub const POINTER_ATTRIBUTE_BUFFER_ID: c_int = 7;
 pub const POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_int = 9;
+
+// CUmemorytype values.
+pub const MEMORYTYPE_HOST: u32 = 1;
 
 // cuMemHostAlloc / cuMemHostRegister flags.
 pub const MEMHOSTALLOC_PORTABLE: c_uint = 0x1;

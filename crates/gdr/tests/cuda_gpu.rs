@@ -79,3 +79,62 @@ fn compile_errors_carry_the_log() {
     };
     assert!(err.contains("bad.cu"), "{err}");
 }
+
+/// Copy-engine reads into host memory (`cuda::read_into_host`): through the page-locked chunks
+/// for pageable destinations up to `STAGED_READ_MAX`, straight in for page-locked ones and
+/// larger reads; every size and offset gives the device's bytes, on the legacy stream and on
+/// a stream of ours, and a range past the buffer is refused before anything is written.
+#[test]
+fn reads_into_host_memory_give_the_device_bytes() {
+    let Some(ctx) = gpu_context("reads_into_host_memory_give_the_device_bytes") else {
+        return;
+    };
+    let n = 8 << 20;
+    let mut want = vec![0u8; n];
+    rand::thread_rng().fill_bytes(&mut want);
+    let dev = DeviceBuffer::new(&ctx, n).unwrap();
+    cuda::memcpy_htod(&dev, 0, &want).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let sizes = [
+        1,
+        4095,
+        (64 << 10) + 3,
+        256 << 10,
+        (1 << 20) + 17,
+        2 << 20,
+        (2 << 20) + 1,
+        (5 << 20) + 7,
+        cuda::STAGED_READ_MAX - 1,
+        cuda::STAGED_READ_MAX,
+        cuda::STAGED_READ_MAX + 1,
+        (7 << 20) + 5,
+    ];
+    for (i, &len) in sizes.iter().enumerate() {
+        let offset = [0, 13, 4096][i % 3];
+        let on = if i % 2 == 0 { None } else { Some(&stream) };
+        let mut dst = vec![!want[offset]; len];
+        assert!(!cuda::is_page_locked(dst.as_ptr(), len));
+        cuda::read_into_host(&ctx, &mut dst, &dev, offset, on).unwrap();
+        assert!(dst == want[offset..offset + len], "{len} bytes at {offset}");
+    }
+    // A page-locked destination is copied into directly.
+    let mut pinned = HostBuffer::new(&ctx, 3 << 20).unwrap();
+    assert!(cuda::is_page_locked(pinned.as_slice().as_ptr(), 3 << 20));
+    pinned.as_mut_slice().fill(0xEE);
+    cuda::read_into_host(&ctx, pinned.as_mut_slice(), &dev, 7, Some(&stream)).unwrap();
+    assert!(pinned.as_slice() == &want[7..7 + (3 << 20)]);
+    // Nothing to read: Ok inside the buffer, refused past it.
+    cuda::read_into_host(&ctx, &mut [], &dev, n, None).unwrap();
+    assert!(cuda::read_into_host(&ctx, &mut [], &dev, n + 1, None).is_err());
+    // Past the end: refused, nothing written.
+    let mut dst = vec![0xABu8; 4096];
+    assert!(cuda::read_into_host(&ctx, &mut dst, &dev, n - 100, None).is_err());
+    assert!(dst.iter().all(|&b| b == 0xAB));
+    // The stager on its own, reused across reads of different chunkings.
+    let mut st = cuda::Stager::new(&ctx).unwrap();
+    for len in [(3 << 20) + 1, 100, 1 << 20] {
+        let mut dst = vec![0u8; len];
+        st.read(&mut dst, &dev, 1, None).unwrap();
+        assert!(dst == want[1..1 + len], "stager, {len} bytes");
+    }
+}

@@ -35,7 +35,8 @@ pub enum Path {
         /// runs on fewer ([`Path::runs_as`]).
         threads: usize,
     },
-    /// `cuMemcpyHtoD` (+ legacy-stream synchronize) or `cuMemcpyDtoH`.
+    /// `cuMemcpyHtoD` (+ legacy-stream synchronize), or a copy-engine read
+    /// (`gdr::cuda::read_into_host`: through page-locked chunks up to 1 MiB).
     CopyEngine,
 }
 
@@ -170,7 +171,10 @@ pub fn read_on(
         Path::Mapping { threads } => buf.read_parallel(offset, dst, threads),
         Path::CopyEngine => {
             buf.context().bind()?;
-            Ok(cuda::memcpy_dtoh(dst, buf, offset)?)
+            // Through page-locked chunks where `dst` is pageable and at most 1 MiB (faster
+            // than the driver's pageable path there), on the legacy default stream as
+            // `cuMemcpyDtoH`.
+            Ok(cuda::read_into_host(buf.context(), dst, buf, offset, None)?)
         }
     }
 }
