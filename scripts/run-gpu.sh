@@ -50,8 +50,8 @@ if [ "${2:-}" != "--tests-only" ]; then
   want copylat && bench copylat.json "$g" copylat --max-size 256M --json --plot "$out/copylat.svg"
   want copybw && bench copybw.json "$g" copybw --json --plot "$out/copybw.svg"
   want ccopies && bench ccopies-copylat.json "$g" copylat --min-size 8 --max-size 64K \
-    --budget-ms 100 --capi-memory allocated --json
-  want ccopies && bench ccopies-copybw.json "$g" copybw --budget-ms 300 --capi-memory allocated --json
+    --budget-ms 200 --capi-memory allocated --json
+  want ccopies && bench ccopies-copybw.json "$g" copybw --budget-ms 1000 --capi-memory allocated --json
   want storebw && bench storebw.json "$g" storebw --json
   want pplat && bench pplat.json "$g" pplat --json
   want mq && bench mq.json "$g" mq bench --json

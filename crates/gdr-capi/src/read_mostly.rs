@@ -3,8 +3,8 @@
 //! Every `gdr_copy_to_mapping` and `gdr_copy_from_mapping` looks its handle up under the
 //! table's lock, so that a made-up handle gets EINVAL and no `gdr_unmap` can pull the mapping
 //! from under the copy. A `std::sync::RwLock` read costs two locked instructions (acquire and
-//! release); on the H100 host an 8-byte call paid 20-31 ns beyond its stores for them and the
-//! lookup, a sixth of the call. The table changes only at open, pin, map, unmap, unpin and
+//! release); on the H100 host an 8-byte call paid 20-34 ns beyond its stores for them and the
+//! lookup, a sixth of the call (2-7 ns with this lock; docs/results/2026-11-26-lookup.md). The table changes only at open, pin, map, unmap, unpin and
 //! close, each of which takes microseconds anyway, so the cost is moved to the writers.
 //!
 //! # Protocol
@@ -34,7 +34,7 @@
 //! Slots are process-wide (shared by every `ReadMostly`, of which the library has one): a
 //! writer waits for readers of any instance, which is only conservative. A slot is leaked on
 //! first use and handed to a later thread when its thread exits, so a program that starts
-//! many short-lived threads keeps one slot per thread alive at a time.
+//! many short-lived threads keeps as many slots as it ever had threads alive at once.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
