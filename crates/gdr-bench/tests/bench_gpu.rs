@@ -105,11 +105,21 @@ fn every_gpu_loop_answers_every_round_and_the_floor_is_timed() {
     let loops = [
         GpuLoop::LEAN,
         GpuLoop::TIMER_EACH_POLL_FENCED,
-        // Out-of-range knobs are clamped: a timer read every poll, one poller; 32 pollers.
+        // Out-of-range knobs are clamped: a timer read every poll, one poller, one load; 32
+        // pollers; 8 loads a poll.
         GpuLoop {
             timer_every: 0,
             fence: false,
             pollers: 0,
+            loads: 0,
+        },
+        GpuLoop {
+            loads: 4,
+            ..GpuLoop::TIMER_EACH_POLL_FENCED
+        },
+        GpuLoop {
+            loads: 100,
+            ..GpuLoop::LEAN
         },
         GpuLoop {
             pollers: 4,

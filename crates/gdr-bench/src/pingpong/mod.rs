@@ -117,6 +117,8 @@ impl std::fmt::Display for PingPongPlacement {
 
 /// The most polling warps [`GpuLoop::pollers`] takes: one block of 1024 threads.
 pub const MAX_POLLERS: u32 = 32;
+/// The most loads of the flag one poll issues ([`GpuLoop::loads`]).
+pub const MAX_LOADS: u32 = 8;
 
 /// How the persistent GPU thread polls and answers (the knobs of `pingpong.cu`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -128,6 +130,10 @@ pub struct GpuLoop {
     /// Warps polling the flag (lane 0 of each, 1 to 32; values outside are clamped): the first
     /// to see a round's flag claims it with a compare-and-swap in shared memory and answers.
     pub pollers: u32,
+    /// Loads of the flag one poll issues back to back, so that they are in flight together
+    /// (1 to [`MAX_LOADS`], values outside clamped; one poller only, several pollers load
+    /// once a poll).
+    pub loads: u32,
 }
 
 impl GpuLoop {
@@ -140,12 +146,14 @@ impl GpuLoop {
         timer_every: 1,
         fence: true,
         pollers: 1,
+        loads: 1,
     };
     /// The timer read every 1024 polls and no fence: a shorter poll loop, timed as a variant.
     pub const LEAN: GpuLoop = GpuLoop {
         timer_every: 1024,
         fence: false,
         pollers: 1,
+        loads: 1,
     };
 }
 
@@ -157,8 +165,12 @@ impl std::fmt::Display for GpuLoop {
         }
         f.write_str(if self.fence { ", fence" } else { ", no fence" })?;
         match self.pollers.clamp(1, MAX_POLLERS) {
+            1 => {}
+            n => write!(f, ", {n} pollers")?,
+        }
+        match self.loads.clamp(1, MAX_LOADS) {
             1 => Ok(()),
-            n => write!(f, ", {n} pollers"),
+            n => write!(f, ", {n} loads a poll"),
         }
     }
 }
@@ -262,7 +274,11 @@ pub fn ping_pong(
         total,
         u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
     );
-    let (mut every, mut fence) = (gpu_loop.timer_every.max(1), u32::from(gpu_loop.fence));
+    let (mut every, mut fence, mut loads) = (
+        gpu_loop.timer_every.max(1),
+        u32::from(gpu_loop.fence),
+        gpu_loop.loads.clamp(1, MAX_LOADS),
+    );
     let mut params = [
         &mut fp as *mut u64 as *mut c_void,
         &mut ap as *mut u64 as *mut c_void,
@@ -270,6 +286,7 @@ pub fn ping_pong(
         &mut to as *mut u64 as *mut c_void,
         &mut every as *mut u32 as *mut c_void,
         &mut fence as *mut u32 as *mut c_void,
+        &mut loads as *mut u32 as *mut c_void,
     ];
     // SAFETY: parameters match the signature of gdr_pingpong and gdr_pingpong_pollers (the
     // same); flag and answer outlive the kernel: we wait for the stream below, and leak them
@@ -412,4 +429,36 @@ pub fn host_centric(
         }
     }
     Ok(Summary::of(&mut samples))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpu_loops_name_says_each_knob_as_clamped() {
+        assert_eq!(
+            GpuLoop::TIMER_EACH_POLL_FENCED.to_string(),
+            "timer every poll, fence"
+        );
+        assert_eq!(
+            GpuLoop::LEAN.to_string(),
+            "timer every 1024 polls, no fence"
+        );
+        let l = GpuLoop {
+            pollers: 100,
+            loads: 100,
+            ..GpuLoop::LEAN
+        };
+        assert_eq!(
+            l.to_string(),
+            "timer every 1024 polls, no fence, 32 pollers, 8 loads a poll"
+        );
+        let l = GpuLoop {
+            pollers: 0,
+            loads: 4,
+            ..GpuLoop::TIMER_EACH_POLL_FENCED
+        };
+        assert_eq!(l.to_string(), "timer every poll, fence, 4 loads a poll");
+    }
 }

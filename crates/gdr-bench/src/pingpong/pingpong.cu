@@ -15,6 +15,8 @@
 //   that leaves the SM by itself; the fence makes the thread wait for it to land before it
 //   polls again. Where the flag is in host memory that matters: a poll is a PCIe read, and one
 //   sent at once samples the flag before the CPU can have written the next value.
+// - `loads` (gdr_pingpong only; 1 to 8): volatile loads of the flag issued back to back in one
+//   poll, so that several are in flight and the flag is sampled that much more often.
 
 static __device__ __forceinline__ unsigned long long gdr_now_ns() {
     unsigned long long t;
@@ -22,15 +24,27 @@ static __device__ __forceinline__ unsigned long long gdr_now_ns() {
     return t;
 }
 
+// One poll: the largest of `loads` volatile loads of the flag, issued before any is used.
+static __device__ __forceinline__ unsigned int gdr_poll(volatile unsigned int *flag,
+                                                        unsigned int loads) {
+    unsigned int seen = *flag;
+#pragma unroll
+    for (unsigned int k = 1; k < 8; ++k) {
+        if (k < loads) seen = max(seen, *flag);
+    }
+    return seen;
+}
+
 extern "C" __global__ void gdr_pingpong(volatile unsigned int *flag, volatile unsigned int *answer,
                                         unsigned int rounds, unsigned long long timeout_ns,
-                                        unsigned int timer_every, unsigned int fence) {
+                                        unsigned int timer_every, unsigned int fence,
+                                        unsigned int loads) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     if (timer_every == 0) timer_every = 1;
     for (unsigned int i = 1; i <= rounds; ++i) {
         unsigned long long start = gdr_now_ns();
         unsigned int seen, polls = 0;
-        while ((seen = *flag) < i) {
+        while ((seen = gdr_poll(flag, loads)) < i) {
             if (++polls < timer_every) continue;
             polls = 0;
             if (gdr_now_ns() - start > timeout_ns) {
@@ -55,7 +69,9 @@ extern "C" __global__ void gdr_pingpong(volatile unsigned int *flag, volatile un
 extern "C" __global__ void gdr_pingpong_pollers(volatile unsigned int *flag,
                                                 volatile unsigned int *answer, unsigned int rounds,
                                                 unsigned long long timeout_ns,
-                                                unsigned int timer_every, unsigned int fence) {
+                                                unsigned int timer_every, unsigned int fence,
+                                                unsigned int loads) {
+    (void)loads;  // one load a poll: the pollers are the loads in flight here
     __shared__ unsigned int answered;  // rounds answered so far (0xFFFFFFFF: given up)
     if (threadIdx.x == 0) answered = 0;
     __syncthreads();

@@ -51,8 +51,9 @@ pub struct PplatReport {
 
 /// The GPU loop's variants, each timed in a placement beside the reported loop: the lean loop
 /// and each of its two differences alone where the flag is in GPU memory, the lean loop where
-/// the GPU polls host memory, and 4 and 16 polling warps in both of those placements.
-const LOOP_VARIANTS: [(PingPongPlacement, GpuLoop); 8] = [
+/// the GPU polls host memory, 4 and 16 polling warps in both of those placements, and 8 loads
+/// of the flag in flight a poll where it is in GPU memory.
+const LOOP_VARIANTS: [(PingPongPlacement, GpuLoop); 9] = [
     (PingPongPlacement::GpuFlagHostAnswer, GpuLoop::LEAN),
     (
         PingPongPlacement::GpuFlagHostAnswer,
@@ -73,6 +74,13 @@ const LOOP_VARIANTS: [(PingPongPlacement, GpuLoop); 8] = [
     (PingPongPlacement::GpuFlagHostAnswer, pollers(16)),
     (PingPongPlacement::HostFlagHostAnswer, pollers(4)),
     (PingPongPlacement::HostFlagHostAnswer, pollers(16)),
+    (
+        PingPongPlacement::GpuFlagHostAnswer,
+        GpuLoop {
+            loads: 8,
+            ..GpuLoop::TIMER_EACH_POLL_FENCED
+        },
+    ),
 ];
 
 /// The reported loop with `n` polling warps.
