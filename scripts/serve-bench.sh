@@ -9,7 +9,9 @@
 #   2 GPUs vs 1 with a heavy app (--work), when the host has 2 GPUs (>= 1.7)
 # Environment: SERVE_THREADS (server network threads = cores, default 2), SERVE_CPUS (cores
 # for the server, default 2-(1+threads)), LOAD_CPUS (default the rest), HEAVY_WORK (default 40),
-# PEAK_THREADS (load-generator threads of the peak runs, 64 outstanding each; default 4),
+# PEAK_SERVE_THREADS (server network threads of the peak runs, both modes alike; default 4 on a
+# host of 12 cores or more, else SERVE_THREADS), PEAK_THREADS (load-generator threads of the
+# peak runs, 64 outstanding each; default 2 x PEAK_SERVE_THREADS + 2, at most the load cores),
 # SERVE_ONLY (space-separated parts to run: low profile peak floor million heavy sockperf;
 # default all). "floor" runs echo (no compute, LeNet's 784-byte request) at low load and at
 # peak in the GPU mode: the server's path without the app, whose figures bound the ratios
@@ -37,11 +39,18 @@ T=${SERVE_THREADS:-2}
 SCPUS=${SERVE_CPUS:-2-$((1 + T))}
 LCPUS=${LOAD_CPUS:-$((2 + T))-$((ncpu - 1))}
 HEAVY=${HEAVY_WORK:-40}
-PEAK_THREADS=${PEAK_THREADS:-4}
+# The peak runs give the server more network cores where the host has them: gdr's peak is set
+# by its network threads (echo peaks where LeNet does), host-centric's by its launches, and both
+# modes get the same cores.
+if [ "$ncpu" -ge 12 ]; then PT=${PEAK_SERVE_THREADS:-4}; else PT=${PEAK_SERVE_THREADS:-$T}; fi
+PSCPUS=2-$((1 + PT))
+PLCPUS=$((2 + PT))-$((ncpu - 1))
+PEAK_THREADS=${PEAK_THREADS:-$(( 2 * PT + 2 < ncpu - 2 - PT ? 2 * PT + 2 : ncpu - 2 - PT ))}
+export PEAK_SERVE_THREADS=$PT
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); ngpu=${ngpu:-0}
 port=9400
 pid=
-echo "gdr: $g; server cores $SCPUS ($T threads), load cores $LCPUS, $ngpu GPU(s)"
+echo "gdr: $g; server cores $SCPUS ($T threads), load cores $LCPUS, $ngpu GPU(s); peak runs: server cores $PSCPUS ($PT threads), load cores $PLCPUS ($PEAK_THREADS load threads)"
 
 start_server() { # name, serve args...
   local name=$1; shift
@@ -100,16 +109,23 @@ want profile && for f in header words; do
   run "echo-profile-$f" "--app echo --mode gpu-queue --profile --rx-format $f" --app echo --size 64 --outstanding 1 --duration 2
 done
 want profile && run "lenet-profile-cluster1" "--app lenet --mode gpu-queue --profile --cluster 1" --app lenet --outstanding 1 --duration 2
+# run_peak: run with the peak runs' server threads and cores.
+run_peak() {
+  local t=$T s=$SCPUS l=$LCPUS
+  T=$PT SCPUS=$PSCPUS LCPUS=$PLCPUS
+  run "$@"
+  T=$t SCPUS=$s LCPUS=$l
+}
 want peak && for mode in gpu-queue host-centric; do
-  run "lenet-peak-$mode" "--app lenet --mode $mode --max-in-flight 512 --streams 8" \
+  run_peak "lenet-peak-$mode" "--app lenet --mode $mode --max-in-flight 512 --streams 8" \
     --app lenet --outstanding 64 --threads "$PEAK_THREADS" --duration 6 --verify
 done
-want peak && run "lenet-peak-gpu-queue-cluster1" "--app lenet --mode gpu-queue --cluster 1 --max-in-flight 512" \
+want peak && run_peak "lenet-peak-gpu-queue-cluster1" "--app lenet --mode gpu-queue --cluster 1 --max-in-flight 512" \
   --app lenet --outstanding 64 --threads "$PEAK_THREADS" --duration 6 --verify
 # The path without the app: echo of LeNet's request size, one outstanding and at peak.
 want floor && run "echo-low-gpu-queue" "--app echo --mode gpu-queue" \
   --app echo --size 784 --outstanding 1 --duration 3 --verify
-want floor && run "echo-peak-gpu-queue" "--app echo --mode gpu-queue --max-in-flight 512" \
+want floor && run_peak "echo-peak-gpu-queue" "--app echo --mode gpu-queue --max-in-flight 512" \
   --app echo --size 784 --outstanding 64 --threads "$PEAK_THREADS" --duration 6 --verify
 want million && run "million-gpu-queue" "--app lenet --mode gpu-queue" \
   --app lenet --rate 400000 --requests 1000000 --threads 4 --duration 60 --timeout-ms 2000
@@ -192,6 +208,7 @@ if gL and hL:
     s["low_e2e_p50_ratio"] = ratio(hL["latency"]["p50_us"], gL["latency"]["p50_us"])
 gp, hp = j("lenet-peak-gpu-queue.load.json"), j("lenet-peak-host-centric.load.json")
 if gp and hp:
+    s["peak_server_threads"] = int(os.environ.get("PEAK_SERVE_THREADS", "0"))
     s["peak_rps"] = {"gpu_queue": gp["throughput_rps"], "host_centric": hp["throughput_rps"]}
     s["peak_ratio"] = ratio(gp["throughput_rps"], hp["throughput_rps"])
 gc = j("lenet-peak-gpu-queue-cluster1.load.json")
