@@ -10,8 +10,10 @@
 # Environment: SERVE_THREADS (server network threads = cores, default 2), SERVE_CPUS (cores
 # for the server, default 2-(1+threads)), LOAD_CPUS (default the rest), HEAVY_WORK (default 40),
 # PEAK_SERVE_THREADS (server network threads of the peak runs, both modes alike; default 4 on a
-# host of 12 cores or more, else SERVE_THREADS), PEAK_THREADS (load-generator threads of the
-# peak runs, 64 outstanding each; default 2 x PEAK_SERVE_THREADS + 2, at most the load cores),
+# host of 12 cores or more, else SERVE_THREADS; on cores PEAK_SERVE_CPUS, default
+# 2-(1+threads), the load on PEAK_LOAD_CPUS, default the rest), PEAK_THREADS (load-generator
+# threads of the peak runs, 64 outstanding each; default 2 x PEAK_SERVE_THREADS + 2, at most the
+# load cores),
 # SERVE_ONLY (space-separated parts to run: low profile peak floor million heavy sockperf;
 # default all). "floor" runs echo (no compute, LeNet's 784-byte request) at low load and at
 # peak in the GPU mode: the server's path without the app, whose figures bound the ratios
@@ -43,9 +45,10 @@ HEAVY=${HEAVY_WORK:-40}
 # by its network threads (echo peaks where LeNet does), host-centric's by its launches, and both
 # modes get the same cores.
 if [ "$ncpu" -ge 12 ]; then PT=${PEAK_SERVE_THREADS:-4}; else PT=${PEAK_SERVE_THREADS:-$T}; fi
-PSCPUS=2-$((1 + PT))
-PLCPUS=$((2 + PT))-$((ncpu - 1))
-PEAK_THREADS=${PEAK_THREADS:-$(( 2 * PT + 2 < ncpu - 2 - PT ? 2 * PT + 2 : ncpu - 2 - PT ))}
+PSCPUS=${PEAK_SERVE_CPUS:-2-$((1 + PT))}
+PLCPUS=${PEAK_LOAD_CPUS:-$((2 + PT))-$((ncpu - 1))}
+pl=$(( 2 * PT + 2 < ncpu - 2 - PT ? 2 * PT + 2 : ncpu - 2 - PT ))
+PEAK_THREADS=${PEAK_THREADS:-$(( pl > 0 ? pl : 1 ))}
 export PEAK_SERVE_THREADS=$PT
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); ngpu=${ngpu:-0}
 port=9400
