@@ -90,7 +90,7 @@ impl Stager {
         let r = self.pipeline(dst, src.device_ptr() + offset as u64, raw);
         if r.is_err() {
             // No copy may still be writing a chunk when the next read reuses it.
-            let _ = sync_raw(raw);
+            let _ = synchronize(stream);
         }
         r
     }
@@ -139,12 +139,9 @@ impl Stager {
     }
 }
 
-fn sync_raw(stream: sys::CUstream) -> Result<()> {
-    let d = driver()?;
-    // SAFETY: a live stream of the caller's, or null for the legacy default stream.
-    d.check("cuStreamSynchronize", unsafe {
-        (d.api.stream_synchronize)(stream)
-    })
+/// Waits for `stream`'s work (`None`: the legacy default stream's).
+fn synchronize(stream: Option<&Stream>) -> Result<()> {
+    stream.map_or_else(super::synchronize_legacy_stream, Stream::synchronize)
 }
 
 /// Whether the host range `[ptr, ptr + len)` is page-locked memory CUDA knows (allocated or
@@ -202,20 +199,14 @@ pub fn read_into_host(
             }
         }
     }
-    check_range("read_into_host", offset, dst.len(), src.len())?;
-    let d = driver()?;
-    let raw = stream.map_or(std::ptr::null_mut(), Stream::raw);
-    // SAFETY: the range was checked; `dst` is a live mutable slice of `dst.len()` bytes that
-    // the stream is synchronized on below before it is handed back.
-    d.check("cuMemcpyDtoHAsync", unsafe {
-        (d.api.memcpy_dtoh_async)(
-            dst.as_mut_ptr().cast(),
-            src.device_ptr() + offset as u64,
-            dst.len(),
-            raw,
-        )
-    })?;
-    sync_raw(raw)
+    match stream {
+        None => super::memcpy_dtoh(dst, src, offset),
+        Some(s) => {
+            // SAFETY: `dst` is not read before the stream is synchronized just below.
+            unsafe { s.memcpy_dtoh_async(dst, src, offset)? };
+            s.synchronize()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -247,6 +247,13 @@ pub fn cases(threads: &[usize]) -> Vec<Case> {
     for (width, half, order, t, target) in from_registers {
         v.push(stores(width, half, regs, order, t, target));
     }
+    // A buffer read by plain loads (no prefetch ahead of them).
+    let plain = Source::Buffer {
+        reads: Reads::Prefetch {
+            distance: 0,
+            hint: Hint::T0,
+        },
+    };
     let reads = [
         (0, Hint::T0),
         (1024, Hint::T0),
@@ -276,12 +283,7 @@ pub fn cases(threads: &[usize]) -> Vec<Case> {
     v.push(stores(
         Width::B64,
         false,
-        Source::Buffer {
-            reads: Reads::Prefetch {
-                distance: 0,
-                hint: Hint::T0,
-            },
-        },
+        plain,
         Order::Blocks,
         1,
         Target::Host,
