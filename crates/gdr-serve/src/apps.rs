@@ -19,6 +19,13 @@ pub const ID_USER: u16 = 100;
 /// Default weight seed of `lenet`.
 pub const DEFAULT_SEED: u32 = 1;
 
+/// Warps of a cluster worker's blocks when the user does not say: warp 0 and 7 app warps,
+/// 224 threads for phases of at most 196 (LeNet over 8 SMs). Against 16 warps, in the same
+/// runs on an H100: LeNet's app 1.92 us instead of 2.09, and with the 256-thread launch bound
+/// no spills in warp 0's loop, whose receive took 526 ns instead of 678
+/// (docs/results/2026-11-26-cluster-warps.md).
+pub const CLUSTER_WARPS: u32 = 8;
+
 const SERVE_CUH: &str = include_str!("cuda/serve.cuh");
 const LENET_CUH: &str = include_str!("cuda/lenet.cuh");
 const KERNELS_CU: &str = include_str!("cuda/kernels.cu");
@@ -239,10 +246,21 @@ impl App {
         matches!(self.kind, AppKind::Echo | AppKind::Vecadd)
     }
 
-    /// Warps per worker block when the user does not say: 1 for a light app, else 16.
+    /// Warps per one-block worker when the user does not say: 1 for a light app, else 16
+    /// ([`default_warps_for`](Self::default_warps_for) a cluster of 1).
     pub fn default_warps(&self) -> u32 {
+        self.default_warps_for(1)
+    }
+
+    /// Warps per worker block when the user does not say, for workers of `cluster` blocks a
+    /// queue: 1 for a light app; [`CLUSTER_WARPS`] for an app's cluster form (a block there
+    /// runs 1/cluster of each request, for which LeNet's phases need at most 196 threads);
+    /// else 16.
+    pub fn default_warps_for(&self, cluster: u32) -> u32 {
         if self.light() {
             1
+        } else if cluster > 1 && self.has_cluster_form() {
+            CLUSTER_WARPS
         } else {
             16
         }
@@ -324,15 +342,24 @@ impl App {
     /// The device program body (after gdr_mq's device header): the app and our kernels, for
     /// workers on header-format queues without stage timing.
     pub fn device_source(&self) -> String {
-        self.device_source_for(false, false, 1)
+        self.device_source_for(false, false, 1, 16)
     }
 
     /// As [`device_source`](Self::device_source), for workers whose queues are in mq's word
     /// format (`rx_words`) and that time their stages (`profile`): the worker kernel carries
     /// the code of one RX format, and the stage clocks only when asked (kernels.cu). With
     /// `cluster` above 1 (an app with [`has_cluster_form`](Self::has_cluster_form); 2, 4 or
-    /// 8), each queue's worker is a thread-block cluster of that many blocks.
-    pub fn device_source_for(&self, rx_words: bool, profile: bool, cluster: u32) -> String {
+    /// 8), each queue's worker is a thread-block cluster of that many blocks. Blocks are of
+    /// `warps` warps (1 to 16), which the kernels are compiled for: their launch bound is that
+    /// block size, so a smaller block's threads may use the registers a 512-thread block
+    /// would not leave them (warp 0's receive and send loop spills at 512).
+    pub fn device_source_for(
+        &self,
+        rx_words: bool,
+        profile: bool,
+        cluster: u32,
+        warps: u32,
+    ) -> String {
         let mut s = format!("#define GDR_SERVE_WORK {}u\n", self.work);
         // Before serve.cuh, which defaults it to 1, and lenet.cuh, which has the cluster form.
         let clustered = cluster > 1 && self.has_cluster_form();
@@ -369,9 +396,11 @@ impl App {
             }
         }
         s += &format!(
-            "#define GDR_SERVE_RX_WORDS {}\n#define GDR_SERVE_PROFILE {}\n",
+            "#define GDR_SERVE_RX_WORDS {}\n#define GDR_SERVE_PROFILE {}\n\
+             #define GDR_SERVE_MAX_THREADS {}\n",
             u8::from(rx_words),
-            u8::from(profile)
+            u8::from(profile),
+            32 * warps.clamp(1, 16)
         );
         if clustered {
             s += "#define GDR_SERVE_APP_CLUSTER gdr_app_lenet_cluster\n\
@@ -393,12 +422,19 @@ impl App {
     /// without stage timing ([`worker_handler`](Self::worker_handler)); the host-centric
     /// baseline launches its `gdr_serve_oneshot`.
     pub fn handler(&self) -> gdr_mq::Handler {
-        self.worker_handler(false, false, 1)
+        self.worker_handler(false, false, 1, 16)
     }
 
-    /// The handler for workers on queues in the given RX format, timing their stages or not
+    /// The handler for workers on queues in the given RX format, timing their stages or not,
+    /// in clusters of `cluster` blocks of `warps` warps
     /// ([`device_source_for`](Self::device_source_for)).
-    pub fn worker_handler(&self, rx_words: bool, profile: bool, cluster: u32) -> gdr_mq::Handler {
+    pub fn worker_handler(
+        &self,
+        rx_words: bool,
+        profile: bool,
+        cluster: u32,
+        warps: u32,
+    ) -> gdr_mq::Handler {
         let cluster_tag = if cluster > 1 && self.has_cluster_form() {
             format!("_cluster{cluster}")
         } else {
@@ -406,12 +442,12 @@ impl App {
         };
         gdr_mq::Handler::new(
             &format!(
-                "serve_{}{}{}{cluster_tag}",
+                "serve_{}{}{}{cluster_tag}_w{warps}",
                 self.name,
                 if rx_words { "_words" } else { "" },
                 if profile { "_profile" } else { "" }
             ),
-            &self.device_source_for(rx_words, profile, cluster),
+            &self.device_source_for(rx_words, profile, cluster, warps),
         )
         .with_kernel(WORKER_KERNEL)
     }
@@ -493,16 +529,16 @@ mod tests {
         let l = App::builtin("lenet", 1, 1024).unwrap();
         let kernels = "#line 1 \"gdr-serve/kernels.cu\"";
         for (rx_words, profile) in [(false, false), (true, false), (false, true), (true, true)] {
-            let s = l.device_source_for(rx_words, profile, 1);
+            let s = l.device_source_for(rx_words, profile, 1, 16);
             let words = format!("#define GDR_SERVE_RX_WORDS {}\n", u8::from(rx_words));
             let prof = format!("#define GDR_SERVE_PROFILE {}\n", u8::from(profile));
             let at = |what: &str| s.find(what).unwrap_or_else(|| panic!("no {what:?}"));
             assert!(at(&words) < at(kernels) && at(&prof) < at(kernels));
-            let h = l.worker_handler(rx_words, profile, 1);
+            let h = l.worker_handler(rx_words, profile, 1, 16);
             assert_eq!(h.kernel(), WORKER_KERNEL);
             assert!(h.program().contains(&s));
         }
-        assert_eq!(l.device_source(), l.device_source_for(false, false, 1));
+        assert_eq!(l.device_source(), l.device_source_for(false, false, 1, 16));
     }
 
     /// Light apps get one-warp word-format workers that run them inlined, with room for a
@@ -515,7 +551,7 @@ mod tests {
             assert_eq!(a.light(), light, "{name}");
             assert_eq!(a.default_warps(), if light { 1 } else { 16 }, "{name}");
             assert_eq!(a.default_rx_words(), light, "{name}");
-            let s = a.device_source_for(light, false, 1);
+            let s = a.device_source_for(light, false, 1, a.default_warps());
             let kernels = s.find("#line 1 \"gdr-serve/kernels.cu\"").unwrap();
             match s.find(inline) {
                 Some(at) => assert!(light && at < kernels, "{name}"),
@@ -527,6 +563,38 @@ mod tests {
                    unsigned int cap) { return 0; }";
         let user = App::user("u.cu", src.into(), ID_USER, 1, 64).unwrap();
         assert!(!user.light() && !user.device_source().contains(inline));
+    }
+
+    /// Workers default to the block size of their shape, and each build's kernels are bound
+    /// to its block size (before kernels.cu, which otherwise assumes 512 threads).
+    #[test]
+    fn worker_builds_are_bound_to_their_block_size() {
+        let l = App::builtin("lenet", 1, 1024).unwrap();
+        let e = App::builtin("echo", 1, 64).unwrap();
+        let src = "__device__ unsigned int gdr_serve_app(const gdr_serve_group &g, \
+                   const unsigned char *req, unsigned int len, unsigned char *resp, \
+                   unsigned int cap) { return 0; }";
+        let u = App::user("u.cu", src.into(), ID_USER, 1, 64).unwrap();
+        for c in [2, 4, 8] {
+            assert_eq!(l.default_warps_for(c), CLUSTER_WARPS);
+            assert_eq!(e.default_warps_for(c), 1);
+            assert_eq!(u.default_warps_for(c), 16, "no cluster form");
+        }
+        assert_eq!(l.default_warps_for(1), 16);
+        assert_eq!(e.default_warps(), 1);
+        let kernels = "#line 1 \"gdr-serve/kernels.cu\"";
+        for (warps, threads) in [(1, 32), (2, 64), (8, 256), (16, 512)] {
+            let s = l.device_source_for(false, false, 8, warps);
+            let bound = format!("#define GDR_SERVE_MAX_THREADS {threads}\n");
+            let at = s.find(&bound).unwrap_or_else(|| panic!("no {bound:?}"));
+            let k = s.find(kernels).unwrap();
+            assert!(at < k);
+            assert_eq!(s[..k].matches("#define GDR_SERVE_MAX_THREADS").count(), 1);
+        }
+        assert_ne!(
+            l.worker_handler(false, false, 8, 8).program(),
+            l.worker_handler(false, false, 8, 16).program()
+        );
     }
 
     /// The device's resident layout (lenet.cuh's defines) is the one the host sizes the

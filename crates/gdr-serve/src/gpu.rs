@@ -19,7 +19,9 @@ pub struct GpuShape {
     /// the default, `Placement::LYNX`, puts the RX ring in GPU memory, which the network
     /// thread writes through BAR1, and the TX ring in host memory, which it polls.
     pub placement: Placement,
-    /// Threads of one worker block = warps * 32 (a power of two up to 16 warps).
+    /// Threads of one worker block = warps * 32 (a power of two up to 16 warps). 0: the
+    /// app's default for the worker's cluster size ([`App::default_warps_for`]: 1 for a light
+    /// app, 8 for a cluster worker, else 16).
     pub warps: u32,
     /// Blocks (SMs) per queue.
     pub blocks_per_queue: u32,
@@ -44,7 +46,7 @@ impl Default for GpuShape {
         GpuShape {
             slots: 1024,
             placement: Placement::LYNX,
-            warps: 16,
+            warps: 0,
             blocks_per_queue: 1,
             resident: true,
             profile: false,
@@ -76,6 +78,16 @@ pub fn resident_shared_mem(ctx: &Context, app: &App, shape: &GpuShape) -> Result
     })
 }
 
+/// Warps of `shape`'s worker blocks: [`GpuShape::warps`], or for 0 the app's default for the
+/// shape's cluster size (1 where `cluster` is still 0, undecided: the one-block default).
+pub(crate) fn block_warps(app: &App, shape: &GpuShape) -> u32 {
+    if shape.warps != 0 {
+        shape.warps
+    } else {
+        app.default_warps_for(shape.cluster.max(1))
+    }
+}
+
 /// Why `shape.cluster` cannot be had with this app, the rest of the shape and the GPU; None
 /// when it can (or is 1, no cluster).
 fn cluster_refusal(
@@ -98,7 +110,7 @@ fn cluster_refusal(
         Some("a cluster runs each request once: not with --work".into())
     } else if shape.blocks_per_queue != 1 {
         Some("a cluster replaces blocks per queue: give one or the other".into())
-    } else if shape.warps < 2 {
+    } else if block_warps(app, shape) < 2 {
         Some("a cluster's blocks need app warps besides warp 0 (at least 2 warps)".into())
     } else if app.slot_payload() > 1024 {
         Some(format!(
@@ -176,11 +188,11 @@ fn launch_shape(
     queues: u32,
     shape: &GpuShape,
 ) -> Result<GpuWorkers, ServeError> {
-    // kernels.cu's __launch_bounds__(GDR_SERVE_MAX_THREADS = 512).
-    if !shape.warps.is_power_of_two() || shape.warps > 16 {
+    // The kernels are compiled for this block size (GDR_SERVE_MAX_THREADS), at most 512.
+    let warps = block_warps(app, shape);
+    if !warps.is_power_of_two() || warps > 16 {
         return Err(ServeError::Config(format!(
-            "warps per block must be a power of two up to 16, got {}",
-            shape.warps
+            "warps per block must be a power of two up to 16, got {warps}"
         )));
     }
     if let Some(why) = cluster_refusal(ctx, app, shape)? {
@@ -202,7 +214,7 @@ fn launch_shape(
         } else {
             shape.blocks_per_queue
         },
-        warps_per_block: shape.warps,
+        warps_per_block: warps,
         // A server stays up through idle hours; it stops the workers itself.
         idle_timeout: Duration::from_secs(7 * 24 * 3600),
         profile: shape.profile,
@@ -212,11 +224,11 @@ fn launch_shape(
         // A cluster's first block receives for all of them.
         receiving_blocks: if clustered { 1 } else { 0 },
     };
-    let handler = app.worker_handler(shape.rx_words, shape.profile, shape.cluster);
+    let handler = app.worker_handler(shape.rx_words, shape.profile, shape.cluster, warps);
     let workers = GpuWorkers::launch(ctx, &handler, &cfg)?;
     if clustered {
         eprintln!(
-            "gdr serve: {} runs each request over a cluster of {} SMs",
+            "gdr serve: {} runs each request over a cluster of {} SMs ({warps} warps a block)",
             app.name(),
             shape.cluster
         );

@@ -66,7 +66,7 @@ mod server;
 mod signal;
 mod wire;
 
-pub use apps::{App, AppKind, DEFAULT_SEED, ID_ECHO, ID_LENET, ID_USER, ID_VECADD};
+pub use apps::{App, AppKind, CLUSTER_WARPS, DEFAULT_SEED, ID_ECHO, ID_LENET, ID_USER, ID_VECADD};
 pub use exec::{
     cpu_workers, split_queues, Answer, AppFailure, Executor, Idle, QueueExec, CPU_PARK,
 };

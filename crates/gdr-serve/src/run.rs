@@ -237,7 +237,12 @@ fn serve_on(
                         ctx,
                         app,
                         o.streams,
-                        o.shape.warps,
+                        // Host-centric launches are one block a request: the one-block default.
+                        if o.shape.warps == 0 {
+                            app.default_warps()
+                        } else {
+                            o.shape.warps
+                        },
                         format!("gpu{g}/hc{t}"),
                     )?));
                 }

@@ -36,7 +36,8 @@ fn every_app_and_worker_build_compiles_quickly_for_sm_90() {
         App::user("negate.cu", USER_APP.into(), 100, 1, 512).unwrap(),
     ];
     // Every worker build: each RX format, with and without the stage clocks, and lenet's
-    // clusters of 2, 4 and 8 blocks.
+    // clusters of 2, 4 and 8 blocks; each at the default block size for its shape, and
+    // lenet's clusters of 8 also at 16 warps (--warps 16).
     let builds = [(false, false), (true, false), (false, true), (true, true)];
     for app in apps {
         let clusters: &[u32] = if app.has_cluster_form() {
@@ -45,14 +46,20 @@ fn every_app_and_worker_build_compiles_quickly_for_sm_90() {
             &[1]
         };
         for (rx_words, profile) in builds {
-            for &cluster in clusters {
+            let shapes = clusters
+                .iter()
+                .map(|&c| (c, app.default_warps_for(c)))
+                .chain(app.has_cluster_form().then_some((8, 16)));
+            for (cluster, warps) in shapes {
                 if cluster > 1 && profile && rx_words {
                     continue; // the cluster code is the same with either format
                 }
                 let t = Instant::now();
-                let prog = app.worker_handler(rx_words, profile, cluster).program();
+                let prog = app
+                    .worker_handler(rx_words, profile, cluster, warps)
+                    .program();
                 let what = format!(
-                    "{} (rx_words {rx_words}, profile {profile}, cluster {cluster})",
+                    "{} (rx_words {rx_words}, profile {profile}, cluster {cluster}, warps {warps})",
                     app.name()
                 );
                 match nvrtc::compile(app.name(), &prog, "90") {

@@ -273,7 +273,8 @@ fn both_modes_measured_in_one_run_with_correct_answers() {
 }
 
 /// LeNet over a thread-block cluster (`--cluster 2/4/8`): every answer matches the CPU
-/// reference with lone requests and batches (1 and 16 outstanding), in both RX formats; the
+/// reference with lone requests and batches (1 and 16 outstanding), in both RX formats, at the
+/// default block size for the shape and at 16 and 2 warps; the
 /// server-side p50 of each shape is printed beside the one-block worker's. Shapes a cluster
 /// cannot have are refused with the reason.
 #[test]
@@ -291,7 +292,18 @@ fn lenet_over_a_cluster_matches_the_cpu_reference() {
         images: 4096,
     };
     let mut p50 = Vec::new();
-    for (cluster, rx_words) in [(1, false), (2, false), (4, false), (4, true), (8, false)] {
+    // (cluster, rx_words, warps): warps 0 is the default for the shape (8 for a cluster);
+    // 2 leaves a cluster block 32 app threads, fewer than any phase has work items.
+    let shapes = [
+        (1, false, 0),
+        (2, false, 0),
+        (4, false, 0),
+        (4, true, 0),
+        (8, false, 0),
+        (8, true, 16),
+        (8, false, 2),
+    ];
+    for (cluster, rx_words, warps) in shapes {
         let mut opts = ServeOptions {
             listen: "127.0.0.1:0".parse().unwrap(),
             mode: Mode::GpuQueue,
@@ -300,6 +312,7 @@ fn lenet_over_a_cluster_matches_the_cpu_reference() {
         };
         opts.shape.cluster = cluster;
         opts.shape.rx_words = rx_words;
+        opts.shape.warps = warps;
         let (reps, srv) = with_gpu_server_opts(&app, opts, |addr, down| {
             [16usize, 1].map(|outstanding| load(addr, down, payload.clone(), outstanding, 3000))
         });
@@ -307,14 +320,17 @@ fn lenet_over_a_cluster_matches_the_cpu_reference() {
             assert_eq!(
                 (r.ok, r.verified, r.verify_failed),
                 (3000, 3000, 0),
-                "cluster {cluster}, rx_words {rx_words}: {r:?}"
+                "cluster {cluster}, rx_words {rx_words}, warps {warps}: {r:?}"
             );
         }
         assert_eq!(srv.counters.responses, 6000);
-        p50.push((cluster, rx_words, srv.server_time.p50_us));
+        p50.push((cluster, rx_words, warps, srv.server_time.p50_us));
     }
-    for (cluster, rx_words, us) in p50 {
-        println!("cluster {cluster} rx_words {rx_words}: server-side p50 {us:.2} us (both loads)");
+    for (cluster, rx_words, warps, us) in p50 {
+        println!(
+            "cluster {cluster} rx_words {rx_words} warps {warps}: server-side p50 {us:.2} us \
+             (both loads)"
+        );
     }
     let refuse = |app: &App, f: &dyn Fn(&mut gdr_serve::GpuShape)| {
         let mut shape = gdr_serve::GpuShape::default();

@@ -7,7 +7,8 @@
 
 use gdr::cuda::{memcpy_dtoh, memcpy_htod, DeviceBuffer, DeviceMemory, LaunchConfig, Stream};
 use gdr_serve::{
-    lenet_forward, lenet_image, lenet_logits_match, lenet_parse_logits, App, LENET_RESIDENT_FLOATS,
+    lenet_forward, lenet_image, lenet_logits_match, lenet_parse_logits, App, CLUSTER_WARPS,
+    LENET_RESIDENT_FLOATS,
 };
 use gdr_testing::gpu_context;
 use std::ffi::c_void;
@@ -92,7 +93,7 @@ fn load_harness(
 }
 
 /// Runs a phase harness kernel (`f(req, resp, marks, reps)`, REPS requests after a warm-up) on
-/// `img` over `grid` blocks of 512 threads with `dyn_smem` bytes of dynamic shared memory,
+/// `img` over `grid` blocks of `threads` threads with `dyn_smem` bytes of dynamic shared memory,
 /// checks its answer against `want` (`label` in the message) and returns the `nmarks` u64
 /// marks it wrote.
 #[allow(clippy::too_many_arguments)]
@@ -101,6 +102,7 @@ fn run_harness(
     stream: &Stream,
     f: &gdr::cuda::Function,
     grid: u32,
+    threads: u32,
     dyn_smem: u32,
     img: &[u8],
     want: &[f32; 10],
@@ -126,7 +128,7 @@ fn run_harness(
     ];
     let cfg = LaunchConfig {
         shared_mem: dyn_smem,
-        ..LaunchConfig::linear(grid, 512)
+        ..LaunchConfig::linear(grid, threads)
     };
     // SAFETY: both harness kernels take (const u8*, u8*, u64*, u32); the buffers outlive the
     // synchronize below. A cluster kernel's shape is compiled in (grid is a multiple of it).
@@ -170,7 +172,9 @@ fn lenet_in_one_block_matches_the_reference_and_shows_its_phases() {
         let img = lenet_image(seed, dyn_smem as u64);
         let want = lenet_forward(w, &img);
         let nmarks = MARKS * (REPS as usize + 2);
-        let m = run_harness(&ctx, &stream, &f, 1, dyn_smem, &img, &want, nmarks, label);
+        let m = run_harness(
+            &ctx, &stream, &f, 1, 512, dyn_smem, &img, &want, nmarks, label,
+        );
         let tail = MARKS * (REPS as usize + 1);
         let (ns, cycles) = (m[tail] as f64, m[tail + 1] as f64);
         let ghz = cycles / ns;
@@ -283,7 +287,7 @@ fn lenet_over_a_cluster_in_one_launch_matches_the_reference_and_shows_its_phases
     const C: usize = 8;
     let src = format!(
         "{CL_PREFIX}{}{CL_HARNESS}",
-        app.device_source_for(false, false, C as u32)
+        app.device_source_for(false, false, C as u32, CLUSTER_WARPS)
     );
     let (module, stream) = load_harness(&ctx, "lenet_cl_phases", &src, "gdr_lenet_cl_phases");
     let f = module.function("gdr_lenet_cl_phases").unwrap();
@@ -301,6 +305,7 @@ fn lenet_over_a_cluster_in_one_launch_matches_the_reference_and_shows_its_phases
         &stream,
         &f,
         C as u32,
+        CLUSTER_WARPS * 32,
         resident_bytes,
         &img,
         &want,
@@ -310,8 +315,8 @@ fn lenet_over_a_cluster_in_one_launch_matches_the_reference_and_shows_its_phases
     let tail = row * (REPS as usize + 1);
     let ghz = m[tail + 1] as f64 / m[tail] as f64;
     println!(
-        "lenet_cl_phases: cluster of {C}, {REPS} requests, SM clock {ghz:.3} GHz, {:.2} us each \
-         (with a cluster barrier)",
+        "lenet_cl_phases: cluster of {C}, {CLUSTER_WARPS} warps a block, {REPS} requests, SM \
+         clock {ghz:.3} GHz, {:.2} us each (with a cluster barrier)",
         m[tail] as f64 / REPS as f64 / 1e3
     );
     // Each block's marks from its own start (clock64 is per SM): block 0's, and the latest

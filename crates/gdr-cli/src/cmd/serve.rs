@@ -54,7 +54,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 256)]
     max_in_flight: usize,
     /// Warps per worker block (power of two up to 16) [default: 1 for echo and vecadd, whose
-    /// one warp receives, runs the app and sends; 16 for lenet and user apps]
+    /// one warp receives, runs the app and sends; 8 for lenet over a cluster; 16 for lenet in
+    /// one block and for user apps]
     #[arg(long)]
     warps: Option<u32>,
     /// Worker blocks (SMs) per queue
@@ -178,7 +179,8 @@ pub fn run(a: ServeArgs) -> CmdResult {
         shape: GpuShape {
             slots: a.slots,
             placement,
-            warps: a.warps.unwrap_or(app.default_warps()),
+            // 0: the app's default for the cluster size the workers get (GpuShape::warps).
+            warps: a.warps.unwrap_or(0),
             blocks_per_queue: a.blocks_per_queue,
             resident: !a.no_resident,
             profile: a.profile,

@@ -10,7 +10,11 @@
 // are split into groups that run the app on the claimed requests: one request -> all of them
 // on it (lowest latency); a batch -> up to GDR_SERVE_MAX_GROUPS requests at a time.
 
+// Threads of a worker block, which the kernels' launch bound is: the host defines it from the
+// block size it launches (apps.rs, device_source_for), up to 512.
+#ifndef GDR_SERVE_MAX_THREADS
 #define GDR_SERVE_MAX_THREADS 512
+#endif
 
 __device__ unsigned int gdr_serve_init_done;
 
@@ -579,9 +583,10 @@ __device__ void gdr_serve_cl_start() {
 #endif
 
 // The persistent worker, launched by gdr_mq::GpuWorkers (Handler::with_kernel) with mq's
-// worker parameters. At most GDR_SERVE_MAX_THREADS threads a block (gpu.rs refuses more):
-// without the bound the compiler used 168 registers a thread, more than a 512-thread block
-// can have. Warp 0 runs the mq loop and the others the app loop; the two meet at block-wide
+// worker parameters. GDR_SERVE_MAX_THREADS threads a block, the bound the compiler allots
+// registers by: without it the compiler used 168 registers a thread, more than a 512-thread
+// block can have; at 512 warp 0's mq loop spills, at 256 (a cluster's 8 warps) nothing does.
+// Warp 0 runs the mq loop and the others the app loop; the two meet at block-wide
 // barrier 0 (bar.sync with the block's thread count: PTX's named-barrier rule, under which
 // different instructions in different warps complete one barrier).
 extern "C" __global__ void __launch_bounds__(GDR_SERVE_MAX_THREADS) GDR_SERVE_CLUSTER_DIMS

@@ -468,10 +468,11 @@ __device__ unsigned int gdr_app_lenet_cluster(const gdr_serve_cluster &c, const 
         gdr_cl_mbar_expect(mb + GDR_LENET_X3, 120u * 4u);
         if (rank == 0u) gdr_cl_mbar_expect(mb + GDR_LENET_X4, 84u * 4u);
     }
-    // The image, from this block's copy of the request (shared memory).
-    if (t < 196u) {
-        const unsigned int word = ((const unsigned int *)req)[t];
-        ((float4 *)x)[t] = make_float4(K[word & 255u], K[(word >> 8) & 255u],
+    // The image, from this block's copy of the request (shared memory); in more than one
+    // pass in a block of fewer than 196 app threads (--warps 2 to 4).
+    for (unsigned int u = t; u < 196u; u += n) {
+        const unsigned int word = ((const unsigned int *)req)[u];
+        ((float4 *)x)[u] = make_float4(K[word & 255u], K[(word >> 8) & 255u],
                                        K[(word >> 16) & 255u], K[word >> 24]);
     }
     gdr_serve_sync_bar(c.bar, n);
