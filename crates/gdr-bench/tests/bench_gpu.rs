@@ -112,6 +112,7 @@ fn every_gpu_loop_answers_every_round_and_the_floor_is_timed() {
             fence: false,
             pollers: 0,
             loads: 0,
+            blocks: true,
         },
         GpuLoop {
             loads: 4,
@@ -128,6 +129,18 @@ fn every_gpu_loop_answers_every_round_and_the_floor_is_timed() {
         GpuLoop {
             pollers: 64,
             ..GpuLoop::TIMER_EACH_POLL_FENCED
+        },
+        // Pollers in separate blocks, each with its own flag and answer: every copy of the flag
+        // written, every round answered.
+        GpuLoop {
+            pollers: 4,
+            blocks: true,
+            ..GpuLoop::TIMER_EACH_POLL_FENCED
+        },
+        GpuLoop {
+            pollers: 64,
+            blocks: true,
+            ..GpuLoop::LEAN
         },
     ];
     for l in loops {

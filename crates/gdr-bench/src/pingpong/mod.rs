@@ -134,6 +134,11 @@ pub struct GpuLoop {
     /// (1 to [`MAX_LOADS`], values outside clamped; one poller only, several pollers load
     /// once a poll).
     pub loads: u32,
+    /// The pollers are separate blocks (thread 0 of each) instead of warps of one block, each
+    /// with its own copy of the flag and of the answer, a 128-byte line each: the CPU writes
+    /// every flag copy (then one store fence) and takes the first answer copy with its round.
+    /// Meaningless with one poller.
+    pub blocks: bool,
 }
 
 impl GpuLoop {
@@ -147,6 +152,7 @@ impl GpuLoop {
         fence: true,
         pollers: 1,
         loads: 1,
+        blocks: false,
     };
     /// The timer read every 1024 polls and no fence: a shorter poll loop, timed as a variant.
     pub const LEAN: GpuLoop = GpuLoop {
@@ -154,6 +160,7 @@ impl GpuLoop {
         fence: false,
         pollers: 1,
         loads: 1,
+        blocks: false,
     };
 }
 
@@ -166,6 +173,7 @@ impl std::fmt::Display for GpuLoop {
         f.write_str(if self.fence { ", fence" } else { ", no fence" })?;
         match self.pollers.clamp(1, MAX_POLLERS) {
             1 => {}
+            n if self.blocks => write!(f, ", {n} pollers in separate blocks")?,
             n => write!(f, ", {n} pollers")?,
         }
         match self.loads.clamp(1, MAX_LOADS) {
@@ -175,50 +183,69 @@ impl std::fmt::Display for GpuLoop {
     }
 }
 
-/// One word shared between the CPU and a GPU thread.
+/// Words between two copies of a word ([`GpuLoop::blocks`]): one 128-byte line each.
+const STRIDE_WORDS: usize = 32;
+
+/// One word shared between the CPU and a GPU thread, or `copies` of it, a 128-byte line each
+/// (one for each block of [`GpuLoop::blocks`]).
 enum Word {
-    Gpu(MappedBuffer),
-    Host(HostBuffer),
+    Gpu(MappedBuffer, usize),
+    Host(HostBuffer, usize),
 }
 
 impl Word {
-    fn new(be: &VulkanBackend, on_gpu: bool) -> Result<Word, PingPongError> {
+    fn new(be: &VulkanBackend, on_gpu: bool, copies: usize) -> Result<Word, PingPongError> {
+        let copies = copies.max(1);
+        let bytes = copies * STRIDE_WORDS * 4;
         let w = if on_gpu {
-            let b = be.alloc(64, 64)?;
-            b.write(0, &[0u8; 64])?;
-            Word::Gpu(b)
+            let b = be.alloc(bytes, 128)?;
+            b.write(0, &vec![0u8; bytes])?;
+            Word::Gpu(b, copies)
         } else {
-            Word::Host(HostBuffer::new(be.context(), 64)?)
+            // Zeroed by HostBuffer::new.
+            Word::Host(HostBuffer::new(be.context(), bytes)?, copies)
         };
         Ok(w)
     }
 
+    fn copies(&self) -> usize {
+        match self {
+            Word::Gpu(_, n) | Word::Host(_, n) => *n,
+        }
+    }
+
     fn ptr(&self) -> *mut u32 {
         match self {
-            Word::Gpu(b) => b.host_ptr().cast(),
-            Word::Host(h) => h.host_ptr().cast(),
+            Word::Gpu(b, _) => b.host_ptr().cast(),
+            Word::Host(h, _) => h.host_ptr().cast(),
         }
     }
 
     fn device_ptr(&self) -> u64 {
         match self {
-            Word::Gpu(b) => b.device_ptr(),
-            Word::Host(h) => h.device_ptr(),
+            Word::Gpu(b, _) => b.device_ptr(),
+            Word::Host(h, _) => h.device_ptr(),
         }
     }
 
+    /// `v` into every copy, first to last, then a store fence.
     #[inline]
     fn store(&self, v: u32) {
-        // SAFETY: ptr is 64-byte aligned memory owned by self and shared only with the GPU
-        // thread, which reads it with volatile loads.
-        unsafe { std::ptr::write_volatile(self.ptr(), v) };
+        for k in 0..self.copies() {
+            // SAFETY: copy k's word is inside the buffer (copies lines of STRIDE_WORDS),
+            // which self owns and shares only with the GPU threads, which read it with
+            // volatile loads.
+            unsafe { std::ptr::write_volatile(self.ptr().add(k * STRIDE_WORDS), v) };
+        }
         gdr::copy::store_fence();
     }
 
+    /// Copy `k` of the word.
     #[inline]
-    fn load(&self) -> u32 {
-        // SAFETY: as in store; the GPU writes the word with a single aligned 4-byte store.
-        unsafe { std::ptr::read_volatile(self.ptr()) }
+    fn load(&self, k: usize) -> u32 {
+        debug_assert!(k < self.copies());
+        // SAFETY: as in store; the GPU writes each copy with a single aligned 4-byte store.
+        unsafe { std::ptr::read_volatile(self.ptr().add(k * STRIDE_WORDS)) }
     }
 }
 
@@ -250,8 +277,12 @@ pub fn ping_pong(
     ctx.bind()?;
     let module = Module::from_source(ctx, "pingpong.cu", SOURCE)?;
     let pollers = gpu_loop.pollers.clamp(1, MAX_POLLERS);
+    // Pollers in blocks of their own, each with its own flag and answer.
+    let blocks = pollers > 1 && gpu_loop.blocks;
     let kernel = module.function(if pollers == 1 {
         "gdr_pingpong"
+    } else if blocks {
+        "gdr_pingpong_blocks"
     } else {
         "gdr_pingpong_pollers"
     })?;
@@ -261,8 +292,9 @@ pub fn ping_pong(
         PingPongPlacement::GpuFlagGpuAnswer => (true, true),
         PingPongPlacement::HostFlagGpuAnswer => (false, true),
     };
-    let flag = Word::new(be, flag_gpu)?;
-    let answer = Word::new(be, answer_gpu)?;
+    let copies = if blocks { pollers as usize } else { 1 };
+    let flag = Word::new(be, flag_gpu, copies)?;
+    let answer = Word::new(be, answer_gpu, copies)?;
     let stream = Stream::new(ctx)?;
     let total = warmup
         .checked_add(rounds)
@@ -274,10 +306,11 @@ pub fn ping_pong(
         total,
         u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
     );
-    let (mut every, mut fence, mut loads) = (
+    let (mut every, mut fence, mut loads, mut stride) = (
         gpu_loop.timer_every.max(1),
         u32::from(gpu_loop.fence),
         gpu_loop.loads.clamp(1, MAX_LOADS),
+        STRIDE_WORDS as u32,
     );
     let mut params = [
         &mut fp as *mut u64 as *mut c_void,
@@ -287,11 +320,18 @@ pub fn ping_pong(
         &mut every as *mut u32 as *mut c_void,
         &mut fence as *mut u32 as *mut c_void,
         &mut loads as *mut u32 as *mut c_void,
+        &mut stride as *mut u32 as *mut c_void,
     ];
-    // SAFETY: parameters match the signature of gdr_pingpong and gdr_pingpong_pollers (the
-    // same); flag and answer outlive the kernel: we wait for the stream below, and leak them
-    // if it never finishes.
-    unsafe { kernel.launch(&stream, LaunchConfig::linear(1, 32 * pollers), &mut params)? };
+    let launch = if blocks {
+        LaunchConfig::linear(pollers, 32)
+    } else {
+        LaunchConfig::linear(1, 32 * pollers)
+    };
+    // SAFETY: parameters match the signature of gdr_pingpong, gdr_pingpong_pollers and
+    // gdr_pingpong_blocks (the same); the blocks' words are `pollers` copies STRIDE_WORDS
+    // apart, as the kernel reads them. Flag and answer outlive the kernel: we wait for the
+    // stream below, and leak them if it never finishes.
+    unsafe { kernel.launch(&stream, launch, &mut params)? };
 
     let mut samples = Vec::with_capacity(rounds as usize);
     let mut failure = None;
@@ -299,12 +339,15 @@ pub fn ping_pong(
         let t0 = Instant::now();
         flag.store(i);
         let mut spins = 0u32;
-        loop {
-            let a = answer.load();
-            if a == i {
-                break;
-            }
-            if a == STOP {
+        'wait: loop {
+            for k in 0..copies {
+                let a = answer.load(k);
+                if a == i {
+                    break 'wait;
+                }
+                if a != STOP {
+                    continue;
+                }
                 failure = Some(PingPongError::Watchdog {
                     round: i,
                     placement,
@@ -356,12 +399,12 @@ pub fn bar_read_round_trip(
     warmup: u32,
     rounds: u32,
 ) -> Result<Summary, PingPongError> {
-    let word = Word::new(be, true)?;
+    let word = Word::new(be, true, 1)?;
     let mut samples = Vec::with_capacity(rounds as usize);
     let mut sink = 0u32;
     for i in 0..warmup.saturating_add(rounds) {
         let t0 = Instant::now();
-        sink = sink.wrapping_add(word.load());
+        sink = sink.wrapping_add(word.load(0));
         if i >= warmup {
             samples.push(t0.elapsed().as_secs_f64() * 1e6);
         }
@@ -460,5 +503,20 @@ mod tests {
             ..GpuLoop::TIMER_EACH_POLL_FENCED
         };
         assert_eq!(l.to_string(), "timer every poll, fence, 4 loads a poll");
+        let l = GpuLoop {
+            pollers: 4,
+            blocks: true,
+            ..GpuLoop::TIMER_EACH_POLL_FENCED
+        };
+        assert_eq!(
+            l.to_string(),
+            "timer every poll, fence, 4 pollers in separate blocks"
+        );
+        // One poller has one flag: the knob says nothing there.
+        let l = GpuLoop {
+            blocks: true,
+            ..GpuLoop::LEAN
+        };
+        assert_eq!(l.to_string(), "timer every 1024 polls, no fence");
     }
 }

@@ -8,7 +8,8 @@
 //
 // Three knobs of the GPU loop (gdr_bench::pingpong::GpuLoop), so their cost can be timed:
 // - `pollers` (the launch, not a parameter): one thread polls (gdr_pingpong), or lane 0 of
-//   each of several warps (gdr_pingpong_pollers, below);
+//   each of several warps (gdr_pingpong_pollers, below), or with `blocks` thread 0 of each of
+//   several blocks (gdr_pingpong_blocks);
 // - `timer_every`: polls of `flag` between two reads of %globaltimer for the watchdog (1: every
 //   poll; each read lengthens the poll loop, and so the time to notice the flag);
 // - `fence`: __threadfence_system() after the answer. The answer is one aligned volatile store
@@ -17,6 +18,8 @@
 //   sent at once samples the flag before the CPU can have written the next value.
 // - `loads` (gdr_pingpong only; 1 to 8): volatile loads of the flag issued back to back in one
 //   poll, so that several are in flight and the flag is sampled that much more often.
+// - `stride` (gdr_pingpong_blocks only): words between one block's flag and answer and the
+//   next block's (a 128-byte line each).
 
 static __device__ __forceinline__ unsigned long long gdr_now_ns() {
     unsigned long long t;
@@ -38,7 +41,8 @@ static __device__ __forceinline__ unsigned int gdr_poll(volatile unsigned int *f
 extern "C" __global__ void gdr_pingpong(volatile unsigned int *flag, volatile unsigned int *answer,
                                         unsigned int rounds, unsigned long long timeout_ns,
                                         unsigned int timer_every, unsigned int fence,
-                                        unsigned int loads) {
+                                        unsigned int loads, unsigned int stride) {
+    (void)stride;  // one poller, one flag
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     if (timer_every == 0) timer_every = 1;
     for (unsigned int i = 1; i <= rounds; ++i) {
@@ -70,8 +74,9 @@ extern "C" __global__ void gdr_pingpong_pollers(volatile unsigned int *flag,
                                                 volatile unsigned int *answer, unsigned int rounds,
                                                 unsigned long long timeout_ns,
                                                 unsigned int timer_every, unsigned int fence,
-                                                unsigned int loads) {
+                                                unsigned int loads, unsigned int stride) {
     (void)loads;  // one load a poll: the pollers are the loads in flight here
+    (void)stride;  // one flag
     __shared__ unsigned int answered;  // rounds answered so far (0xFFFFFFFF: given up)
     if (threadIdx.x == 0) answered = 0;
     __syncthreads();
@@ -108,6 +113,42 @@ extern "C" __global__ void gdr_pingpong_pollers(volatile unsigned int *flag,
             }
             return;
         }
+    }
+}
+
+// Pollers in separate blocks (one thread each), each with its own copy of the flag and of the
+// answer, a line apart (`stride` words): the CPU writes every flag copy and takes the first
+// answer that has its round. Nothing is shared between the blocks, so no claim: each block
+// answers every round it sees, skipping to the newest flag when it falls behind, and the
+// blocks' PCIe reads of host memory come from different SMs. (Pollers that are warps of one
+// block, on one flag or on a flag line each, were slower than one poller where the flag is
+// in host memory: docs/results/2026-11-26-pplat.md.)
+extern "C" __global__ void gdr_pingpong_blocks(volatile unsigned int *flag,
+                                               volatile unsigned int *answer, unsigned int rounds,
+                                               unsigned long long timeout_ns,
+                                               unsigned int timer_every, unsigned int fence,
+                                               unsigned int loads, unsigned int stride) {
+    (void)loads;
+    if (threadIdx.x != 0) return;
+    flag += blockIdx.x * stride;
+    answer += blockIdx.x * stride;
+    if (timer_every == 0) timer_every = 1;
+    for (unsigned int i = 1; i <= rounds; ++i) {
+        unsigned long long start = gdr_now_ns();
+        unsigned int seen, polls = 0;
+        while ((seen = *flag) < i) {
+            if (++polls < timer_every) continue;
+            polls = 0;
+            if (gdr_now_ns() - start > timeout_ns) {
+                *answer = 0xFFFFFFFFu;
+                __threadfence_system();
+                return;
+            }
+        }
+        if (seen == 0xFFFFFFFFu) return;  // the host asked us to stop
+        i = seen;                         // a block that fell behind answers the newest round
+        *answer = i;
+        if (fence) __threadfence_system();
     }
 }
 

@@ -51,9 +51,10 @@ pub struct PplatReport {
 
 /// The GPU loop's variants, each timed in a placement beside the reported loop: the lean loop
 /// and each of its two differences alone where the flag is in GPU memory, the lean loop where
-/// the GPU polls host memory, 4 and 16 polling warps in both of those placements, and 8 loads
-/// of the flag in flight a poll where it is in GPU memory.
-const LOOP_VARIANTS: [(PingPongPlacement, GpuLoop); 9] = [
+/// the GPU polls host memory, 4 and 16 polling warps in both of those placements, 8 loads of
+/// the flag in flight a poll where it is in GPU memory, and 2, 4 and 8 pollers in separate
+/// blocks (a flag and an answer each) where the GPU polls host memory.
+const LOOP_VARIANTS: [(PingPongPlacement, GpuLoop); 12] = [
     (PingPongPlacement::GpuFlagHostAnswer, GpuLoop::LEAN),
     (
         PingPongPlacement::GpuFlagHostAnswer,
@@ -81,12 +82,24 @@ const LOOP_VARIANTS: [(PingPongPlacement, GpuLoop); 9] = [
             ..GpuLoop::TIMER_EACH_POLL_FENCED
         },
     ),
+    (PingPongPlacement::HostFlagHostAnswer, blocks(2)),
+    (PingPongPlacement::HostFlagHostAnswer, blocks(4)),
+    (PingPongPlacement::HostFlagHostAnswer, blocks(8)),
 ];
 
 /// The reported loop with `n` polling warps.
 const fn pollers(n: u32) -> GpuLoop {
     GpuLoop {
         pollers: n,
+        ..GpuLoop::TIMER_EACH_POLL_FENCED
+    }
+}
+
+/// The reported loop with `n` pollers in separate blocks.
+const fn blocks(n: u32) -> GpuLoop {
+    GpuLoop {
+        pollers: n,
+        blocks: true,
         ..GpuLoop::TIMER_EACH_POLL_FENCED
     }
 }
