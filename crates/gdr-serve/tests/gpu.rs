@@ -274,9 +274,9 @@ fn both_modes_measured_in_one_run_with_correct_answers() {
 
 /// LeNet over a thread-block cluster (`--cluster 2/4/8`): every answer matches the CPU
 /// reference with lone requests and batches (1 and 16 outstanding), in both RX formats, at the
-/// default block size for the shape and at 16 and 2 warps; the
-/// server-side p50 of each shape is printed beside the one-block worker's. Shapes a cluster
-/// cannot have are refused with the reason.
+/// default block size for the shape and at 16 and 2 warps; the server-side p50 of each shape
+/// is printed beside the one-block worker's. Shapes a cluster cannot have are refused with the
+/// reason.
 #[test]
 fn lenet_over_a_cluster_matches_the_cpu_reference() {
     let name = "lenet_over_a_cluster_matches_the_cpu_reference";

@@ -6,7 +6,7 @@
 // reaches it over PCIe). The thread gives up after `timeout_ns` without progress (watchdog)
 // and reports that by storing 0xFFFFFFFF into `answer`.
 //
-// Three knobs of the GPU loop (gdr_bench::pingpong::GpuLoop), so their cost can be timed:
+// The knobs of the GPU loop (gdr_bench::pingpong::GpuLoop), so their cost can be timed:
 // - `pollers` (the launch, not a parameter): one thread polls (gdr_pingpong), or lane 0 of
 //   each of several warps (gdr_pingpong_pollers, below), or with `blocks` thread 0 of each of
 //   several blocks (gdr_pingpong_blocks);
