@@ -1011,9 +1011,11 @@ pub fn context_of(g: *mut c_void) -> Option<Context> {
 /// allocation the C calls copy to: two allocations can differ by tens of nanoseconds per
 /// small write); `None` for a handle that is not a live allocation.
 ///
-/// The table is read-locked while `f` runs, so `f` may copy (`gdr_copy_*`) but must not call
-/// the functions that change the table (`gdr_open`, pin, map, unmap, free, `gdr_close`): they
-/// would wait for `f` to return.
+/// The table is read-locked while `f` runs, so `f` may copy (`gdr_copy_*`, a nested read)
+/// but must not call the functions that change the table (`gdr_open`, pin, map, unmap, free,
+/// `gdr_close`): they would wait for `f` to return. Where membarrier(2) is missing the lock is
+/// std's `RwLock`, and a copy in `f` may then also wait for another thread's table change,
+/// which waits for `f`: call it where no other thread changes the table.
 pub fn with_allocation<R>(mh: GdrMh, f: impl FnOnce(&gdr::bar::MappedBuffer) -> R) -> Option<R> {
     let s = table::read();
     match &s.as_ref()?.handles.get(&(mh.h as u64))?.kind {

@@ -25,7 +25,10 @@
 //! `writer` with a release store, which the readers' acquire load of step 2 pairs with.
 //!
 //! A reader that finds a writer announced lowers its counter and takes the inner `RwLock`
-//! shared instead (the slow path), which waits for the writer to finish. So do all readers
+//! shared instead (the slow path), which waits for the writer to finish; a read nested in the
+//! thread's own fast section does not look (the writer is waiting for that section to end, so
+//! the data cannot change under either), which keeps nested reads from deadlocking with a
+//! writer that arrived between them. So do all readers
 //! when the heavy barrier is unavailable (a kernel before 4.14, a seccomp filter refusing
 //! `membarrier`, another OS), when the thread's slot cannot be had (thread teardown), and
 //! until [`ReadMostly::enable_fast_reads`] has run: the lock then behaves as the `RwLock` it
@@ -196,7 +199,11 @@ impl<T> ReadMostly<T> {
                 slot.depth.store(depth + 1, Ordering::Relaxed);
                 // The writers' membarrier makes this a full fence (module text).
                 compiler_fence(Ordering::SeqCst);
-                if !self.writer.load(Ordering::Acquire) {
+                // A read nested in this thread's fast section goes on even past an announced
+                // writer: that writer is waiting for this slot's count, so it changes nothing
+                // until the outer section ends. (Backing off to the inner lock would wait for
+                // the writer, which waits for us.)
+                if depth > 0 || !self.writer.load(Ordering::Acquire) {
                     return ReadGuard {
                         data: self,
                         hold: Hold::Slot(slot, depth),
@@ -328,9 +335,9 @@ mod tests {
         assert_eq!(l.enable_fast_reads(), fast, "idempotent");
         {
             let a = l.read();
-            let b = l.read(); // nested on one thread
-                              // Where membarrier works (any Linux since 4.14 outside a strict seccomp filter),
-                              // the reads are the fast kind.
+            // Nested on one thread. Where membarrier works (any Linux since 4.14 outside a
+            // strict seccomp filter), the reads are the fast kind.
+            let b = l.read();
             assert_eq!(matches!(b.hold, Hold::Slot(_, 1)), fast);
             assert_eq!((a.len(), b[2]), (3, 3));
         }
@@ -374,6 +381,53 @@ mod tests {
         w.join().unwrap();
         assert!(done.load(Ordering::SeqCst));
         assert_eq!(*l.read(), 7);
+    }
+
+    /// A thread in a read section reads again after another thread has started to write (as
+    /// `with_allocation`'s closure does when it copies): the nested read must not wait for the
+    /// writer, which waits for the outer section.
+    #[test]
+    fn a_nested_read_does_not_wait_for_a_writer_that_waits_for_it() {
+        let _serial = serial();
+        let l = Arc::new(ReadMostly::new(0u64));
+        if !l.enable_fast_reads() {
+            println!("skipped: no membarrier here, the slow path is std's RwLock");
+            return;
+        }
+        // The reader on a thread of its own, so that a deadlock fails the test (the receive's
+        // bound) instead of hanging it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (lr, lw) = (l.clone(), l.clone());
+        let reader = std::thread::spawn(move || {
+            let outer = lr.read();
+            let w = std::thread::spawn(move || *lw.write() = 9);
+            // Let the writer announce itself and start waiting for this thread's section.
+            let t0 = Instant::now();
+            while !lr.writer.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(5) {
+                std::thread::yield_now();
+            }
+            let inner = lr.read();
+            let seen = (
+                lr.writer.load(Ordering::SeqCst),
+                matches!(inner.hold, Hold::Slot(_, 1)),
+                *outer,
+                *inner,
+            );
+            drop(inner);
+            drop(outer);
+            tx.send(seen).unwrap();
+            w.join().unwrap();
+        });
+        let seen = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the nested read waited for the writer, which waits for it");
+        assert_eq!(
+            seen,
+            (true, true, 0, 0),
+            "(writer announced, fast nested read, data)"
+        );
+        reader.join().unwrap();
+        assert_eq!(*l.read(), 9);
     }
 
     #[test]
