@@ -66,6 +66,7 @@ typedef unsigned long long gdr_u64;
 #define GDR_MQ_FLAG_RX_IN_HOST 1
 #define GDR_MQ_FLAG_PROFILE 2
 #define GDR_MQ_FLAG_RX_WORDS 4
+#define GDR_MQ_FLAG_SEQ_PUBLISHES 8
 #define GDR_MQ_STATE_RUNNING 1
 #define GDR_MQ_STATE_STOPPED 2
 #define GDR_MQ_STATE_IDLE_TIMEOUT 3
@@ -206,6 +207,10 @@ __device__ __forceinline__ void gdr_st_release_gpu_u32(void *p, gdr_u32 v) {
 
 __device__ __forceinline__ gdr_u32 gdr_ld_volatile_u32(const void *p) {
     return *(const volatile gdr_u32 *)p;
+}
+
+__device__ __forceinline__ gdr_u64 gdr_ld_volatile_u64(const void *p) {
+    return *(const volatile gdr_u64 *)p;
 }
 
 __device__ __forceinline__ void gdr_st_volatile_u32(void *p, gdr_u32 v) {
@@ -740,31 +745,63 @@ __device__ __forceinline__ gdr_u32 gdr_mq_lone_words(gdr_mq_worker &w, uint2 *re
     }
 }
 
-// gdr_mq_recv for header-format RX (the doorbell, then the slots). `on_lone(slot)` is called
-// by the whole warp when the doorbell has shown one message that goes to the warp's lone-request
-// buffer (w.lone_req), as soon as this lane's acquire covers its slot and before the slot is
-// read: a caller may start moving the slot (which the acquire has made current) while the
-// receive reads its header, and returns whether it did (uniform). The slot is then expected to
-// be current at once: if its header does not carry the message's seq on the first read (a write
-// path slower than the doorbell, which the protocol's order rules out), the receive fails with
-// GDR_MQ_ERR_BAD_SEQ instead of waiting, since what the caller moved may be stale.
-// gdr_mq_recv_header passes a hook that does nothing and returns false.
+// gdr_mq_recv for header-format RX (the doorbell, then the slots). `on_lone(slot, len)` is
+// called by the whole warp when one message has been found that goes to the warp's
+// lone-request buffer (w.lone_req), as soon as this lane's acquire covers its slot and before
+// the slot is read: a caller may start moving the slot (which the acquire has made current)
+// while the receive reads its header, and returns whether it did (uniform). The slot is then
+// expected to be current at once: if its header does not carry the message's seq on the first
+// read (a write path slower than the doorbell, which the protocol's order rules out), the
+// receive fails with GDR_MQ_ERR_BAD_SEQ instead of waiting, since what the caller moved may be
+// stale. A moved slot is read for its header only: b.req then points at the request in its
+// slot, and lone_req is not filled. gdr_mq_recv_header passes a hook that does nothing and
+// returns false.
+//
+// With `poll_slot` (honoured for a queue with GDR_MQ_FLAG_SEQ_PUBLISHES, one worker warp, RX
+// in GPU memory and lone messages going to w.lone_req), every lane polls with one acquire the
+// (seq, len) word of slot `next`, and reads the doorbell (stop, and how many messages wait) with
+// a plain load issued just before it, in the same round trip. The host stores that word only
+// after the slot's tag and payload, with a store fence between (docs/mq.md, "Slots their seq
+// publishes"), so a current seq publishes the slot as the doorbell does, and a lone message is
+// found one memory round trip sooner: on_lone(slot, len) then has its length before anything
+// else of the slot is read (the caller may hand the whole request on at once; when the
+// doorbell found the message, `len` is GDR_MQ_LEN_UNKNOWN). A doorbell that shows more than
+// one message still makes a batch, whose lanes then acquire the doorbell before their slots:
+// one round trip more a batch. (Lane 0 polling the slot and the other lanes the doorbell in
+// one acquire instruction was 0.13-0.19 us slower a request on an H200 than this.)
+#define GDR_MQ_LEN_UNKNOWN 0xffffffffu
 template <class OnLone>
 __device__ __forceinline__ gdr_u32 gdr_mq_recv_header_hook(gdr_mq_worker &w, gdr_mq_batch &b,
                                                            gdr_u64 idle_ns, gdr_u32 *err,
-                                                           gdr_u32 *arg, OnLone on_lone) {
+                                                           gdr_u32 *arg, bool poll_slot,
+                                                           OnLone on_lone) {
     const gdr_u32 full = 0xffffffffu;
     gdr_mq_doorbell *db = gdr_mq_db(w);
     gdr_mq_worker_state *ws = gdr_mq_ws(w);
     gdr_u32 spins = 0;
     gdr_u64 mine;
     gdr_u32 first, n;
+    const bool lone_ok = w.lone_req && w.q.max_msg <= w.lone_cap &&
+                         w.q.stride <= 512u * GDR_MQ_LONE_ROUNDS;
+    poll_slot = poll_slot && lone_ok && w.q.workers == 1 && (w.q.flags & GDR_MQ_FLAG_SEQ_PUBLISHES) &&
+                !(w.q.flags & (GDR_MQ_FLAG_RX_IN_HOST | GDR_MQ_FLAG_RX_WORDS));
+    bool early = false;  // a lone message found by its header (uniform)
+    gdr_u32 early_len = 0;
     for (;;) {
         // Every lane does its own acquire (one memory transaction for the warp), so each
-        // lane's later slot reads are ordered after the doorbell it saw.
-        mine = gdr_ld_acquire_sys_u64(db);
-        const gdr_u32 prod = __shfl_sync(full, (gdr_u32)mine, 0);
-        const gdr_u32 stop = __shfl_sync(full, (gdr_u32)(mine >> 32), 0);
+        // lane's later slot reads are ordered after the doorbell it saw. With poll_slot the
+        // acquire is of slot next's (seq, len) word, and the doorbell (stop, and how many
+        // messages wait) a plain load issued just before it, in the same round trip.
+        gdr_u64 bell;
+        if (poll_slot) {
+            bell = gdr_ld_volatile_u64(db);
+            mine = gdr_ld_acquire_sys_u64(gdr_mq_rx_slot(w, w.next));
+        } else {
+            mine = gdr_ld_acquire_sys_u64(db);
+            bell = mine;
+        }
+        const gdr_u32 prod = __shfl_sync(full, (gdr_u32)bell, 0);
+        const gdr_u32 stop = __shfl_sync(full, (gdr_u32)(bell >> 32), 0);
         if (stop) return GDR_MQ_STATE_STOPPED;
         gdr_u32 c;
         if (w.q.workers == 1) {
@@ -778,7 +815,25 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_header_hook(gdr_mq_worker &w, gdr
             w.last_prod = prod;
             w.active = 1;
         }
-        const gdr_u32 avail = prod - c;
+        // With poll_slot the doorbell may still be behind messages taken by their headers
+        // (it is stored after them): a doorbell behind `next` shows nothing, not an overrun.
+        const gdr_u32 avail = poll_slot && (int)(prod - c) < 0 ? 0u : prod - c;
+        if (poll_slot) {
+            const gdr_u64 h = __shfl_sync(full, mine, 0);
+            const gdr_u32 len = (gdr_u32)(h >> 32);
+            if ((gdr_u32)h == c + 1u && avail <= 1u && len <= w.q.max_msg) {
+                early = true;
+                early_len = len;
+                n = 1u;
+                first = c;
+                w.next = c + 1u;
+                w.active = 1;
+                break;
+            }
+            // The lanes acquired slot c's header, not the doorbell: their slot reads below
+            // acquire the doorbell first unless that showed slot c (for lane 0's slot).
+            if (w.lane != 0u || (gdr_u32)h != c + 1u) mine = c;
+        }
         if (avail != 0 && avail <= w.q.slots) {
             n = avail < GDR_MQ_WARP_BATCH ? avail : GDR_MQ_WARP_BATCH;
             if (w.q.workers == 1) {
@@ -811,18 +866,21 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_header_hook(gdr_mq_worker &w, gdr
     b.req_len = 0;
     b.tag = 0;
     gdr_u32 bad = 0;
-    if (n == 1u && w.lone_req && w.q.max_msg <= w.lone_cap &&
-        w.q.stride <= 512u * GDR_MQ_LONE_ROUNDS) {
+    if (n == 1u && lone_ok) {
         // One message (uniform): lane j loads 16 bytes j (and j + 32, ...) of the slot, one
         // coalesced load instruction per 512 bytes, all in one round trip, and the lanes
         // store the request to the warp's buffer. In host memory this replaces lane 0's
         // eight loads, which went over PCIe one after another, eight round trips (measured in
         // docs/results/2026-11-22-mq.md, "What we tried"); in GPU memory it hands the handler
         // its request in shared memory instead of in L2.
-        while ((gdr_u32)mine - first - 1u >= w.q.slots) mine = gdr_ld_acquire_sys_u64(db);
         const unsigned char *slot = gdr_mq_rx_slot(w, first);
-        const bool moved = on_lone(slot);
-        const gdr_u32 units = w.q.stride / 16u;
+        bool moved;
+        // Found by its header: every lane's acquire covers the slot; the hook may move it.
+        if (early) moved = on_lone(slot, early_len);
+        while ((gdr_u32)mine - first - 1u >= w.q.slots) mine = gdr_ld_acquire_sys_u64(db);
+        if (!early) moved = on_lone(slot, GDR_MQ_LEN_UNKNOWN);
+        // A slot the hook moved is read for its header alone (the request stays in place).
+        const gdr_u32 units = moved ? 1u : w.q.stride / 16u;
         uint4 v[GDR_MQ_LONE_ROUNDS];
         for (gdr_u32 tries = 0;; tries++) {
 #pragma unroll
@@ -848,12 +906,13 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_header_hook(gdr_mq_worker &w, gdr
 #pragma unroll
                 for (gdr_u32 r = 0; r < GDR_MQ_LONE_ROUNDS; r++) {
                     const gdr_u32 j = 32u * r + w.lane;  // unit j holds bytes 16(j-1)..
-                    if (j >= 1u && 16u * (j - 1u) < len) ((uint4 *)w.lone_req)[j - 1u] = v[r];
+                    if (j >= 1u && j < units && 16u * (j - 1u) < len)
+                        ((uint4 *)w.lone_req)[j - 1u] = v[r];
                 }
                 if (w.lane == 0) {
                     b.req_len = len;
                     b.tag = ((gdr_u64)tag_hi << 32) | tag_lo;
-                    b.req = w.lone_req;
+                    b.req = moved ? slot + GDR_MQ_SLOT_HEADER_SIZE : w.lone_req;
                 }
             }
         }
@@ -943,8 +1002,8 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_header_hook(gdr_mq_worker &w, gdr
 __device__ __forceinline__ gdr_u32 gdr_mq_recv_header(gdr_mq_worker &w, gdr_mq_batch &b,
                                                       gdr_u64 idle_ns, gdr_u32 *err,
                                                       gdr_u32 *arg) {
-    return gdr_mq_recv_header_hook(w, b, idle_ns, err, arg,
-                                   [](const unsigned char *) { return false; });
+    return gdr_mq_recv_header_hook(w, b, idle_ns, err, arg, true,
+                                   [](const unsigned char *, gdr_u32) { return false; });
 }
 
 // Warp-collective receive. Waits for requests, claims up to 32 of them and gives lane i

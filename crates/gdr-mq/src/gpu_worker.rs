@@ -414,6 +414,11 @@ impl GpuWorkers {
                     layout::FLAG_RX_WORDS
                 } else {
                     0
+                }
+                | if geo.seq_publishes {
+                    layout::FLAG_SEQ_PUBLISHES
+                } else {
+                    0
                 };
             let desc = QueueDesc {
                 doorbell: rx.gpu_addr(),

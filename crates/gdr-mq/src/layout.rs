@@ -149,6 +149,10 @@ pub const FLAG_PROFILE: u32 = 2;
 /// message's seq, [`Geometry::with_rx_words`]); the worker polls the slots themselves instead
 /// of the doorbell, so a request costs it one memory round trip instead of two.
 pub const FLAG_RX_WORDS: u32 = 4;
+/// `QueueDesc::flags`: RX slots in the header format are published by their own `seq`
+/// ([`Geometry::with_seq_publishes`]): a single-warp GPU worker then polls slot `next`'s
+/// header beside the doorbell and finds a lone request one memory round trip sooner.
+pub const FLAG_SEQ_PUBLISHES: u32 = 8;
 
 /// `QueueStatus::state`: the workers have not started yet (the zeroed status record). The host
 /// treats it as running while the kernel or thread is alive.
@@ -189,6 +193,8 @@ pub struct Geometry {
     pub tx_stride: u32,
     /// RX slots in the word format ([`FLAG_RX_WORDS`]).
     pub rx_words: bool,
+    /// Header-format RX slots whose `seq` publishes them ([`FLAG_SEQ_PUBLISHES`]).
+    pub seq_publishes: bool,
 }
 
 /// Bytes of a slot in the word format: [`TX_HEADER_WORDS`] words, then 8 payload bytes per
@@ -222,6 +228,7 @@ impl Geometry {
             stride: stride as u32,
             tx_stride: tx_stride as u32,
             rx_words: false,
+            seq_publishes: false,
         };
         if g.tx_bytes() > (1usize << 34) {
             return Err(format!(
@@ -237,6 +244,18 @@ impl Geometry {
         Geometry {
             stride: self.tx_stride,
             rx_words: true,
+            ..self
+        }
+    }
+
+    /// The same rings with header-format RX slots that their `seq` publishes: the host
+    /// stores a slot's (seq, len) word after its tag and payload, with a store fence between
+    /// (then the doorbell, after another), so a worker that sees the current seq may read the
+    /// slot without the doorbell. One fence more a batch. No effect in the word format, where
+    /// every word publishes itself.
+    pub fn with_seq_publishes(self) -> Geometry {
+        Geometry {
+            seq_publishes: !self.rx_words,
             ..self
         }
     }
@@ -369,6 +388,7 @@ mod tests {
             ("GDR_MQ_FLAG_RX_IN_HOST", FLAG_RX_IN_HOST),
             ("GDR_MQ_FLAG_PROFILE", FLAG_PROFILE),
             ("GDR_MQ_FLAG_RX_WORDS", FLAG_RX_WORDS),
+            ("GDR_MQ_FLAG_SEQ_PUBLISHES", FLAG_SEQ_PUBLISHES),
             ("GDR_MQ_STATE_RUNNING", STATE_RUNNING),
             ("GDR_MQ_STATE_STOPPED", STATE_STOPPED),
             ("GDR_MQ_STATE_IDLE_TIMEOUT", STATE_IDLE_TIMEOUT),

@@ -192,6 +192,13 @@ pub struct QueueConfig {
     /// request (the latency case) but doubles the bytes a request takes. For queues served by
     /// one worker warp (GPU workers refuse it with more).
     pub rx_words: bool,
+    /// Header-format RX slots that their own `seq` publishes (the host stores each slot's
+    /// header word after its payload, one store fence more a batch): a GPU worker warp that
+    /// serves the queue alone, with RX in GPU memory, finds a lone request by polling its
+    /// slot's header beside the doorbell, one memory round trip sooner, and a caller of
+    /// `gdr_mq_recv_header_hook` may hand it on before reading the slot. A batch still costs
+    /// one doorbell read more. Off by default; ignored with `rx_words`.
+    pub seq_publishes: bool,
 }
 
 impl QueueConfig {
@@ -202,7 +209,12 @@ impl QueueConfig {
     /// ring would exceed 16 GiB.
     pub fn geometry(&self) -> Result<layout::Geometry, MqError> {
         let g = layout::Geometry::new(self.slots, self.max_msg).map_err(MqError::Config)?;
-        Ok(if self.rx_words { g.with_rx_words() } else { g })
+        let g = if self.rx_words { g.with_rx_words() } else { g };
+        Ok(if self.seq_publishes {
+            g.with_seq_publishes()
+        } else {
+            g
+        })
     }
 }
 
@@ -215,6 +227,7 @@ impl Default for QueueConfig {
             wait_timeout: Duration::from_secs(5),
             first_index: 0,
             rx_words: false,
+            seq_publishes: false,
         }
     }
 }

@@ -85,6 +85,7 @@ fn config(placement: Placement, slots: u32, max_msg: u32) -> GpuConfig {
             wait_timeout: Duration::from_secs(10),
             first_index: 0,
             rx_words: false,
+            seq_publishes: false,
         },
         idle_timeout: Duration::from_secs(20),
         ..Default::default()
@@ -147,10 +148,13 @@ fn a_million_messages_wrap_in_order() {
     let name = "a_million_messages_wrap_in_order";
     let Some((ctx, _g)) = gpu(name) else { return };
     let h = Handler::new("transform", TRANSFORM);
-    // Both RX formats: header + doorbell, and words (the worker polls the slots).
-    for rx_words in [false, true] {
+    // Both RX formats: header + doorbell, header slots their seq publishes (the worker polls
+    // slot next's header beside the doorbell: lone messages by their header, batches by the
+    // doorbell, which may lag), and words (the worker polls the slots).
+    for (rx_words, seq_publishes) in [(false, false), (false, true), (true, false)] {
         let mut cfg = config(Placement::LYNX, 256, 128);
         cfg.queue.rx_words = rx_words;
+        cfg.queue.seq_publishes = seq_publishes;
         // Cross the u32 index wrap early on, as well as thousands of ring wraps.
         cfg.queue.first_index = u32::MAX - 1000;
         let Some(mut w) = launch(&ctx, name, &h, &cfg) else {
@@ -159,7 +163,11 @@ fn a_million_messages_wrap_in_order() {
         let t = Instant::now();
         pump(&mut w, 0, 1_000_000, 128, 1);
         let s = w.queue(0).stats();
-        println!("{name}: rx_words {rx_words}: {:?} {:?}", t.elapsed(), s);
+        println!(
+            "{name}: rx_words {rx_words} seq_publishes {seq_publishes}: {:?} {:?}",
+            t.elapsed(),
+            s
+        );
         assert!(s.doorbells < s.sent, "no batching");
         let out = w.stop(Duration::from_secs(5)).unwrap();
         assert_eq!(out[0].reason, ExitReason::Stopped);
@@ -177,17 +185,29 @@ fn every_placement_carries_sizes_zero_to_capacity() {
     let name = "every_placement_carries_sizes_zero_to_capacity";
     let Some((ctx, _g)) = gpu(name) else { return };
     let h = Handler::new("transform", TRANSFORM);
+    // (placement, rx_words, seq_publishes)
     let formats = Placement::ALL
         .into_iter()
-        .flat_map(|p| [(p, false), (p, true)]);
+        .flat_map(|p| [(p, false, false), (p, false, true), (p, true, false)]);
     for max in [256usize, 300] {
-        for (p, rx_words) in formats.clone() {
+        for (p, rx_words, seq_publishes) in formats.clone() {
             let mut cfg = config(p, 64, max as u32);
             cfg.queue.rx_words = rx_words;
+            cfg.queue.seq_publishes = seq_publishes;
             let Some(mut w) = launch(&ctx, name, &h, &cfg) else {
                 return;
             };
-            let p_name = format!("{}{}", p.name(), if rx_words { " words" } else { "" });
+            let p_name = format!(
+                "{}{}",
+                p.name(),
+                if rx_words {
+                    " words"
+                } else if seq_publishes {
+                    " seq-publishes"
+                } else {
+                    ""
+                }
+            );
             let q = w.queue(0);
             let mut buf = vec![0xa5u8; max];
             let lens: Vec<usize> = [

@@ -27,6 +27,7 @@ fn a_trapping_handler_is_reported_not_waited_for() {
             wait_timeout: Duration::from_secs(30),
             first_index: 0,
             rx_words: false,
+            seq_publishes: false,
         },
         ..Default::default()
     };

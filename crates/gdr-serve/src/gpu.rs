@@ -207,6 +207,9 @@ fn launch_shape(
             wait_timeout: Duration::from_secs(5),
             first_index: 0,
             rx_words: shape.rx_words,
+            // Header-format requests are published by their slot's seq: the receiving warp
+            // finds a lone one by its header and hands it to the app at once (kernels.cu).
+            seq_publishes: true,
         },
         queues,
         blocks_per_queue: if clustered {

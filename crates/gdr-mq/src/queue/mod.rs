@@ -80,6 +80,9 @@ pub struct QueuePair {
     raw: Vec<u8>,
     /// A request packed into RX words before one bulk write (`rx_words` geometry only).
     pack: Vec<u8>,
+    /// `seq_publishes` geometry only: the slot offset and (seq, len) word of each request
+    /// staged since the last doorbell, stored by `ring` once their payloads are fenced.
+    staged: Vec<(usize, u64)>,
     /// Leading TX words of the oldest response already checked current and decoded (0: not
     /// even word 0). Once current, a word stays so until the host retires the slot, so a
     /// poll resumes where the last one stopped and never reads a word twice.
@@ -166,6 +169,23 @@ fn pack_words(out: &mut Vec<u8>, seq: u32, tag: u64, msg: &[u8], words: usize) {
     }
 }
 
+/// Bytes of a slot header's first word, `seq` and `len` (the worker reads both in one load).
+const SEQ_LEN_BYTES: usize = 8;
+const _: () = assert!(
+    offset_of!(SlotHeader, seq) == 0
+        && offset_of!(SlotHeader, len) == 4
+        && offset_of!(SlotHeader, tag) == SEQ_LEN_BYTES
+);
+
+/// A slot header's first 8-byte word, `seq` then `len` in memory (SlotHeader's field order),
+/// for one whole store.
+fn seq_len_word(seq: u32, len: u32) -> u64 {
+    let mut b = [0u8; SEQ_LEN_BYTES];
+    b[..4].copy_from_slice(&seq.to_ne_bytes());
+    b[4..].copy_from_slice(&len.to_ne_bytes());
+    u64::from_ne_bytes(b)
+}
+
 fn header_bytes(h: &SlotHeader) -> [u8; SLOT_HEADER_SIZE] {
     let mut b = [0u8; SLOT_HEADER_SIZE];
     b[0..4].copy_from_slice(&h.seq.to_ne_bytes());
@@ -189,6 +209,7 @@ impl QueuePair {
             bounce,
             raw: Vec::new(),
             pack: Vec::new(),
+            staged: Vec::new(),
             checked: 0,
             cur_len: 0,
             cur_tag: 0,
@@ -293,6 +314,16 @@ impl QueuePair {
             };
             pack_words(&mut self.pack, layout::seq_of(idx), self.sent, msg, words);
             self.p.rx.write_words(off, &self.pack);
+        } else if self.p.geo.seq_publishes {
+            // The tag and the payload now; the (seq, len) word only in `ring`, after a fence:
+            // a slot whose seq is current holds its whole request, so a worker may poll the
+            // header itself instead of the doorbell (docs/mq.md, "Slots their seq publishes").
+            self.p
+                .rx
+                .write(off + SEQ_LEN_BYTES, &self.sent.to_ne_bytes());
+            self.p.rx.write(off + SLOT_HEADER_SIZE, msg);
+            self.staged
+                .push((off, seq_len_word(layout::seq_of(idx), msg.len() as u32)));
         } else {
             let h = header_bytes(&SlotHeader {
                 seq: layout::seq_of(idx),
@@ -315,6 +346,15 @@ impl QueuePair {
         }
         if !self.p.geo.rx_words {
             self.p.rx.publish_fence();
+            if self.p.geo.seq_publishes {
+                // Payloads and tags, fence, each slot's (seq, len) word, fence, doorbell: both
+                // the slot's seq and the doorbell publish it.
+                for &(off, word) in &self.staged {
+                    self.p.rx.store_u64(off, word);
+                }
+                self.staged.clear();
+                self.p.rx.publish_fence();
+            }
             self.p.rx.store_u32(DB_PROD, self.index(self.sent));
         }
         self.p.rx.flush();

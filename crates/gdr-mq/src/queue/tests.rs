@@ -11,7 +11,10 @@ impl WorkerLink for Alive {
 
 /// A queue pair over plain memory with no worker: the test plays the worker.
 fn bare(slots: u32, max_msg: u32, first_index: u32) -> QueuePair {
-    let geo = Geometry::new(slots, max_msg).unwrap();
+    bare_with(Geometry::new(slots, max_msg).unwrap(), first_index)
+}
+
+fn bare_with(geo: Geometry, first_index: u32) -> QueuePair {
     let mem = |n| Region::whole(Arc::new(PlainMemory::new(n).unwrap()));
     let (rx, tx) = (mem(geo.rx_bytes()), mem(geo.tx_bytes()));
     init_rings(&geo, &rx, &tx, first_index);
@@ -207,5 +210,68 @@ fn slots_are_restamped_once_per_2_pow_31_messages() {
         let last = q.p.tx.load_u64(off + q.p.geo.tx_stride as usize - 8);
         let stamped = (last >> 32) as u32 == layout::seq_of(idx);
         assert_eq!(stamped, idx & 0x7fff_ffff < slots, "message {idx:#x}");
+    }
+}
+
+/// Slots their seq publishes: staging writes a request's tag and payload but leaves the
+/// slot's (seq, len) word as it was (no reader may take the slot yet); the doorbell's ring
+/// stores that word, then the doorbell. One and two requests a ring, across ring laps.
+#[test]
+fn seq_publishes_stores_a_slots_seq_word_only_when_rung() {
+    let slots = 4u32;
+    let geo = Geometry::new(slots, 64).unwrap().with_seq_publishes();
+    assert!(geo.seq_publishes);
+    assert!(
+        !Geometry::new(slots, 64)
+            .unwrap()
+            .with_rx_words()
+            .with_seq_publishes()
+            .seq_publishes
+    );
+    let mut q = bare_with(geo, u32::MAX - 5);
+    let mut rng = rand::thread_rng();
+    let mut out = [0u8; 64];
+    let mut count = 0u64;
+    for round in 0..8 {
+        let batch = 1 + round % 2;
+        let mut staged = Vec::new();
+        for _ in 0..batch {
+            let mut msg = vec![0u8; rng.gen_range(0..=64)];
+            rng.fill_bytes(&mut msg);
+            let idx = q.index(count);
+            let off = RX_CONTROL_SIZE + geo.slot_offset(idx);
+            let before = q.p.rx.load_u64(off);
+            assert_ne!(before as u32, layout::seq_of(idx));
+            q.stage(&msg);
+            assert_eq!(
+                q.p.rx.load_u64(off),
+                before,
+                "seq word stored before the ring"
+            );
+            assert_eq!(q.p.rx.load_u64(off + SEQ_LEN_BYTES), count, "tag");
+            let mut payload = vec![0u8; msg.len()];
+            q.p.rx.read(off + SLOT_HEADER_SIZE, &mut payload);
+            assert_eq!(payload, msg);
+            staged.push((count, off, msg));
+            count += 1;
+        }
+        let bell = q.p.rx.load_u32(DB_PROD);
+        assert_eq!(
+            bell,
+            q.index(count - batch as u64),
+            "doorbell moved before the ring"
+        );
+        q.ring();
+        assert_eq!(q.p.rx.load_u32(DB_PROD), q.index(count));
+        for (c, off, msg) in staged {
+            let idx = q.index(c);
+            assert_eq!(
+                q.p.rx.load_u64(off),
+                seq_len_word(layout::seq_of(idx), msg.len() as u32)
+            );
+            answer(&q, c, &msg, None);
+            assert_eq!(q.try_recv(&mut out).unwrap(), Some(msg.len()));
+            assert_eq!(out[..msg.len()], msg[..]);
+        }
     }
 }

@@ -458,11 +458,15 @@ __device__ __forceinline__ void gdr_serve_cl_push(const unsigned char *req, unsi
 // and it starts one memory round trip sooner; in the worker it shortened the profiled
 // hand-over stage and the server-side p50 (docs/results/2026-11-24-serve.md, "Cluster
 // microbenchmarks" and "Attempts on the cluster worker").
+__device__ __forceinline__ bool gdr_serve_cl_can_multicast(const gdr_mq_worker &w) {
+    return !(w.q.flags & GDR_MQ_FLAG_RX_IN_HOST) &&
+           GDR_MQ_SLOT_HEADER_SIZE + gdr_serve_cl_go_bytes() - 16u <= w.q.stride;
+}
+
 __device__ __forceinline__ bool gdr_serve_cl_multicast(const gdr_mq_worker &w,
                                                        const unsigned char *slot) {
     const unsigned int pay = gdr_serve_cl_go_bytes() - 16u;
-    if ((w.q.flags & GDR_MQ_FLAG_RX_IN_HOST) || GDR_MQ_SLOT_HEADER_SIZE + pay > w.q.stride)
-        return false;
+    if (!gdr_serve_cl_can_multicast(w)) return false;
     if (w.lane == 0) {
         // The slot was read through the generic proxy's acquire; the copy reads it through the
         // async proxy.
@@ -487,18 +491,45 @@ __device__ __noinline__ gdr_u32 gdr_serve_cl_mq_loop(const gdr_mq_queue_desc *de
     gdr_serve_worker_init(w, desc, warp);
     gdr_u32 err = 0, arg = 0, reason;
     gdr_mq_batch b;
+#if !GDR_SERVE_RX_WORDS
+    // A lone request is found by its slot header and handed over whole from the hook: its
+    // payload by the multicast, its job header pushed at once (mq's poll_slot).
+    const bool poll_slot = gdr_serve_cl_can_multicast(w);
+#endif
     for (;;) {
-        bool sent = false;  // the lone request's payload is on its way (uniform)
+        bool sent = false;    // the lone request's payload is on its way (uniform)
+        bool pushed = false;  // and its job header too: the cluster has it (uniform)
 #if GDR_SERVE_RX_WORDS
         reason = gdr_serve_recv(w, b, idle_ns, &err, &arg);
 #else
-        reason = gdr_mq_recv_header_hook(w, b, idle_ns, &err, &arg, [&](const unsigned char *slot) {
-            sent = gdr_serve_cl_multicast(w, slot);
-            return sent;
-        });
+        gdr_u64 pushed_at = 0;
+        reason = gdr_mq_recv_header_hook(
+            w, b, idle_ns, &err, &arg, poll_slot, [&](const unsigned char *slot, gdr_u32 len) {
+                sent = gdr_serve_cl_multicast(w, slot);
+                if (sent && len != GDR_MQ_LEN_UNKNOWN) {
+                    // The lone request's response buffer, as the loop below chooses it.
+                    const gdr_u64 rp = sh->cap <= GDR_SERVE_LONE_RESP_BYTES
+                                           ? (gdr_u64)sh->lone_resp
+                                           : __shfl_sync(0xffffffffu, (gdr_u64)w.resp_scratch, 0);
+                    gdr_serve_cl_push(0, len, 0u, rp, true);
+                    pushed = true;
+                    if (GDR_SERVE_PROFILE) pushed_at = clock64();
+                }
+                return sent;
+            });
+        // Profile: the receive stage ends at the push (the slot reads after it overlap the
+        // app), the hand-over runs from there.
+        if (GDR_SERVE_PROFILE && pushed && (w.q.flags & GDR_MQ_FLAG_PROFILE)) {
+            w.prof[0] -= w.prof_mark - pushed_at;
+            w.prof_mark = pushed_at;
+        }
 #endif
         if (reason) {
-            gdr_serve_cl_push(0, 0u, reason, 0ull, sent);
+            // A receive that fails after its push (not expected: the hook had the slot's
+            // seq) lets block 0's app warps finish that request first; the exit job then
+            // carries every byte the go mbarriers count.
+            if (pushed) gdr_serve_sync_bar(0u, blockDim.x);
+            gdr_serve_cl_push(0, 0u, reason, 0ull, sent && !pushed);
             break;
         }
         const bool lone = b.n == 1u && sh->cap <= GDR_SERVE_LONE_RESP_BYTES;
@@ -509,7 +540,7 @@ __device__ __noinline__ gdr_u32 gdr_serve_cl_mq_loop(const gdr_mq_queue_desc *de
                 (const unsigned char *)__shfl_sync(0xffffffffu, (gdr_u64)b.req, k);
             const gdr_u32 len = __shfl_sync(0xffffffffu, b.req_len, k);
             const gdr_u64 rp = __shfl_sync(0xffffffffu, (gdr_u64)resp, k);
-            gdr_serve_cl_push(req, len, 0u, rp, sent);
+            if (!pushed) gdr_serve_cl_push(req, len, 0u, rp, sent);
             gdr_serve_sync_bar(0u, blockDim.x);  // block 0's app warps have answered it
             const gdr_u32 r = sh->outs[0];
             if (w.lane == k) out = r;
