@@ -278,7 +278,8 @@ __device__ __forceinline__ void gdr_serve_block_batch(unsigned int n) {
 // the other warps' loop below, so each keeps only its own state in registers.
 //
 // GDR_SERVE_PROFILE stages (gpu.rs, worker_stages): 0 recv (gdr_mq_recv: requests found ->
-// in hand), 1 hand-over (-> the first app warp has the batch), 3 app (-> that warp's share
+// in hand; where the cluster worker pushes a lone request from the receive's hook, -> that
+// push), 1 hand-over (-> the first app warp has the batch), 3 app (-> that warp's share
 // is done), 2 send (-> the TX stores issued: the block barrier after the app, then
 // gdr_mq_send). Stages 1 and 3 end on the app warp's clock, read by warp 0 after the barrier.
 // The receiving warp's mq state: stage clocks only in a profiling build, a lone request
