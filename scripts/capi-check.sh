@@ -18,8 +18,9 @@ flags=$(pkg-config --cflags --libs gdrapi) || { echo "capi-check: pkg-config has
 echo "capi-check: gdrapi $(pkg-config --modversion gdrapi): $flags"
 pass=0; fail=0; skip=0
 check() { # name, command...
-  local n=$1; shift
-  if "$@" >"$build/$n.log" 2>&1; then
+  local n=$1 rc=0; shift
+  "$@" >"$build/$n.log" 2>&1 || rc=$?
+  if [ "$rc" = 0 ]; then
     if grep -q ': skipped: ' "$build/$n.log"; then
       skip=$((skip+1)); echo "skipped: no GPU: $n"
       echo "  why: $(grep ': skipped: ' "$build/$n.log" | head -1)"
@@ -28,9 +29,16 @@ check() { # name, command...
       pass=$((pass+1)); echo "ok $n: $(grep -E 'passed' "$build/$n.log" | tail -1)"
     fi
   else
-    fail=$((fail+1)); echo "FAILED $n:"; tail -20 "$build/$n.log" | sed 's/^/  /'
+    # A program killed by a signal says which (its last lines are kept: the runs below are
+    # line-buffered).
+    local why="exit $rc"
+    [ "$rc" -gt 128 ] && why="killed by signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null))"
+    fail=$((fail+1)); echo "FAILED $n: $why"; tail -20 "$build/$n.log" | sed 's/^/  /'
   fi
 }
+# The test programs' output line by line, so that a crash leaves what was printed before it.
+linebuf=()
+command -v stdbuf >/dev/null && linebuf=(stdbuf -oL -eL)
 # Each program as C99; the API-names program also as C++11.
 check build-api_names-c99 cc -std=c99 -Wall -Wextra -Werror "$src/api_names.c" -o "$build/api_names" $flags -ldl
 check build-api_names-cxx11 c++ -std=c++11 -x c++ -Wall -Wextra -Werror "$src/api_names.c" -o "$build/api_names_cxx" $flags -ldl
@@ -38,7 +46,7 @@ check build-gdrapi_test cc -std=c99 -O2 -Wall -Wextra -Werror "$src/gdrapi_test.
 check build-semantics cc -std=c99 -O2 -Wall -Wextra -Werror -pthread "$src/semantics.c" -o "$build/semantics" $flags -ldl
 check build-copy_overhead cc -std=c99 -O2 -Wall -Wextra -Werror "$src/copy_overhead.c" -o "$build/copy_overhead" $flags -ldl
 for p in api_names api_names_cxx gdrapi_test semantics copy_overhead; do
-  [ -x "$build/$p" ] && check "run-$p" env -u LD_LIBRARY_PATH timeout 300 "$build/$p"
+  [ -x "$build/$p" ] && check "run-$p" env -u LD_LIBRARY_PATH timeout 300 ${linebuf[@]+"${linebuf[@]}"} "$build/$p"
 done
 # NCCL opens the unversioned name; NVSHMEM and UCX the soname. Both must resolve the same way
 # a dlopen() from any program does (rpath of the caller does not help a library's dlopen).
