@@ -181,6 +181,24 @@ pub fn launch_workers(
     }
 }
 
+/// The queues of workers of this shape (its cluster size resolved).
+fn queue_config(app: &App, shape: &GpuShape) -> QueueConfig {
+    QueueConfig {
+        slots: shape.slots,
+        max_msg: app.slot_payload() as u32,
+        placement: shape.placement,
+        wait_timeout: Duration::from_secs(5),
+        first_index: 0,
+        rx_words: shape.rx_words,
+        // A cluster's header-format requests are published by their slot's seq: its receiving
+        // warp finds a lone one by its header and hands it to the cluster at once (kernels.cu).
+        // Not for one-block workers: the cluster's gain is the hand-over started early, and a
+        // one-block LeNet worker was 0.2-0.4 us slower with it, alternated on one H100
+        // (docs/results/2026-11-26-seq-publishes.md).
+        seq_publishes: shape.cluster > 1,
+    }
+}
+
 /// [`launch_workers`] for one cluster size.
 fn launch_shape(
     ctx: &Context,
@@ -200,17 +218,7 @@ fn launch_shape(
     }
     let clustered = shape.cluster > 1;
     let cfg = GpuConfig {
-        queue: QueueConfig {
-            slots: shape.slots,
-            max_msg: app.slot_payload() as u32,
-            placement: shape.placement,
-            wait_timeout: Duration::from_secs(5),
-            first_index: 0,
-            rx_words: shape.rx_words,
-            // Header-format requests are published by their slot's seq: the receiving warp
-            // finds a lone one by its header and hands it to the app at once (kernels.cu).
-            seq_publishes: true,
-        },
+        queue: queue_config(app, shape),
         queues,
         blocks_per_queue: if clustered {
             shape.cluster
@@ -421,5 +429,37 @@ impl Drop for HostCentricExec {
                 let _ = s.stream().synchronize();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_cluster_queues_are_published_by_their_seq() {
+        let app = App::builtin("lenet", 1, 1024).unwrap();
+        for (cluster, want) in [(1, false), (2, true), (4, true), (8, true)] {
+            let shape = GpuShape {
+                cluster,
+                ..Default::default()
+            };
+            let q = queue_config(&app, &shape);
+            assert_eq!(q.seq_publishes, want, "cluster {cluster}");
+            assert_eq!(
+                q.geometry().unwrap().seq_publishes,
+                want,
+                "cluster {cluster}"
+            );
+            assert_eq!(q.max_msg as usize, app.slot_payload());
+        }
+        // The word format publishes every word itself: the option does not apply.
+        let words = GpuShape {
+            cluster: 8,
+            rx_words: true,
+            ..Default::default()
+        };
+        let g = queue_config(&app, &words).geometry().unwrap();
+        assert!(g.rx_words && !g.seq_publishes);
     }
 }
