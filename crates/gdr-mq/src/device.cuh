@@ -1035,6 +1035,15 @@ __device__ __forceinline__ uint4 gdr_mq_tx_pair(gdr_u32 j, gdr_u32 seq, gdr_u32 
     return make_uint4(d.x, seq, d.y, seq);
 }
 
+// Payload bytes 4k .. 4k+3 of a response as one 8-byte TX word (data, seq) of `slot`: word
+// 4 + k, the one gdr_mq_tx_pair puts in half k % 2 of store 2 + k / 2. For answers written a
+// word at a time by whichever thread computed it: the host checks every word's seq, so the
+// words of one slot may come from several threads, in any order, with no fence.
+__device__ __forceinline__ void gdr_mq_tx_word(unsigned char *slot, gdr_u32 seq, gdr_u32 k,
+                                               gdr_u32 data) {
+    gdr_st_volatile_u64(slot + 32u + 8u * k, ((gdr_u64)seq << 32) | data);
+}
+
 // Warp-collective send: lane i (< b.n) publishes `resp_len` bytes of `resp` (16-byte aligned)
 // as the answer to request b.first + i (len above max_msg is recorded as such and the payload
 // cut), then the batch retires in index order and the consumer index is written back.
@@ -1057,6 +1066,7 @@ __device__ __forceinline__ uint4 gdr_mq_tx_pair(gdr_u32 j, gdr_u32 seq, gdr_u32 
 // - if a lane passes a local-memory buffer, each lane writes its own slot: 128 response
 //   bytes loaded at a time (16-byte loads, all issued before the round's stores; the header
 //   stores go out while they are in flight).
+__device__ void gdr_mq_retire(gdr_mq_worker &w, const gdr_mq_batch &b);
 __device__ void gdr_mq_send(gdr_mq_worker &w, const gdr_mq_batch &b, const unsigned char *resp,
                             gdr_u32 resp_len) {
     const gdr_u32 full = 0xffffffffu;
@@ -1159,6 +1169,13 @@ __device__ void gdr_mq_send(gdr_mq_worker &w, const gdr_mq_batch &b, const unsig
             base += 16u;
         } while (base < pay);
     }
+    gdr_mq_retire(w, b);
+}
+
+// Warp-collective: batch b is answered; it retires in index order and the consumer index is
+// written back (gdr_mq_send's end). Called directly for a batch whose TX words other threads
+// of the block wrote (each word carries its seq, so they need no fence before this).
+__device__ void gdr_mq_retire(gdr_mq_worker &w, const gdr_mq_batch &b) {
     gdr_mq_prof(w, 2);
     gdr_mq_prof(w, 3);  // the TX fence stage: empty since the word format
     __syncwarp();

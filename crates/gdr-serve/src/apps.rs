@@ -404,6 +404,7 @@ impl App {
         );
         if clustered {
             s += "#define GDR_SERVE_APP_CLUSTER gdr_app_lenet_cluster\n\
+                  #define GDR_SERVE_APP_CLUSTER_ANSWERS 1\n\
                   #define GDR_SERVE_CL_RESIDENT gdr_lenet_cl_resident\n";
         }
         if self.light() {
@@ -595,6 +596,28 @@ mod tests {
             l.worker_handler(false, false, 8, 8).program(),
             l.worker_handler(false, false, 8, 16).program()
         );
+    }
+
+    /// Only LeNet's cluster builds have its cluster form write a lone request's answer itself
+    /// (kernels.cu's GDR_SERVE_APP_CLUSTER_ANSWERS), and the define comes before kernels.cu;
+    /// the one-block worker and other apps answer through `resp` and the mq warp.
+    #[test]
+    fn only_cluster_lenet_writes_its_own_answers() {
+        let answers = "#define GDR_SERVE_APP_CLUSTER_ANSWERS 1\n";
+        let kernels = "#line 1 \"gdr-serve/kernels.cu\"";
+        let l = App::builtin("lenet", 1, 1024).unwrap();
+        for cluster in [2, 4, 8] {
+            for rx_words in [false, true] {
+                let s = l.device_source_for(rx_words, false, cluster, CLUSTER_WARPS);
+                let at = s
+                    .find(answers)
+                    .unwrap_or_else(|| panic!("cluster {cluster}"));
+                assert!(at < s.find(kernels).unwrap());
+            }
+        }
+        assert!(!l.device_source_for(false, false, 1, 16).contains(answers));
+        let e = App::builtin("echo", 1, 64).unwrap();
+        assert!(!e.device_source_for(true, false, 8, 1).contains(answers));
     }
 
     /// The device's resident layout (lenet.cuh's defines) is the one the host sizes the

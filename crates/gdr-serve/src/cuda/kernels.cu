@@ -408,15 +408,27 @@ __device__ __noinline__ void gdr_serve_app_loop(const gdr_mq_queue_desc *desc, g
 // comes instead as one bulk copy from its RX slot, multicast to every block and counted on the
 // same mbarriers (gdr_serve_cl_multicast), followed by the pushed job header alone. Block
 // 0's app warps then meet warp 0 at block barrier 0 with the answer, as in the one-block
-// worker.
+// worker. An app that writes a lone request's answer itself (GDR_SERVE_APP_CLUSTER_ANSWERS,
+// serve.cuh's gdr_serve_cluster::answer) is told so by a bit of the job's length word
+// (GDR_SERVE_CL_JOB_ANSWER); warp 0 then only retires the request after the barrier.
 #ifndef GDR_SERVE_APP_CLUSTER
 #error "GDR_SERVE_CLUSTER > 1 needs the app's cluster form, GDR_SERVE_APP_CLUSTER"
 #endif
+#ifdef GDR_SERVE_APP_CLUSTER_ANSWERS
+#define GDR_SERVE_CL_ANSWERS true
+#else
+#define GDR_SERVE_CL_ANSWERS false
+#endif
+#define GDR_SERVE_CL_JOB_ANSWER 0x80000000u  // above any length (mq caps max_msg at 16 MiB)
 #define GDR_SERVE_CL_GO 0
 #define GDR_SERVE_CL_ACK 1
 __shared__ __align__(16) unsigned char gdr_serve_cl_req[16 + GDR_SERVE_LONE_REQ_BYTES];
 __shared__ __align__(16) uint4 gdr_serve_cl_acks[GDR_SERVE_CLUSTER];
 __shared__ __align__(8) unsigned long long gdr_serve_cl_mbar[2 + GDR_SERVE_CL_APP_MBARS];
+// Block 0: the answer the app writes itself (set by warp 0), and whether it did (set by the
+// app's thread 0 before barrier 0).
+__shared__ gdr_serve_answer gdr_serve_cl_answer;
+__shared__ unsigned int gdr_serve_cl_answered;
 
 // Bytes of one hand-over: the header, then the request padded to the queue's max_msg.
 __device__ __forceinline__ unsigned int gdr_serve_cl_go_bytes() {
@@ -483,8 +495,22 @@ __device__ __forceinline__ bool gdr_serve_cl_multicast(const gdr_mq_worker &w,
     return true;
 }
 
+// Warp 0's lane 0: the answer's slot, seq and tag for block 0's app (gdr_serve_answer), then
+// `ready`, ordered after them for the app threads that see it (gdr_serve_answer_get).
+__device__ __forceinline__ void gdr_serve_cl_set_answer(unsigned char *slot, gdr_u64 tag,
+                                                        gdr_u32 seq, gdr_u32 no) {
+    if ((threadIdx.x & 31u) == 0u) {
+        gdr_serve_cl_answer.slot = slot;
+        gdr_serve_cl_answer.tag = tag;
+        gdr_serve_cl_answer.seq = seq;
+        __threadfence_block();
+        *(volatile unsigned int *)&gdr_serve_cl_answer.ready = no;
+    }
+}
+
 // Block 0's warp 0: receive, hand each request of the batch to the cluster and wait for
-// block 0's app warps to answer it, send.
+// block 0's app warps to answer it, send (or only retire a lone request whose answer the app
+// wrote itself).
 __device__ __noinline__ gdr_u32 gdr_serve_cl_mq_loop(const gdr_mq_queue_desc *desc, gdr_u32 warp,
                                                      gdr_u64 idle_ns) {
     gdr_serve_shared *sh = &gdr_serve_wsh;
@@ -497,6 +523,11 @@ __device__ __noinline__ gdr_u32 gdr_serve_cl_mq_loop(const gdr_mq_queue_desc *de
     // payload by the multicast, its job header pushed at once (mq's poll_slot).
     const bool poll_slot = gdr_serve_cl_can_multicast(w);
 #endif
+    // A lone request's response stays in shared memory where it fits; an app that answers
+    // itself writes a lone request's answer straight into its TX slot.
+    const bool lone_fits = sh->cap <= GDR_SERVE_LONE_RESP_BYTES;
+    const gdr_u32 answer_bit = GDR_SERVE_CL_ANSWERS ? GDR_SERVE_CL_JOB_ANSWER : 0u;
+    gdr_u32 answers = 0;  // jobs pushed with answer_bit (gdr_serve_answer::ready)
     for (;;) {
         bool sent = false;    // the lone request's payload is on its way (uniform)
         bool pushed = false;  // and its job header too: the cluster has it (uniform)
@@ -509,10 +540,10 @@ __device__ __noinline__ gdr_u32 gdr_serve_cl_mq_loop(const gdr_mq_queue_desc *de
                 sent = gdr_serve_cl_multicast(w, slot);
                 if (sent && len != GDR_MQ_LEN_UNKNOWN) {
                     // The lone request's response buffer, as the loop below chooses it.
-                    const gdr_u64 rp = sh->cap <= GDR_SERVE_LONE_RESP_BYTES
+                    const gdr_u64 rp = lone_fits
                                            ? (gdr_u64)sh->lone_resp
                                            : __shfl_sync(0xffffffffu, (gdr_u64)w.resp_scratch, 0);
-                    gdr_serve_cl_push(0, len, 0u, rp, true);
+                    gdr_serve_cl_push(0, len | answer_bit, 0u, rp, true);
                     pushed = true;
                     if (GDR_SERVE_PROFILE) pushed_at = clock64();
                 }
@@ -527,13 +558,20 @@ __device__ __noinline__ gdr_u32 gdr_serve_cl_mq_loop(const gdr_mq_queue_desc *de
 #endif
         if (reason) {
             // A receive that fails after its push (not expected: the hook had the slot's
-            // seq) lets block 0's app warps finish that request first; the exit job then
-            // carries every byte the go mbarriers count.
+            // seq) lets block 0's app warps finish that request first (an app told to answer
+            // it is handed no slot and writes nothing); the exit job then carries every byte
+            // the go mbarriers count.
+            if (pushed && answer_bit) gdr_serve_cl_set_answer(0, 0ull, 0u, ++answers);
             if (pushed) gdr_serve_sync_bar(0u, blockDim.x);
             gdr_serve_cl_push(0, 0u, reason, 0ull, sent && !pushed);
             break;
         }
-        const bool lone = b.n == 1u && sh->cap <= GDR_SERVE_LONE_RESP_BYTES;
+        const bool lone = b.n == 1u && lone_fits;
+        const gdr_u32 answer = b.n == 1u ? answer_bit : 0u;
+        // The app's answer slot, as soon as the tag is known (after the push where the hook
+        // pushed; the app needs it only at its end).
+        if (answer)
+            gdr_serve_cl_set_answer(gdr_mq_tx_slot(w, b.first), b.tag, b.first + 1u, ++answers);
         unsigned char *resp = lone ? (unsigned char *)sh->lone_resp : w.resp_scratch;
         gdr_u32 out = 0;
         for (gdr_u32 k = 0; k < b.n; k++) {
@@ -541,13 +579,19 @@ __device__ __noinline__ gdr_u32 gdr_serve_cl_mq_loop(const gdr_mq_queue_desc *de
                 (const unsigned char *)__shfl_sync(0xffffffffu, (gdr_u64)b.req, k);
             const gdr_u32 len = __shfl_sync(0xffffffffu, b.req_len, k);
             const gdr_u64 rp = __shfl_sync(0xffffffffu, (gdr_u64)resp, k);
-            if (!pushed) gdr_serve_cl_push(req, len, 0u, rp, sent);
+            if (!pushed) gdr_serve_cl_push(req, len | answer, 0u, rp, sent);
             gdr_serve_sync_bar(0u, blockDim.x);  // block 0's app warps have answered it
             const gdr_u32 r = sh->outs[0];
             if (w.lane == k) out = r;
         }
         gdr_serve_prof_app(w);
-        gdr_mq_send(w, b, resp, out);
+        if (answer && gdr_serve_cl_answered) {
+            // The app wrote the answer (its stores are in the app stage): retire it only.
+            if (GDR_SERVE_PROFILE) w.prof_mark = clock64();
+            gdr_mq_retire(w, b);
+        } else {
+            gdr_mq_send(w, b, resp, out);
+        }
     }
     gdr_mq_worker_exit(w, reason, err, arg);
     return reason;
@@ -560,20 +604,24 @@ __device__ __noinline__ gdr_u32 gdr_serve_cl_app_loop(unsigned int rank) {
     unsigned long long *mb = gdr_serve_cl_mbar;
     const unsigned int t = threadIdx.x - 32u, n = blockDim.x - 32u;
     const bool stamps = GDR_SERVE_PROFILE && rank == 0u && t == 0u;
-    unsigned int parity = 0, ack_parity = 0;
+    unsigned int parity = 0, ack_parity = 0, answers = 0;
     for (;;) {
         gdr_cl_mbar_wait(mb + GDR_SERVE_CL_GO, parity);
         const uint4 h = *(const uint4 *)gdr_serve_cl_req;
         if (h.y != 0u) return h.y;
+        const bool answer = (h.x & GDR_SERVE_CL_JOB_ANSWER) != 0u;  // uniform
+        if (answer) answers++;
         if (stamps) sh->app_clock[0] = gdr_serve_clock_after(h.x);
         // Every app thread has the header: the next job may land.
         gdr_serve_sync_bar(1u, n);
         if (t == 0u) gdr_cl_mbar_expect(mb + GDR_SERVE_CL_GO, gdr_serve_cl_go_bytes());
         const gdr_serve_cluster c = {rank, t, n, 1u, parity, mb + 2, gdr_serve_wsmem,
-                                     gdr_serve_wconsts, gdr_serve_resident_at()};
+                                     gdr_serve_wconsts, gdr_serve_resident_at(),
+                                     answer && rank == 0u ? &gdr_serve_cl_answer : nullptr,
+                                     answers};
         unsigned char *resp = (unsigned char *)(((gdr_u64)h.w << 32) | h.z);
-        const unsigned int r =
-            GDR_SERVE_APP_CLUSTER(c, gdr_serve_cl_req + 16, h.x, resp, sh->cap);
+        const unsigned int r = GDR_SERVE_APP_CLUSTER(c, gdr_serve_cl_req + 16,
+                                                     h.x & ~GDR_SERVE_CL_JOB_ANSWER, resp, sh->cap);
         // A failed request exchanged nothing, so nothing held block 0 back until every block
         // was past its header: the others say so (16 bytes each on block 0's ack mbarrier).
         if (r == GDR_SERVE_FAILED) {
@@ -589,7 +637,10 @@ __device__ __noinline__ gdr_u32 gdr_serve_cl_app_loop(unsigned int rank) {
             ack_parity ^= 1u;
         }
         if (rank == 0u) {
-            if (t == 0u) sh->outs[0] = r;
+            if (t == 0u) {
+                sh->outs[0] = r;
+                gdr_serve_cl_answered = answer && r != GDR_SERVE_FAILED;
+            }
             if (stamps) sh->app_clock[1] = clock64();
             gdr_serve_sync_bar(0u, blockDim.x);
         }
@@ -601,6 +652,7 @@ __device__ __noinline__ gdr_u32 gdr_serve_cl_app_loop(unsigned int rank) {
 // before any block may push (the cluster barrier's release/acquire).
 __device__ void gdr_serve_cl_start() {
     if (threadIdx.x == 0) {
+        gdr_serve_cl_answer.ready = 0u;
         for (unsigned int i = 0; i < 2u + GDR_SERVE_CL_APP_MBARS; i++)
             gdr_cl_mbar_init(&gdr_serve_cl_mbar[i]);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");

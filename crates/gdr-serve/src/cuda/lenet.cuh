@@ -540,11 +540,24 @@ __device__ unsigned int gdr_app_lenet_cluster(const gdr_serve_cluster &c, const 
                                                });
     GDR_SERVE_CL_MARK(9);
     if (rank != 0u) return 40u;
-    gdr_cl_mbar_wait(mb + GDR_LENET_X4, c.parity);
-    GDR_SERVE_CL_MARK(10);
-    float *logits = (float *)resp;
-    gdr_lenet_fc_share<gdr_lenet_fc3, 1u, false>(0u, t, n, R + GDR_LENET_CL_FC3, f2,
-                                                 [&](unsigned int o, float v) { logits[o] = v; });
+    if (c.answer) {
+        // Each logit leaves the lane that computed it, as one TX word (serve.cuh,
+        // gdr_serve_cluster::answer); logit 0's lane writes the header too.
+        const gdr_serve_answer a = gdr_serve_answer_get(c);
+        gdr_cl_mbar_wait(mb + GDR_LENET_X4, c.parity);
+        GDR_SERVE_CL_MARK(10);
+        gdr_lenet_fc_share<gdr_lenet_fc3, 1u, false>(
+            0u, t, n, R + GDR_LENET_CL_FC3, f2, [&](unsigned int o, float v) {
+                gdr_serve_answer_word(a, o, __float_as_uint(v));
+                if (o == 0u) gdr_serve_answer_header(a, 40u);
+            });
+    } else {
+        gdr_cl_mbar_wait(mb + GDR_LENET_X4, c.parity);
+        GDR_SERVE_CL_MARK(10);
+        float *logits = (float *)resp;
+        gdr_lenet_fc_share<gdr_lenet_fc3, 1u, false>(
+            0u, t, n, R + GDR_LENET_CL_FC3, f2, [&](unsigned int o, float v) { logits[o] = v; });
+    }
     GDR_SERVE_CL_MARK(11);
     return 40u;
 }

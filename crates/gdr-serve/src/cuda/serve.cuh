@@ -161,6 +161,18 @@ __device__ __forceinline__ void gdr_cl_sync_all() {
     asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
 }
 
+// A lone request's answer, for a cluster app that writes it itself (GDR_SERVE_APP_CLUSTER_ANSWERS):
+// the request's TX slot (host memory, mq's word format) and what every word of it carries.
+// The mq warp sets the fields once it has read the request's tag, then `ready` to the job's
+// number (gdr_serve_cluster::answer_no); the app's threads read them with
+// gdr_serve_answer_get, long after in practice.
+struct gdr_serve_answer {
+    unsigned char *slot;
+    unsigned long long tag;
+    unsigned int seq;
+    unsigned int ready;
+};
+
 // What a cluster app is handed besides the request: where its block stands.
 struct gdr_serve_cluster {
     unsigned int rank;    // this block's rank in the cluster (0: the block that answers)
@@ -172,7 +184,39 @@ struct gdr_serve_cluster {
     float *smem;          // GDR_SERVE_CL_SMEM_FLOATS floats, the block's
     const float *consts;  // the block's shared constants (GDR_SERVE_APP_LOAD)
     const float *resident; // this block's share of the resident data (GDR_SERVE_CL_RESIDENT)
+    // Block 0 of a lone request, with an app that defines GDR_SERVE_APP_CLUSTER_ANSWERS: where
+    // it writes its answer itself (null otherwise: the answer goes to `resp` as always).
+    // Such an app either returns GDR_SERVE_FAILED having written nothing there, or returns
+    // the length it wrote: the header (gdr_serve_answer_header) and every 4 bytes of the
+    // payload (gdr_serve_answer_word), each by any one thread of block 0, in any order. The
+    // answer then leaves the thread that computed each part at once, instead of through
+    // `resp`, a barrier of the block and the mq warp's stores (the send stage).
+    gdr_serve_answer *answer;
+    unsigned int answer_no;
 };
+
+// The answer's slot, seq and tag (see gdr_serve_cluster::answer), once the mq warp has set
+// them.
+__device__ __forceinline__ gdr_serve_answer gdr_serve_answer_get(const gdr_serve_cluster &c) {
+    while (*(volatile unsigned int *)&c.answer->ready != c.answer_no) {
+    }
+    __threadfence_block();  // the fields below were set before `ready`
+    return *c.answer;
+}
+
+// The answer's header: its length and the request's tag. (No slot: the receive failed after
+// the request was handed over, and nothing is written.)
+__device__ __forceinline__ void gdr_serve_answer_header(const gdr_serve_answer &a, unsigned int len) {
+    if (!a.slot) return;
+    gdr_st_volatile_v4(a.slot, gdr_mq_tx_pair(0u, a.seq, len, a.tag, 0));
+    gdr_st_volatile_v4(a.slot + 16, gdr_mq_tx_pair(1u, a.seq, len, a.tag, 0));
+}
+
+// Bytes 4k .. 4k+3 of the answer's payload.
+__device__ __forceinline__ void gdr_serve_answer_word(const gdr_serve_answer &a, unsigned int k,
+                                                      unsigned int v) {
+    if (a.slot) gdr_mq_tx_word(a.slot, a.seq, k, v);
+}
 #define GDR_SERVE_CL_APP_MBARS 4
 // A cluster block's shared memory for its app (kernels.cu keeps the rest of the 48 KB of
 // static shared memory for the hand-over buffers).
