@@ -211,7 +211,7 @@ fn lenet_in_one_block_matches_the_reference_and_shows_its_phases() {
 /// Marks of the cluster harness, per request and block: GDR_SERVE_CL_MARK 0..=11 in the app,
 /// 12 when the block's app warps start the request (after the cluster barrier).
 const CL_PHASES: [(&str, usize); 11] = [
-    ("image in", 1),
+    ("mbarriers armed", 1),
     ("conv1 stored", 2),
     ("p1 complete", 3),
     ("conv2 sums", 4),

@@ -168,6 +168,19 @@ __device__ __forceinline__ void gdr_lenet_patch6(const float *p, unsigned int st
         }
 }
 
+// A 6x6 patch of the 28x28 image's bytes from an even offset, as 2-byte loads, each pixel
+// its integer value as a float (exact: 0x4B000000 | b is 2^23 + b; the subtraction leaves b).
+__device__ __forceinline__ void gdr_lenet_patch6_bytes(const unsigned char *p, float r[6][6]) {
+#pragma unroll
+    for (int y = 0; y < 6; y++)
+#pragma unroll
+        for (int c = 0; c < 3; c++) {
+            const unsigned int v = *(const unsigned short *)(p + y * 28 + 2 * c);
+            r[y][2 * c] = __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7440)) - 8388608.f;
+            r[y][2 * c + 1] = __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7441)) - 8388608.f;
+        }
+}
+
 // The four 5x5 convolutions of one 2x2 pooling window, added to s.
 __device__ __forceinline__ void gdr_lenet_window(const float w[28], const float r[6][6],
                                                  float s[4]) {
@@ -394,7 +407,7 @@ __device__ unsigned int gdr_app_lenet(const gdr_serve_group &g, const unsigned c
 // shared-memory bandwidth (123 KB of weights; the per-phase times on one SM are in
 // docs/results/2026-11-22-serve.md). Over C blocks each does 1/C of every layer and sends its
 // outputs to the blocks that read them:
-//   image    every block, from its own copy of the request (kernels.cu pushes it)
+//   image    every block's conv1 reads its own copy of the request's bytes (kernels.cu pushes it)
 //   conv1    block r: outputs [r*864/C, (r+1)*864/C) (channel, position) -> p1 of every block
 //   conv2    block r: output channels [r*16/C, (r+1)*16/C), the six input channels summed in
 //            shared memory -> p2 of every block
@@ -455,7 +468,8 @@ __device__ unsigned int gdr_app_lenet_cluster(const gdr_serve_cluster &c, const 
     // Uniform over the cluster (every block has the same header): nothing is exchanged.
     if (len != 784u || cap < 40u) return GDR_SERVE_FAILED;
     const float *K = c.consts;
-    float *x = c.smem, *p1 = x + 784, *p2 = p1 + 864, *f1 = p2 + 256, *f2 = f1 + 128,
+    // The first 784 floats are the one-block form's image, unused here.
+    float *p1 = c.smem + 784, *p2 = p1 + 864, *f1 = p2 + 256, *f2 = f1 + 128,
           *part = f2 + 96;  // part: [6][COMBOS] float4, conv2's per-input-channel sums
     static_assert(2128u + 6u * COMBOS * 4u <= GDR_SERVE_CL_SMEM_FLOATS, "cluster smem");
     const unsigned int t = c.t, n = c.n, rank = c.rank;
@@ -468,16 +482,11 @@ __device__ unsigned int gdr_app_lenet_cluster(const gdr_serve_cluster &c, const 
         gdr_cl_mbar_expect(mb + GDR_LENET_X3, 120u * 4u);
         if (rank == 0u) gdr_cl_mbar_expect(mb + GDR_LENET_X4, 84u * 4u);
     }
-    // The image, from this block's copy of the request (shared memory); in more than one
-    // pass in a block of fewer than 196 app threads (--warps 2 to 4).
-    for (unsigned int u = t; u < 196u; u += n) {
-        const unsigned int word = ((const unsigned int *)req)[u];
-        ((float4 *)x)[u] = make_float4(K[word & 255u], K[(word >> 8) & 255u],
-                                       K[(word >> 16) & 255u], K[word >> 24]);
-    }
-    gdr_serve_sync_bar(c.bar, n);
     GDR_SERVE_CL_MARK(1);
-    // conv1: one (channel, pooled position) a thread.
+    // conv1: one (channel, pooled position) a thread, straight from the request's pixel bytes
+    // in this block's copy (shared memory): the window's sums of weight x byte, then the
+    // largest of the four scaled by 1/255 (pixels are byte / 255) and the bias added. No
+    // pass turns the image into floats first, and no barrier waits for one.
     for (unsigned int u = t; u < P1_PER; u += n) {
         const unsigned int it = rank * P1_PER + u;
         if (it >= 864u) break;
@@ -485,10 +494,11 @@ __device__ unsigned int gdr_app_lenet_cluster(const gdr_serve_cluster &c, const 
         float w[28], r[6][6];
         gdr_lenet_kernel5(K + GDR_LENET_K_C1W + oc * 28u, w);
         const float b = K[GDR_LENET_K_C1B + oc];
-        gdr_lenet_patch6(x + (2u * py) * 28u + 2u * px, 28u, r);
-        float s[4] = {b, b, b, b};
+        gdr_lenet_patch6_bytes(req + (2u * py) * 28u + 2u * px, r);
+        float s[4] = {0.f, 0.f, 0.f, 0.f};
         gdr_lenet_window(w, r, s);
-        gdr_cl_put_all<C>(p1 + it, fmaxf(gdr_max4(s), 0.f), mb + GDR_LENET_X1);
+        const float v = fmaf(gdr_max4(s), 1.f / 255.f, b);
+        gdr_cl_put_all<C>(p1 + it, fmaxf(v, 0.f), mb + GDR_LENET_X1);
     }
     GDR_SERVE_CL_MARK(2);
     gdr_cl_mbar_wait(mb + GDR_LENET_X1, c.parity);
