@@ -196,7 +196,10 @@ struct gdr_serve_cluster {
 };
 
 // The answer's slot, seq and tag (see gdr_serve_cluster::answer), once the mq warp has set
-// them.
+// them. The wait ends: the mq warp sets `ready` for every job it pushes with the answer bit,
+// right after its receive returns, and on the receive's failure path before it waits for the
+// app (with no slot), in both cases before it reaches block barrier 0, where it meets the
+// app's end.
 __device__ __forceinline__ gdr_serve_answer gdr_serve_answer_get(const gdr_serve_cluster &c) {
     while (*(volatile unsigned int *)&c.answer->ready != c.answer_no) {
     }
