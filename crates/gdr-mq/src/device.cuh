@@ -822,6 +822,10 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_header_hook(gdr_mq_worker &w, gdr
             const gdr_u64 h = __shfl_sync(full, mine, 0);
             const gdr_u32 len = (gdr_u32)(h >> 32);
             if ((gdr_u32)h == c + 1u && avail <= 1u && len <= w.q.max_msg) {
+                // Every lane reads this one slot: a lane whose own acquire saw its seq current
+                // reads it at once; only a lane that saw an older word acquires the doorbell
+                // first (below), instead of every lane but lane 0 waiting for the doorbell.
+                if ((gdr_u32)mine != c + 1u) mine = c;
                 early = true;
                 early_len = len;
                 n = 1u;
