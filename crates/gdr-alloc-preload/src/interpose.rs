@@ -18,9 +18,11 @@
 //!
 //! Served: `cuMemAlloc_v2`, `cuMemAllocPitch_v2`, `cuMemFree_v2` (and `cuMemFreeAsync` of pool
 //! memory) from the pool; `cuMemCreate` gets a POSIX-fd handle type added when it asks for none;
-//! `cuMemGetAddressRange_v2` reports the pool block an address lies in; `cuIpcGetMemHandle`
-//! refuses pool memory with a message. Everything else, and every call the pool does not serve
-//! (see `Config`), goes to libcuda unchanged.
+//! `cuMemGetAddressRange_v2` reports the chunk an address lies in (what
+//! `cuMemRetainAllocationHandle` hands out); `cuIpcGetMemHandle` refuses pool memory with a
+//! message; `cuPointerGetAttribute(s)` report the context pool memory was allocated in.
+//! Everything else, and every call the pool does not serve (see `Config`), goes to libcuda
+//! unchanged.
 
 use crate::real::{self, call_real, CUdeviceptr, CUresult, CUDA_SUCCESS};
 use crate::state::{self, say, say_once};
@@ -31,6 +33,8 @@ use std::sync::OnceLock;
 
 /// `CUDA_ERROR_UNKNOWN`: what an entry point answers if this library fails inside (a bug).
 const CUDA_ERROR_UNKNOWN: CUresult = 999;
+/// `CU_POINTER_ATTRIBUTE_CONTEXT`.
+const POINTER_ATTRIBUTE_CONTEXT: c_int = 1;
 /// `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`.
 const POINTER_ATTRIBUTE_SYNC_MEMOPS: c_int = 6;
 /// `CU_CTX_SYNC_MEMOPS`.
@@ -306,7 +310,12 @@ pub unsafe extern "C" fn cuMemCreate(
     })
 }
 
-/// `cuMemGetAddressRange_v2`: for pool memory, the allocation as the program made it.
+/// `cuMemGetAddressRange_v2`: for pool memory, the chunk that holds the address, as the
+/// driver reports any `cuMemCreate` mapping and as a block of a caching allocator is reported
+/// by its segment. The range must be the one `cuMemRetainAllocationHandle` hands out (the
+/// chunk's): UCX's cuda_ipc and NCCL export that handle and have the peer map it at offset 0
+/// for the length this call gave, so a block's own range would map the chunk's first bytes in
+/// the peer, not the block's.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemGetAddressRange_v2(
     base: *mut CUdeviceptr,
@@ -314,15 +323,15 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
     dptr: CUdeviceptr,
 ) -> CUresult {
     guard("cuMemGetAddressRange_v2", || {
-        match state::existing().and_then(|a| a.pool.block_at(dptr)) {
-            Some(b) => {
+        match state::existing().and_then(|a| a.pool.chunk_range(dptr)) {
+            Some((chunk, bytes)) => {
                 // SAFETY: the out-pointers are the caller's; either may be null (cuda.h).
                 unsafe {
                     if !base.is_null() {
-                        base.write(b.addr);
+                        base.write(chunk);
                     }
                     if !size.is_null() {
-                        size.write(b.size as usize);
+                        size.write(bytes as usize);
                     }
                 }
                 CUDA_SUCCESS
@@ -406,6 +415,67 @@ pub unsafe extern "C" fn cuPointerSetAttribute(
     })
 }
 
+/// Fills the `CU_POINTER_ATTRIBUTE_CONTEXT` answer at `slot` for pool memory at `dptr`, where
+/// the driver answered NULL (it has no context for `cuMemCreate` memory): the context
+/// cudaMalloc would have reported, the one the allocation was served in. UCX's cuda_ipc, for
+/// one, otherwise retains and releases the primary context on every copy of such memory (a few
+/// microseconds a rendezvous message).
+fn fill_context(slot: *mut c_void, dptr: CUdeviceptr) {
+    if slot.is_null() {
+        return;
+    }
+    let slot = slot.cast::<*mut c_void>();
+    // SAFETY: the caller's out-slot for CONTEXT (a CUcontext), just written by the driver.
+    if !unsafe { slot.read() }.is_null() {
+        return;
+    }
+    if let Some(ctx) = state::existing().and_then(|a| a.context_of(dptr)) {
+        // SAFETY: as above.
+        unsafe { slot.write(ctx) };
+    }
+}
+
+/// `cuPointerGetAttribute`: passed on; `CU_POINTER_ATTRIBUTE_CONTEXT` of pool memory is the
+/// context it was allocated in, as for cudaMalloc memory (see `fill_context`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuPointerGetAttribute(
+    data: *mut c_void,
+    attribute: c_int,
+    dptr: CUdeviceptr,
+) -> CUresult {
+    guard("cuPointerGetAttribute", || {
+        let rc = call_real!(pointer_get_attribute(data, attribute, dptr));
+        if rc == CUDA_SUCCESS && attribute == POINTER_ATTRIBUTE_CONTEXT {
+            fill_context(data, dptr);
+        }
+        rc
+    })
+}
+
+/// `cuPointerGetAttributes`: as [`cuPointerGetAttribute`], for each CONTEXT asked for.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuPointerGetAttributes(
+    count: u32,
+    attributes: *mut c_int,
+    data: *mut *mut c_void,
+    dptr: CUdeviceptr,
+) -> CUresult {
+    guard("cuPointerGetAttributes", || {
+        let rc = call_real!(pointer_get_attributes(count, attributes, data, dptr));
+        if rc != CUDA_SUCCESS || attributes.is_null() || data.is_null() {
+            return rc;
+        }
+        for i in 0..count as usize {
+            // SAFETY: the driver accepted `count` attributes and as many data pointers.
+            let (attribute, slot) = unsafe { (attributes.add(i).read(), data.add(i).read()) };
+            if attribute == POINTER_ATTRIBUTE_CONTEXT {
+                fill_context(slot, dptr);
+            }
+        }
+        rc
+    })
+}
+
 // ---- cuGetProcAddress ----
 
 /// The entry point of this library that stands for the driver's `name` when the driver
@@ -433,6 +503,8 @@ fn stand_in(name: &[u8], p: usize) -> Option<usize> {
         b"cuMemCreate" => cuMemCreate as *const () as usize,
         b"cuIpcGetMemHandle" => cuIpcGetMemHandle as *const () as usize,
         b"cuPointerSetAttribute" => cuPointerSetAttribute as *const () as usize,
+        b"cuPointerGetAttribute" => cuPointerGetAttribute as *const () as usize,
+        b"cuPointerGetAttributes" => cuPointerGetAttributes as *const () as usize,
         b"cuGetProcAddress" if v1(r.get_proc_address.map(|f| f as usize)) => {
             cuGetProcAddress as *const () as usize
         }

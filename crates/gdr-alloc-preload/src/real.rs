@@ -127,6 +127,8 @@ real_functions! {
     mem_get_address_range_v2 = c"cuMemGetAddressRange_v2": unsafe extern "C" fn(*mut Ptr, *mut usize, Ptr) -> R;
     ipc_get_mem_handle = c"cuIpcGetMemHandle": unsafe extern "C" fn(*mut c_void, Ptr) -> R;
     pointer_set_attribute = c"cuPointerSetAttribute": unsafe extern "C" fn(*const c_void, c_int, Ptr) -> R;
+    pointer_get_attribute = c"cuPointerGetAttribute": unsafe extern "C" fn(*mut c_void, c_int, Ptr) -> R;
+    pointer_get_attributes = c"cuPointerGetAttributes": unsafe extern "C" fn(u32, *mut c_int, *mut *mut c_void, Ptr) -> R;
     get_proc_address = c"cuGetProcAddress": unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> R;
     get_proc_address_v2 = c"cuGetProcAddress_v2": unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> R;
     // The legacy entry points (32-bit device pointers): recognised, passed through.

@@ -18,6 +18,10 @@ pub struct Allocator {
     /// Frees that wait for their stream (PyTorch's pluggable-allocator frees): the event
     /// recorded on the stream at the free, and the address.
     deferred: Mutex<Vec<(usize, u64)>>,
+    /// Per served CUDA ordinal: the context that was current when its first allocation was
+    /// served (the primary context for programs of the runtime), which pool memory reports as
+    /// its `CU_POINTER_ATTRIBUTE_CONTEXT`.
+    contexts: Mutex<HashMap<i32, usize>>,
 }
 
 static ALLOCATOR: OnceLock<Option<Allocator>> = OnceLock::new();
@@ -97,6 +101,7 @@ pub fn get() -> Option<&'static Allocator> {
                 pool: Pool::new(VmmSource::new(), cache),
                 gpus: Mutex::new(HashMap::new()),
                 deferred: Mutex::new(Vec::new()),
+                contexts: Mutex::new(HashMap::new()),
             })
         })
         .as_ref()
@@ -147,6 +152,16 @@ impl Allocator {
             return r.clone();
         }
         let r = self.pool.source().probe(device);
+        if r.is_ok() {
+            let mut ctx: *mut c_void = std::ptr::null_mut();
+            if call_real!(ctx_get_current(&mut ctx)) == CUDA_SUCCESS && !ctx.is_null() {
+                self.contexts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(device)
+                    .or_insert(ctx as usize);
+            }
+        }
         match &r {
             Ok(()) => say_once(
                 2,
@@ -168,6 +183,18 @@ impl Allocator {
             .entry(device)
             .or_insert(r)
             .clone()
+    }
+
+    /// The context pool memory at `addr` reports: the one recorded for its GPU at that GPU's
+    /// first allocation; `None` for memory that is not a live block of the pool.
+    pub fn context_of(&self, addr: u64) -> Option<*mut c_void> {
+        let b = self.pool.block_at(addr)?;
+        let ctx = *self
+            .contexts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&b.device)?;
+        Some(ctx as *mut c_void)
     }
 
     /// Frees `addr` (pool memory) once the work before this point on `stream` is done: an

@@ -441,6 +441,15 @@ impl<S: ChunkSource> Pool<S> {
         self.lock().chunk_at(addr).is_some()
     }
 
+    /// The chunk that holds `addr`, as `(base, bytes)`: the one `cuMemCreate` allocation, mapped
+    /// at its own address range, that the driver knows the address by. Blocks of several
+    /// allocations share it, as the blocks of a caching allocator share its segments.
+    pub fn chunk_range(&self, addr: u64) -> Option<(u64, u64)> {
+        let st = self.lock();
+        let base = st.chunk_at(addr)?;
+        Some((base, st.chunks[&base].size as u64))
+    }
+
     /// Pins `[addr, addr + size)`: maps its chunk if that was never done, and keeps the chunk
     /// (and memory freed in the range) until [`unpin`](Self::unpin).
     pub fn pin(&self, addr: u64, size: u64) -> Result<PoolPinned, PinFailure> {

@@ -86,6 +86,36 @@ static bool round_trip(uint8_t *d, size_t n, uint32_t seed, cudaStream_t s = 0) 
     return verify(h.data(), n, seed, &bad);
 }
 
+// What a peer process does with a VMM buffer it was handed (UCX's cuda_ipc, NCCL): the
+// allocation handle of the address (cuMemRetainAllocationHandle), mapped at offset 0 for the
+// length cuMemGetAddressRange gave, at a new address. Done here in one process: the view must
+// show the block's bytes at the block's offset from `base`.
+static bool exported_view_matches(uint8_t *d, size_t n, CUdeviceptr base, size_t size) {
+    CUmemGenericAllocationHandle h;
+    if (cuMemRetainAllocationHandle(&h, d) != CUDA_SUCCESS) return false;
+    CUdeviceptr va = 0;
+    bool ok = cuMemAddressReserve(&va, size, 0, 0, 0) == CUDA_SUCCESS;
+    bool mapped = ok && cuMemMap(va, size, 0, h, 0) == CUDA_SUCCESS;
+    if (mapped) {
+        CUmemAccessDesc access = {};
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = 0;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        ok = cuMemSetAccess(va, size, &access, 1) == CUDA_SUCCESS;
+        std::vector<uint8_t> direct(n), viewed(n, 0x5A);
+        ok = ok && cudaMemcpy(direct.data(), d, n, cudaMemcpyDeviceToHost) == cudaSuccess &&
+             cudaMemcpy(viewed.data(), (void *)(va + ((CUdeviceptr)d - base)), n,
+                        cudaMemcpyDeviceToHost) == cudaSuccess &&
+             direct == viewed;
+        cuMemUnmap(va, size);
+    } else {
+        ok = false;
+    }
+    if (va) cuMemAddressFree(va, size);
+    cuMemRelease(h);
+    return ok;
+}
+
 static void sizes_and_semantics() {
     const size_t sizes[] = {1, 7, 512, 4096, 65536 + 3, 1 << 20, (3 << 20) + 5, 33 << 20, 200 << 20};
     Stats before, after;
@@ -112,12 +142,32 @@ static void sizes_and_semantics() {
         e = cudaPointerGetAttributes(&a, d + n / 2);
         check(e == cudaSuccess && a.type == cudaMemoryTypeDevice && a.device == 0,
               "%zu B: cudaPointerGetAttributes says device memory of GPU 0", n);
+        CUcontext owner = nullptr, current = nullptr;
+        cuCtxGetCurrent(&current);
+        CUresult rc = cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT,
+                                            (CUdeviceptr)(d + n / 2));
+        check(rc == CUDA_SUCCESS && owner != nullptr && owner == current,
+              "%zu B: CU_POINTER_ATTRIBUTE_CONTEXT is the context it was allocated in (%p)", n,
+              (void *)owner);
         CUdeviceptr base = 0;
         size_t size = 0;
         CUresult r = cuMemGetAddressRange(&base, &size, (CUdeviceptr)(d + n / 2));
-        check(r == CUDA_SUCCESS && base == (CUdeviceptr)d && size >= n && size < n + (pool ? 1 : (2 << 20)),
-              "%zu B: cuMemGetAddressRange(middle) = %#llx+%zu (the allocation)", n,
-              (unsigned long long)base, size);
+        if (pool) {
+            // The chunk that holds the block, as the driver reports a cuMemCreate mapping.
+            check(r == CUDA_SUCCESS && base <= (CUdeviceptr)d && (CUdeviceptr)d + n <= base + size &&
+                      size % (2 << 20) == 0,
+                  "%zu B: cuMemGetAddressRange(middle) = %#llx+%zu (the chunk holding %p)", n,
+                  (unsigned long long)base, size, (void *)d);
+            check(r == CUDA_SUCCESS && exported_view_matches(d, n, base, size),
+                  "%zu B: the handle cuMemRetainAllocationHandle gives, mapped at offset 0 for "
+                  "the range's length as UCX's cuda_ipc and NCCL map it, shows the block's bytes "
+                  "at its offset",
+                  n);
+        } else {
+            check(r == CUDA_SUCCESS && base == (CUdeviceptr)d && size >= n && size < n + (2 << 20),
+                  "%zu B: cuMemGetAddressRange(middle) = %#llx+%zu (the allocation)", n,
+                  (unsigned long long)base, size);
+        }
         e = cudaFree(d);
         check(e == cudaSuccess, "cudaFree(%zu B)", n);
     }

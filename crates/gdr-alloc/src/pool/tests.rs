@@ -144,6 +144,34 @@ fn small_requests_share_a_chunk_rounded_and_aligned() {
 }
 
 #[test]
+fn an_address_is_known_by_its_chunk_not_its_block() {
+    let (p, _) = pool(1 << 40, 0);
+    let a = p.alloc(0, 1000).unwrap();
+    let b = p.alloc(0, 3 << 20).unwrap();
+    let c = p.alloc(0, 5000).unwrap();
+    // a and c share one small chunk; b sits in a 20 MiB chunk of its class, not at its start
+    // once another medium block came first.
+    let b2 = p.alloc(0, 3 << 20).unwrap();
+    let (base_a, size_a) = p.chunk_range(a + 10).unwrap();
+    assert_eq!(p.chunk_range(c).unwrap(), (base_a, size_a));
+    assert_eq!(size_a, GRAN as u64);
+    assert!(base_a <= a && c + 5000 <= base_a + size_a);
+    let (base_b, size_b) = p.chunk_range(b2 + (3 << 20) - 1).unwrap();
+    assert_eq!(p.chunk_range(b).unwrap(), (base_b, size_b));
+    assert_eq!(size_b, 20 << 20);
+    assert!(
+        b2 > base_b,
+        "the second medium block is inside the chunk, not at its base"
+    );
+    // The chunk stays known between blocks and after every block of it is freed (it is cached).
+    assert_eq!(p.chunk_range(base_a + size_a - 1).unwrap().0, base_a);
+    assert!(p
+        .chunk_range(base_a + size_a)
+        .is_none_or(|(x, _)| x != base_a));
+    assert!(p.chunk_range(1).is_none());
+}
+
+#[test]
 fn size_classes_keep_to_their_chunks() {
     let (p, n) = pool(1 << 40, u64::MAX);
     let small = p.alloc(0, 1 << 20).unwrap();
