@@ -45,9 +45,30 @@ check build-api_names-cxx11 c++ -std=c++11 -x c++ -Wall -Wextra -Werror "$src/ap
 check build-gdrapi_test cc -std=c99 -O2 -Wall -Wextra -Werror "$src/gdrapi_test.c" -o "$build/gdrapi_test" $flags -ldl
 check build-semantics cc -std=c99 -O2 -Wall -Wextra -Werror -pthread "$src/semantics.c" -o "$build/semantics" $flags -ldl
 check build-copy_overhead cc -std=c99 -O2 -Wall -Wextra -Werror "$src/copy_overhead.c" -o "$build/copy_overhead" $flags -ldl
+check build-ucx_staged cc -std=c99 -O2 -Wall -Wextra -Werror "$src/ucx_staged.c" -o "$build/ucx_staged" $flags -ldl
 for p in api_names api_names_cxx gdrapi_test semantics copy_overhead; do
   [ -x "$build/$p" ] && check "run-$p" env -u LD_LIBRARY_PATH timeout 300 ${linebuf[@]+"${linebuf[@]}"} "$build/$p"
 done
+# libgdrapi in a UCX process: a stand-in for UCX's gdr_copy module (its soname is what
+# libgdrapi looks for), then gdr_open without gdr's allocator (NULL, no GPU needed), staged
+# pins of plain memory, and, with the gdr binary at hand ($GDR_BIN), the same under `gdr run`.
+stub=$build/ucx-module/libuct_cuda_gdrcopy.so.0
+mkdir -p "$(dirname "$stub")"
+if echo 'int uct_gdr_copy_stand_in;' | cc -x c - -shared -fPIC -Wl,-soname,libuct_cuda_gdrcopy.so.0 -o "$stub"; then
+  if [ -x "$build/ucx_staged" ]; then
+    check run-ucx_staged-guard env -u LD_LIBRARY_PATH -u GDR_CAPI_UCX GDRCOPY_ENABLE_LOGGING=1 \
+      GDRCOPY_LOG_LEVEL=3 timeout 120 "$build/ucx_staged" guard "$stub"
+    # NULL alone would also come from a machine without a GPU: the reason must be UCX's.
+    check ucx_staged-guard-reason grep -m1 "UCX's gdr_copy module loaded this library" \
+      "$build/run-ucx_staged-guard.log"
+  fi
+else
+  fail=$((fail+1)); echo "FAILED build-ucx-module-stand-in"
+fi
+[ -x "$build/ucx_staged" ] && check run-ucx_staged-staged env -u LD_LIBRARY_PATH timeout 120 "$build/ucx_staged" staged
+if [ -n "${GDR_BIN:-}" ] && [ -x "$build/ucx_staged" ]; then
+  check run-ucx_staged-allocator env -u LD_LIBRARY_PATH -u GDR_CAPI_UCX timeout 120 "$GDR_BIN" run -q -- "$build/ucx_staged" allocator "$stub"
+fi
 # NCCL opens the unversioned name; NVSHMEM and UCX the soname. Both must resolve the same way
 # a dlopen() from any program does (rpath of the caller does not help a library's dlopen).
 cat >"$build/dlopen.c" <<'EOF'

@@ -171,6 +171,29 @@ impl Engine {
     }
 }
 
+/// A copy of `len` bytes between host memory at `host` and the GPU memory at `addr` of a
+/// staged pin, on the copy engine: 0, or EIO (logged) when the copy engine fails, for there is
+/// no mapping to fall back on.
+///
+/// `host` holds `len` bytes, readable for [`Direction::ToGpu`], writable otherwise.
+pub(crate) fn staged(engine: &Engine, dir: Direction, host: *mut u8, addr: u64, len: usize) -> i32 {
+    match engine.run(dir == Direction::ToGpu, host, addr, len) {
+        Ok(()) => 0,
+        Err(e) => {
+            log!(
+                Level::Error,
+                "copy of {len} bytes {} GPU memory at {addr:#x} (a staged pin): {e}",
+                if dir == Direction::ToGpu {
+                    "to"
+                } else {
+                    "from"
+                }
+            );
+            libc::EIO
+        }
+    }
+}
+
 /// A range of device memory named by address, for the copy engine's calls.
 struct DeviceRange {
     addr: u64,

@@ -16,14 +16,17 @@ fn info_of(g: *mut c_void, mh: GdrMh) -> Result<GdrInfoV2, c_int> {
         .filter(|h| h.owner == g as usize)
         .ok_or(libc::EINVAL)?;
     let mapped = h.is_mapped();
+    // A staged pin is mapped (gdr_map gave it addresses) but not write-combined: its copies
+    // run on the copy engine, and no CPU access reaches the memory.
+    let wc = mapped && !h.is_staged();
     Ok(GdrInfoV2 {
         va: h.window.va,
         mapped_size: h.window.len,
         page_size: h.window.page,
         tm_cycles: 0,
         cycles_per_ms: 0,
-        flags: c_uint::from(mapped) | (c_uint::from(mapped) << 1),
-        mapping_type: if mapped {
+        flags: c_uint::from(mapped) | (c_uint::from(wc) << 1),
+        mapping_type: if wc {
             MAPPING_TYPE_WC
         } else {
             MAPPING_TYPE_NONE

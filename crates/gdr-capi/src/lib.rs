@@ -92,7 +92,9 @@ mod copy;
 mod log;
 mod read_mostly;
 mod table;
+mod ucx;
 
+use gdr::bar::auto::Direction;
 use gdr::bar::{PinBackend, PinError, Pinned, Pinner, VulkanBackend};
 use gdr::cuda::{Context, DeviceMemory};
 use log::{log, Level};
@@ -128,10 +130,11 @@ pub struct GdrInfoV2 {
     /// Deprecated by gdrcopy; always 0.
     pub cycles_per_ms: u32,
     /// Bit 0 `mapped`, bit 1 `wc_mapping`: both set while a `gdr_map` mapping is live (every
-    /// mapping is write-combined), both clear otherwise.
+    /// mapping is write-combined), both clear otherwise. A mapped staged pin (see `gdr_open`)
+    /// sets `mapped` only: it has addresses but no CPU access.
     pub flags: c_uint,
     /// A `GDR_MAPPING_TYPE_*` value: [`MAPPING_TYPE_WC`] while mapped, [`MAPPING_TYPE_NONE`]
-    /// otherwise.
+    /// otherwise and for a staged pin.
     pub mapping_type: c_uint,
 }
 
@@ -229,6 +232,21 @@ fn put<T>(out: *mut T, v: T) -> c_int {
 }
 
 fn open_inner() -> Option<Gdr> {
+    // Before any GPU work: a UCX process without gdr's allocator is better off without us.
+    let stage = match ucx::decide(
+        ucx::mode(),
+        ucx::gdrcopy_module_loaded(),
+        gdr::bar::pool::is_present(),
+    ) {
+        ucx::Decision::Open { stage } => stage,
+        ucx::Decision::Refuse(why) => {
+            log!(
+                Level::Warn,
+                "gdr_open: {why} (GDR_CAPI_UCX=off opens anyway)"
+            );
+            return None;
+        }
+    };
     let ordinal = std::env::var("GDR_CUDA_DEVICE")
         .ok()
         .and_then(|v| v.trim().parse().ok())
@@ -284,6 +302,7 @@ fn open_inner() -> Option<Gdr> {
         pinners: [(ctx.device().ordinal(), pinner)].into_iter().collect(),
         ctx,
         vulkan,
+        stage,
     })
 }
 
@@ -307,6 +326,13 @@ fn is_child_token(g: *mut c_void) -> bool {
 /// no GPU is usable, when no backend works (nor `gdr_alloc_mapped`), or when the backend
 /// `GDRCOPY_USE_DMABUF_MMAP=1` asks for does not; the log says why, and there is no errno.
 /// In a child forked after a `gdr_open`, a token that only `gdr_close` accepts.
+///
+/// UCX (its `gdr_copy` module loaded in the process) fails every registration when one pin
+/// fails, so there, by default (`GDR_CAPI_UCX` unset or `auto`): without gdr's allocator in
+/// the process, NULL (UCX then runs as without gdrcopy); with it, a pin of memory that cannot
+/// be mapped is a *staged pin*, whose `gdr_map` gives inaccessible addresses and whose copies
+/// run on the copy engine. `GDR_CAPI_UCX=staged` stages in every process, `off` never.
+/// docs/ucx.md has the reasons.
 #[no_mangle]
 pub extern "C" fn gdr_open() -> *mut c_void {
     if forked() {
@@ -476,8 +502,19 @@ fn pin(g: *mut c_void, addr: c_ulong, size: usize, handle: *mut GdrMh) -> c_int 
             return libc::EINVAL;
         }
     };
+    let stage = stages(g);
     let pinner = match pinner_for(g, ordinal) {
         Err(e) => return e,
+        Ok(None) if stage => {
+            return stage_pin(
+                g,
+                ordinal,
+                addr as u64,
+                size,
+                handle,
+                "no backend pins here",
+            )
+        }
         Ok(None) => {
             log!(
                 Level::Error,
@@ -491,6 +528,14 @@ fn pin(g: *mut c_void, addr: c_ulong, size: usize, handle: *mut GdrMh) -> c_int 
     let addr = addr as u64;
     let pinned: Pinned = match pinner.pin(addr, size as u64) {
         Ok(p) => p,
+        Err(e @ (PinError::NotExportable { .. } | PinError::MmapRefused { .. })) if stage => {
+            return stage_pin(g, ordinal, addr, size, handle, &e.to_string());
+        }
+        Err(e @ PinError::Pool(_))
+            if stage && matches!(&e, PinError::Pool(p) if p.errno == libc::ENOTSUP) =>
+        {
+            return stage_pin(g, ordinal, addr, size, handle, &e.to_string());
+        }
         Err(e @ (PinError::NotExportable { .. } | PinError::MmapRefused { .. })) => {
             refusal(addr, size, pinner.backend(), &e);
             return libc::ENOTSUP;
@@ -532,7 +577,7 @@ fn pin(g: *mut c_void, addr: c_ulong, size: usize, handle: *mut GdrMh) -> c_int 
         pinner.context().clone(),
     );
     let window = entry.window;
-    let backend = entry.backend();
+    let backend = pinner.backend();
     let pooled = matches!(&entry.kind, Kind::Pin { pin, .. } if pin.is_pooled());
     let Some(h) = insert(g, entry) else {
         return libc::EINVAL;
@@ -542,6 +587,56 @@ fn pin(g: *mut c_void, addr: c_ulong, size: usize, handle: *mut GdrMh) -> c_int 
         "gdr_pin_buffer: {addr:#x}+{size} pinned ({backend}{}): handle {h}, va {:#x}, {} bytes",
         if pooled { ", gdr allocator chunk" } else { "" },
         window.va,
+        window.len
+    );
+    put(handle, GdrMh { h: h as c_ulong })
+}
+
+/// Whether `g` stages pins of memory it cannot map (see the `ucx` module).
+fn stages(g: *mut c_void) -> bool {
+    table::read()
+        .as_ref()
+        .and_then(|s| s.gdrs.get(&(g as usize)))
+        .is_some_and(|gd| gd.stage)
+}
+
+/// A staged pin of `[addr, addr + size)` on GPU `ordinal`: the range rounded out to GPU pages,
+/// copied through the copy engine; `why` says why it is not mapped.
+fn stage_pin(
+    g: *mut c_void,
+    ordinal: usize,
+    addr: u64,
+    size: usize,
+    handle: *mut GdrMh,
+    why: &str,
+) -> c_int {
+    let ctx = match Context::on(ordinal) {
+        Ok(c) => c,
+        Err(e) => {
+            log!(Level::Error, "gdr_pin_buffer: GPU {ordinal}: {e}");
+            return libc::EIO;
+        }
+    };
+    let page = gdr::GPU_PAGE_SIZE;
+    let Some(end) = addr
+        .checked_add(size as u64)
+        .and_then(|e| e.checked_next_multiple_of(page))
+    else {
+        return libc::EINVAL;
+    };
+    let va = addr & !(page - 1);
+    let window = table::Window {
+        va,
+        len: end - va,
+        page: page as u32,
+    };
+    let Some(h) = insert(g, Handle::staged(g as usize, ctx, window)) else {
+        return libc::EINVAL;
+    };
+    log!(
+        Level::Info,
+        "gdr_pin_buffer: {addr:#x}+{size} staged (copies through the copy engine; {why}): \
+         handle {h}, va {va:#x}, {} bytes",
         window.len
     );
     put(handle, GdrMh { h: h as c_ulong })
@@ -573,7 +668,9 @@ fn insert(g: *mut c_void, entry: Handle) -> Option<u64> {
 /// - EINVAL: `g` not open, `handle` NULL, `size` 0, `addr` not CUDA device memory, or the
 ///   range not inside one allocation;
 /// - ENOTSUP: no backend can pin on that GPU, or this one cannot pin this kind of memory (a
-///   plain `cuMemAlloc` range on Vulkan without gdr's allocator; the log says what works);
+///   plain `cuMemAlloc` range on Vulkan without gdr's allocator; the log says what works),
+///   unless `g` stages such pins (see [`gdr_open`]): then 0, and the copies of the handle run
+///   on the copy engine;
 /// - ENOMEM: memory ran out while gdr's allocator mapped the chunk that holds the range;
 /// - EIO: the backend failed otherwise.
 #[no_mangle]
@@ -638,7 +735,9 @@ fn take_handle(g: *mut c_void, mh: GdrMh, accept: fn(&Kind) -> bool) -> c_int {
 #[no_mangle]
 pub extern "C" fn gdr_unpin_buffer(g: *mut c_void, mh: GdrMh) -> c_int {
     guard("gdr_unpin_buffer", || {
-        take_handle(g, mh, |k| matches!(k, Kind::Pin { .. }))
+        take_handle(g, mh, |k| {
+            matches!(k, Kind::Pin { .. } | Kind::Staged { .. })
+        })
     })
 }
 
@@ -764,6 +863,17 @@ fn map(g: *mut c_void, mh: GdrMh, size: usize, flags: c_int) -> Result<*mut u8, 
                 *mapped = true;
                 buf.host_ptr()
             }
+            Kind::Staged { reserve } => match table::Reservation::new(h.window.len as usize) {
+                Ok(r) => reserve.insert(r).ptr(),
+                Err(e) => {
+                    log!(
+                        Level::Error,
+                        "gdr_map: reserving {} bytes: {e}",
+                        h.window.len
+                    );
+                    return libc::ENOMEM;
+                }
+            },
         };
         h.cpu = cpu;
         h.cpu_len = size.next_multiple_of(host_page).min(h.window.len as usize);
@@ -826,6 +936,7 @@ pub extern "C" fn gdr_map_v2(
 pub extern "C" fn gdr_unmap(g: *mut c_void, mh: GdrMh, va: *mut c_void, size: usize) -> c_int {
     guard("gdr_unmap", || {
         let mut gone = None;
+        let mut reserved = None;
         let rc = with_handle(g, mh, |h| {
             if !h.is_mapped() || va.cast::<u8>() != h.cpu || size == 0 {
                 return libc::EINVAL;
@@ -833,6 +944,7 @@ pub extern "C" fn gdr_unmap(g: *mut c_void, mh: GdrMh, va: *mut c_void, size: us
             match &mut h.kind {
                 Kind::Pin { map, .. } => gone = map.take(),
                 Kind::Alloc { mapped, .. } => *mapped = false,
+                Kind::Staged { reserve } => reserved = reserve.take(),
             }
             h.cpu = std::ptr::null_mut();
             h.cpu_len = 0;
@@ -841,6 +953,7 @@ pub extern "C" fn gdr_unmap(g: *mut c_void, mh: GdrMh, va: *mut c_void, size: us
         // The exclusive lock is released: nothing can copy through the handle any more, and the
         // unmap itself runs unlocked.
         drop(gone);
+        drop(reserved);
         rc
     })
 }
@@ -851,7 +964,7 @@ fn with_mapped_range(
     mh: GdrMh,
     ptr: *const u8,
     size: usize,
-    f: impl FnOnce(&Handle, u64),
+    f: impl FnOnce(&Handle, u64) -> c_int,
 ) -> c_int {
     let s = table::read();
     let Some(h) = s.as_ref().and_then(|s| s.handles.get(&(mh.h as u64))) else {
@@ -864,8 +977,7 @@ fn with_mapped_range(
     match (ptr as usize).checked_add(size) {
         Some(e) if ptr as usize >= start && e <= end => {
             // The GPU address of `ptr`: the mapping starts at the window's first byte.
-            f(h, h.window.va + (ptr as usize - start) as u64);
-            0
+            f(h, h.window.va + (ptr as usize - start) as u64)
         }
         _ => libc::EINVAL,
     }
@@ -890,18 +1002,27 @@ pub extern "C" fn gdr_copy_to_mapping(
     guard("gdr_copy_to_mapping", || {
         if size == 0 {
             // Nothing to copy, but a made-up or unmapped handle is still EINVAL (gdrapi.h).
-            return with_mapped_range(mh, map_d_ptr.cast(), 0, |_, _| {});
+            return with_mapped_range(mh, map_d_ptr.cast(), 0, |_, _| 0);
         }
         if h_ptr.is_null() || map_d_ptr.is_null() {
             return libc::EINVAL;
         }
         with_mapped_range(mh, map_d_ptr.cast(), size, |h, addr| {
-            // SAFETY: the caller passes `size` readable bytes at h_ptr; the destination lies in
-            // the handle's live mapping of the GPU memory at `addr` (checked, table locked).
-            unsafe {
-                let src = std::slice::from_raw_parts(h_ptr.cast::<u8>(), size);
-                copy::to_mapping(&h.engine, map_d_ptr.cast(), addr, src);
+            // SAFETY: the caller passes `size` readable bytes at h_ptr.
+            let src = unsafe { std::slice::from_raw_parts(h_ptr.cast::<u8>(), size) };
+            if h.is_staged() {
+                return copy::staged(
+                    &h.engine,
+                    Direction::ToGpu,
+                    src.as_ptr().cast_mut(),
+                    addr,
+                    size,
+                );
             }
+            // SAFETY: the destination lies in the handle's live mapping of the GPU memory at
+            // `addr` (checked, table locked).
+            unsafe { copy::to_mapping(&h.engine, map_d_ptr.cast(), addr, src) };
+            0
         })
     })
 }
@@ -922,12 +1043,15 @@ pub extern "C" fn gdr_copy_from_mapping(
     guard("gdr_copy_from_mapping", || {
         if size == 0 {
             // Nothing to copy, but a made-up or unmapped handle is still EINVAL (gdrapi.h).
-            return with_mapped_range(mh, map_d_ptr.cast(), 0, |_, _| {});
+            return with_mapped_range(mh, map_d_ptr.cast(), 0, |_, _| 0);
         }
         if h_ptr.is_null() || map_d_ptr.is_null() {
             return libc::EINVAL;
         }
         with_mapped_range(mh, map_d_ptr.cast(), size, |h, addr| {
+            if h.is_staged() {
+                return copy::staged(&h.engine, Direction::FromGpu, h_ptr.cast(), addr, size);
+            }
             // SAFETY: the caller passes `size` writable bytes at h_ptr; the source lies in the
             // handle's live, page-granular mapping of the GPU memory at `addr` (checked, table
             // locked).
@@ -935,6 +1059,7 @@ pub extern "C" fn gdr_copy_from_mapping(
                 let dst = std::slice::from_raw_parts_mut(h_ptr.cast::<u8>(), size);
                 copy::from_mapping(&h.engine, dst, map_d_ptr.cast(), addr);
             }
+            0
         })
     })
 }
@@ -1020,7 +1145,7 @@ pub fn with_allocation<R>(mh: GdrMh, f: impl FnOnce(&gdr::bar::MappedBuffer) -> 
     let s = table::read();
     match &s.as_ref()?.handles.get(&(mh.h as u64))?.kind {
         Kind::Alloc { buf, .. } => Some(f(buf)),
-        Kind::Pin { .. } => None,
+        Kind::Pin { .. } | Kind::Staged { .. } => None,
     }
 }
 

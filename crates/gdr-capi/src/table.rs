@@ -32,6 +32,8 @@ pub(crate) struct Gdr {
     /// pins through the GPU that owns the address); `None`: that GPU cannot pin.
     pub pinners: HashMap<usize, Option<Pinner>>,
     pub vulkan: Option<VulkanBackend>,
+    /// Whether pins of memory that cannot be mapped become staged pins (the `ucx` module).
+    pub stage: bool,
 }
 
 impl Gdr {
@@ -56,6 +58,60 @@ pub(crate) enum Kind {
     },
     /// Memory from `gdr_alloc_mapped`: mapped from birth; `mapped` tracks gdr_map/gdr_unmap.
     Alloc { buf: MappedBuffer, mapped: bool },
+    /// A staged pin (see the `ucx` module): memory that cannot be mapped, whose copies run on
+    /// the copy engine. `gdr_map` gives the addresses of `reserve`, which cannot be touched.
+    Staged { reserve: Option<Reservation> },
+}
+
+/// An inaccessible (`PROT_NONE`) address range that stands in for the CPU mapping of a staged
+/// pin: its addresses are the mapping's, so the copies can tell where they are, and a load or
+/// store through it faults instead of reaching other memory. Unmapped on drop.
+pub(crate) struct Reservation {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the range is owned by this value alone and never accessed through it.
+unsafe impl Send for Reservation {}
+// SAFETY: as above; shared references only read the address.
+unsafe impl Sync for Reservation {}
+
+impl Reservation {
+    /// Reserves `len` bytes (a multiple of the host page).
+    pub fn new(len: usize) -> std::io::Result<Reservation> {
+        // SAFETY: an anonymous PROT_NONE mapping at an address the kernel picks: touches no
+        // existing memory.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Reservation {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+
+    /// The first address of the range.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        // SAFETY: the range this value mapped and owns; nothing refers to it any more (the
+        // handle's cpu pointer is cleared before the reservation is dropped).
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
 }
 
 /// What `gdr_get_info` reports and `gdr_map` maps: the range asked for, rounded out to `page`
@@ -94,7 +150,18 @@ pub(crate) struct Handle {
 }
 
 impl Handle {
+    /// A handle of `kind`; a staged pin covers `staged` (the pinned range rounded out to GPU
+    /// pages), which the other kinds take from their memory.
     pub fn new(owner: usize, kind: Kind, ctx: Context) -> Handle {
+        Handle::with_window(owner, kind, ctx, None)
+    }
+
+    /// A staged pin of `window`.
+    pub fn staged(owner: usize, ctx: Context, window: Window) -> Handle {
+        Handle::with_window(owner, Kind::Staged { reserve: None }, ctx, Some(window))
+    }
+
+    fn with_window(owner: usize, kind: Kind, ctx: Context, staged: Option<Window>) -> Handle {
         let window = match &kind {
             Kind::Pin { pin, .. } => {
                 let page = if pin.backend() == PinBackend::DmaBuf {
@@ -109,6 +176,7 @@ impl Handle {
                 len: buf.len() as u64,
                 page: GPU_PAGE_SIZE as u32,
             },
+            Kind::Staged { .. } => staged.expect("a staged pin comes with its window"),
         };
         Handle {
             owner,
@@ -124,11 +192,9 @@ impl Handle {
         !self.cpu.is_null()
     }
 
-    pub fn backend(&self) -> PinBackend {
-        match &self.kind {
-            Kind::Pin { pin, .. } => pin.backend(),
-            Kind::Alloc { .. } => PinBackend::Vulkan,
-        }
+    /// Whether the copies of this handle run on the copy engine (a staged pin).
+    pub fn is_staged(&self) -> bool {
+        matches!(self.kind, Kind::Staged { .. })
     }
 }
 
