@@ -23,7 +23,7 @@ shutil.copy(exe[-1], sys.argv[1])
 bash scripts/install-capi.sh --prefix /usr/local --destdir "$out/capi/root"
 mkdir -p "$out/capi/c" && cp crates/gdr-capi/tests/c/*.c "$out/capi/c/"
 cp scripts/capi-check.sh "$out/capi/check.sh"
-mkdir -p "$out/clients" && cp scripts/clients/*.py "$out/clients/"
+mkdir -p "$out/clients" && cp scripts/clients/*.py scripts/clients/*.c "$out/clients/"
 cargo test --release --workspace --no-run --message-format=json 2>/dev/null |
   python3 -c '
 import json, sys, shutil, os, collections
@@ -50,6 +50,7 @@ cp scripts/run-gpu.sh "$out/run.sh"
 cp scripts/serve-bench.sh "$out/serve-bench.sh"
 cp scripts/two-gpu.sh "$out/two-gpu.sh"
 cp scripts/compare-gdr.sh "$out/compare-gdr.sh"
+cp scripts/ucx-gpu.sh scripts/mpi-gpu.sh "$out/"
 # gdr's allocator on the GPU host: the CUDA programs (built there with nvcc) and the scripts.
 mkdir -p "$out/alloc"
 cp crates/gdr-alloc-preload/tests/gpu/alloc_check.cu crates/gdr-alloc-preload/bench/alloc_bench.cu "$out/alloc/"

@@ -2,13 +2,15 @@
 # Runs in a bundle folder on a GPU host: every test binary with GDR_REQUIRE_GPU=1, then the
 # tools and benchmarks. Usage: run.sh OUTDIR [--tests-only]. Logs and JSON go to OUTDIR; a summary is printed.
 # ONLY="tests capi clients apiperf ..." runs just the named parts (names: tests, info, sanity,
-# copylat, copybw, ccopies, storebw, pplat, mq, apiperf, capi, clients, alloc, outside, python,
-# serve). `ccopies` times libgdrapi's copies against the Rust auto copier on one allocation
+# copylat, copybw, ccopies, storebw, pplat, mq, apiperf, capi, clients, alloc, outside, ucx, mpi,
+# python, serve). `ccopies` times libgdrapi's copies against the Rust auto copier on one allocation
 # (copylat 8 B-64 KiB and copybw with --capi-memory allocated); `storebw` is the CPU->GPU
 # write-ceiling experiment. `alloc` is
 # alloc-gpu.sh (gdr's allocator: C checks, its cost, PyTorch and CuPy under `gdr run`);
 # `outside` is outside-gpu.sh on the folder OUTSIDE names (gdrcopy's and UCX's programs, built
-# outside the repository), run only when OUTSIDE is set.
+# outside the repository), run only when OUTSIDE is set; `ucx` (ucx-gpu.sh: no harm, bytes
+# intact, tag latency by size) and `mpi` (mpi-gpu.sh: the OSU benchmarks through Open MPI) take
+# OUTSIDE/ucx, OUTSIDE/ompi and OUTSIDE/osu, and run only when those exist.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: run.sh OUTDIR}
@@ -69,6 +71,14 @@ if [ "${2:-}" != "--tests-only" ]; then
   want alloc && T=900 bench alloc.txt bash "$here/alloc-gpu.sh" "$out/alloc"
   if want outside && [ -n "${OUTSIDE:-}" ]; then
     T=900 bench outside.txt bash "$here/outside-gpu.sh" "$OUTSIDE" "$out/outside"
+  fi
+  # UCX and MPI over UCX with gdr (docs/ucx.md), on programs built outside the repository.
+  if want ucx && [ -d "${OUTSIDE:-/nonexistent}/ucx" ]; then
+    T=900 bench ucx.txt bash "$here/ucx-gpu.sh" "$OUTSIDE/ucx" "$out/ucx" "${GDR_UCX_PARTS:-info data lat proto}"
+  fi
+  if want mpi && [ -d "${OUTSIDE:-/nonexistent}/ompi" ] && [ -d "$OUTSIDE/osu" ]; then
+    T=900 bench mpi.txt bash "$here/mpi-gpu.sh" "$OUTSIDE/ompi" "$OUTSIDE/ucx" "$OUTSIDE/osu" "$out/mpi" \
+      "${MPI_BENCHES:-osu_latency osu_bw osu_bibw}"
   fi
   # The Python package (python/, scripts/python-bundle.sh): its wheel and the carried wheels
   # installed into a folder of their own on PYTHONPATH (the host's NumPy, PyTorch and CuPy stay
