@@ -150,17 +150,18 @@ pub(crate) struct Handle {
 }
 
 impl Handle {
-    /// A handle of `kind`; a staged pin covers `staged` (the pinned range rounded out to GPU
-    /// pages), which the other kinds take from their memory.
+    /// A handle of `kind`, a pin or an allocation, whose window comes from its memory (a
+    /// staged pin is made by [`Handle::staged`]).
     pub fn new(owner: usize, kind: Kind, ctx: Context) -> Handle {
         Handle::with_window(owner, kind, ctx, None)
     }
 
-    /// A staged pin of `window`.
+    /// A staged pin of `window` (the pinned range rounded out to GPU pages).
     pub fn staged(owner: usize, ctx: Context, window: Window) -> Handle {
         Handle::with_window(owner, Kind::Staged { reserve: None }, ctx, Some(window))
     }
 
+    /// A handle of `kind`; `staged` is the window of a staged pin, `None` for the others.
     fn with_window(owner: usize, kind: Kind, ctx: Context, staged: Option<Window>) -> Handle {
         let window = match &kind {
             Kind::Pin { pin, .. } => {
