@@ -44,8 +44,7 @@ ok() { pass=$((pass+1)); echo "ok $*"; }
 bad() { fail=$((fail+1)); echo "FAIL $*"; }
 port=$((20000 + RANDOM % 20000))
 next_port() { port=$((port + 1)); }
-# The settings `gdr run --ucx` applies, read back from gdr itself.
-# (the UCX variables `gdr run --ucx` adds to this environment)
+# The settings `gdr run --ucx` applies, read back from gdr itself (the UCX variables it adds).
 ucx_env=$(comm -13 <(env | sort) <("$gdr" run -q --ucx -- env | sort) | grep -E '^UCX_' | tr '\n' ' ')
 
 # run_pair LOG WRAP ENV -- SERVER_ARGS -- CLIENT_ARGS: a server and a client, each under WRAP
@@ -109,9 +108,9 @@ if want data; then
         next_port
         tag="data-$tls-$1-$2"
         if run_pair "$tag.log" "$1" "$2" "$envs" "$out/ucp_check" server $port -- "$out/ucp_check" client $port; then
-          ok "ucp_check ($tls transports; server ${1/none/not} under gdr run, client ${2/none/not}): $(tail -1 "$out/$tag.log")"
+          ok "ucp_check ($tls transports; under gdr run: server ${1/none/no}, client ${2/none/no}): $(tail -1 "$out/$tag.log")"
         else
-          bad "ucp_check ($tls transports; server $1, client $2): see $out/$tag.log"
+          bad "ucp_check ($tls transports; under gdr run: server ${1/none/no}, client ${2/none/no}): see $out/$tag.log"
           grep -hE 'FAIL|ucp_check:|error' "$out/$tag.log" "$out/$tag.log.server" | head -5 | sed 's/^/  | /'
         fi
       done
