@@ -418,8 +418,7 @@ pub unsafe extern "C" fn cuPointerSetAttribute(
 /// Fills the `CU_POINTER_ATTRIBUTE_CONTEXT` answer at `slot` for pool memory at `dptr`, where
 /// the driver answered NULL (it has no context for `cuMemCreate` memory): the context
 /// cudaMalloc would have reported, the one the allocation was served in. UCX's cuda_ipc, for
-/// one, otherwise retains and releases the primary context on every copy of such memory (a few
-/// microseconds a rendezvous message).
+/// one, otherwise retains and releases the primary context on every copy of such memory.
 fn fill_context(slot: *mut c_void, dptr: CUdeviceptr) {
     if slot.is_null() {
         return;

@@ -52,14 +52,12 @@ pub struct RunArgs {
     command: Vec<OsString>,
 }
 
-/// What `--ucx` sets (docs/ucx.md has the measurements behind it). Within a host, UCX sends a
-/// CUDA buffer eagerly only while gdrcopy's own cost figures for gdr_copy (get 1.4 us +
-/// 250 MB/s) beat its rendezvous estimate: up to about 1 KiB. Beyond that it takes the
-/// rendezvous through cuda_ipc, which cost about 150 us a message on the H100 hosts measured,
-/// while gdr_copy's eager copies took 4-8 us at 2-4 KiB. From 8 KiB the eager copies are still
-/// faster one message at a time, but a stream of them is held to about 0.7 GB/s by the reads
-/// through BAR1, below the rendezvous's pipelined rate: so eagerly below 8 KiB within the host,
-/// and between hosts UCX keeps its own choice.
+/// What `--ucx` sets (docs/ucx.md says why, results/2026-11-28-ucx.md what it gave). Within a
+/// host, UCX sends a CUDA buffer eagerly only while gdrcopy's own cost figures for gdr_copy beat
+/// its rendezvous estimate, which puts the switch near 1 KiB. Eager messages cost the read of
+/// the bytes through BAR1, which wins one message at a time; a stream of them is held to the
+/// BAR1 read rate, which a pipelined rendezvous beats from 8 KiB. So: eagerly below 8 KiB within
+/// the host; between hosts UCX keeps its own choice.
 const UCX_SETTINGS: &[(&str, &str)] = &[("UCX_RNDV_THRESH", "auto,intra:8192")];
 
 fn parse_gpus(s: &str) -> Result<String, String> {
