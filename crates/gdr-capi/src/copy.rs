@@ -172,22 +172,39 @@ impl Engine {
 }
 
 /// A copy of `len` bytes between host memory at `host` and the GPU memory at `addr` of a
-/// staged pin, on the copy engine: 0, or EIO (logged) when the copy engine fails, for there is
-/// no mapping to fall back on.
+/// staged pin that covers `covered`, on the copy engine: 0; EINVAL (logged) when the range is
+/// not in one of `covered` or that allocation was freed since the pin (the copy engine would
+/// reach whatever took its place); EIO (logged) when the copy engine fails, for there is no
+/// mapping to fall back on.
 ///
 /// `host` holds `len` bytes, readable for [`Direction::ToGpu`], writable otherwise.
-pub(crate) fn staged(engine: &Engine, dir: Direction, host: *mut u8, addr: u64, len: usize) -> i32 {
+pub(crate) fn staged(
+    engine: &Engine,
+    covered: &[crate::table::Covered],
+    dir: Direction,
+    host: *mut u8,
+    addr: u64,
+    len: usize,
+) -> std::ffi::c_int {
+    let way = if dir == Direction::ToGpu {
+        "to"
+    } else {
+        "from"
+    };
+    if !crate::table::Covered::allows(covered, addr, len) {
+        log!(
+            Level::Error,
+            "copy of {len} bytes {way} GPU memory at {addr:#x} (a staged pin): not an allocation \
+             the pin covered, or freed since it was pinned"
+        );
+        return libc::EINVAL;
+    }
     match engine.run(dir == Direction::ToGpu, host, addr, len) {
         Ok(()) => 0,
         Err(e) => {
             log!(
                 Level::Error,
-                "copy of {len} bytes {} GPU memory at {addr:#x} (a staged pin): {e}",
-                if dir == Direction::ToGpu {
-                    "to"
-                } else {
-                    "from"
-                }
+                "copy of {len} bytes {way} GPU memory at {addr:#x} (a staged pin): {e}"
             );
             libc::EIO
         }

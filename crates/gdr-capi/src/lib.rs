@@ -531,10 +531,8 @@ fn pin(g: *mut c_void, addr: c_ulong, size: usize, handle: *mut GdrMh) -> c_int 
         Err(e @ (PinError::NotExportable { .. } | PinError::MmapRefused { .. })) if stage => {
             return stage_pin(g, ordinal, addr, size, handle, &e.to_string());
         }
-        Err(e @ PinError::Pool(_))
-            if stage && matches!(&e, PinError::Pool(p) if p.errno == libc::ENOTSUP) =>
-        {
-            return stage_pin(g, ordinal, addr, size, handle, &e.to_string());
+        Err(PinError::Pool(p)) if stage && p.errno == libc::ENOTSUP => {
+            return stage_pin(g, ordinal, addr, size, handle, &p.to_string());
         }
         Err(e @ (PinError::NotExportable { .. } | PinError::MmapRefused { .. })) => {
             refusal(addr, size, pinner.backend(), &e);
@@ -630,7 +628,10 @@ fn stage_pin(
         len: end - va,
         page: page as u32,
     };
-    let Some(h) = insert(g, Handle::staged(g as usize, ctx, window)) else {
+    // The range may run past its allocation (UCX pins the GPU pages around a buffer): the
+    // copies are held to the allocations found here, as long as each is the same one.
+    let covered = table::Covered::scan(window.va, window.len);
+    let Some(h) = insert(g, Handle::staged(g as usize, ctx, window, covered)) else {
         return libc::EINVAL;
     };
     log!(
@@ -783,8 +784,10 @@ pub extern "C" fn gdr_get_callback_flag(g: *mut c_void, mh: GdrMh, flag: *mut c_
         let _current = gdr::cuda::CurrentContextGuard::save().ok();
         let mut fired = Ok(false);
         let rc = with_handle(g, mh, |h| {
-            if let Kind::Pin { pin, .. } = &h.kind {
-                fired = pin.callback_fired();
+            match &h.kind {
+                Kind::Pin { pin, .. } => fired = pin.callback_fired(),
+                Kind::Staged { covered, .. } => fired = Ok(table::Covered::any_freed(covered)),
+                Kind::Alloc { .. } => {}
             }
             0
         });
@@ -863,7 +866,7 @@ fn map(g: *mut c_void, mh: GdrMh, size: usize, flags: c_int) -> Result<*mut u8, 
                 *mapped = true;
                 buf.host_ptr()
             }
-            Kind::Staged { reserve } => match table::Reservation::new(h.window.len as usize) {
+            Kind::Staged { reserve, .. } => match table::Reservation::new(h.window.len as usize) {
                 Ok(r) => reserve.insert(r).ptr(),
                 Err(e) => {
                     log!(
@@ -944,7 +947,7 @@ pub extern "C" fn gdr_unmap(g: *mut c_void, mh: GdrMh, va: *mut c_void, size: us
             match &mut h.kind {
                 Kind::Pin { map, .. } => gone = map.take(),
                 Kind::Alloc { mapped, .. } => *mapped = false,
-                Kind::Staged { reserve } => reserved = reserve.take(),
+                Kind::Staged { reserve, .. } => reserved = reserve.take(),
             }
             h.cpu = std::ptr::null_mut();
             h.cpu_len = 0;
@@ -1013,6 +1016,7 @@ pub extern "C" fn gdr_copy_to_mapping(
             if h.is_staged() {
                 return copy::staged(
                     &h.engine,
+                    h.covered(),
                     Direction::ToGpu,
                     src.as_ptr().cast_mut(),
                     addr,
@@ -1050,7 +1054,15 @@ pub extern "C" fn gdr_copy_from_mapping(
         }
         with_mapped_range(mh, map_d_ptr.cast(), size, |h, addr| {
             if h.is_staged() {
-                return copy::staged(&h.engine, Direction::FromGpu, h_ptr.cast(), addr, size);
+                let covered = h.covered();
+                return copy::staged(
+                    &h.engine,
+                    covered,
+                    Direction::FromGpu,
+                    h_ptr.cast(),
+                    addr,
+                    size,
+                );
             }
             // SAFETY: the caller passes `size` writable bytes at h_ptr; the source lies in the
             // handle's live, page-granular mapping of the GPU memory at `addr` (checked, table

@@ -60,7 +60,70 @@ pub(crate) enum Kind {
     Alloc { buf: MappedBuffer, mapped: bool },
     /// A staged pin (see the `ucx` module): memory that cannot be mapped, whose copies run on
     /// the copy engine. `gdr_map` gives the addresses of `reserve`, which cannot be touched.
-    Staged { reserve: Option<Reservation> },
+    /// `covered` are the allocations the pin's window held when it was made: a copy reaches
+    /// only those, and only while each is still the same allocation.
+    Staged {
+        reserve: Option<Reservation>,
+        covered: Vec<Covered>,
+    },
+}
+
+/// One CUDA allocation under a staged pin, as it was when the pin was made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Covered {
+    pub base: u64,
+    pub len: u64,
+    /// Its `CU_POINTER_ATTRIBUTE_BUFFER_ID`, never reused in the process.
+    pub buffer_id: u64,
+}
+
+impl Covered {
+    /// The allocations that hold some byte of `[va, va + len)` now, skipping gaps a GPU page at
+    /// a time (a staged pin's window is rounded out to GPU pages and may reach past the
+    /// allocation it was asked for).
+    pub fn scan(va: u64, len: u64) -> Vec<Covered> {
+        let end = va.saturating_add(len);
+        let mut out = Vec::new();
+        let mut at = va;
+        while at < end {
+            let found = gdr::cuda::allocation_range(at)
+                .ok()
+                .zip(gdr::cuda::buffer_id(at).ok().flatten());
+            match found {
+                Some(((base, len), buffer_id)) if len > 0 => {
+                    out.push(Covered {
+                        base,
+                        len,
+                        buffer_id,
+                    });
+                    at = base + len;
+                }
+                _ => at = (at | (GPU_PAGE_SIZE - 1)) + 1,
+            }
+        }
+        out
+    }
+
+    /// Whether `[addr, addr + len)` lies in one of `covered` and that allocation is still there
+    /// (the same BUFFER_ID): memory freed since, and whatever was allocated in its place, is
+    /// not reached.
+    pub fn allows(covered: &[Covered], addr: u64, len: usize) -> bool {
+        let Some(end) = addr.checked_add(len as u64) else {
+            return false;
+        };
+        covered.iter().any(|c| {
+            addr >= c.base
+                && end <= c.base + c.len
+                && gdr::cuda::buffer_id(addr).ok().flatten() == Some(c.buffer_id)
+        })
+    }
+
+    /// Whether any of `covered` was freed (or replaced) since the pin was made.
+    pub fn any_freed(covered: &[Covered]) -> bool {
+        covered
+            .iter()
+            .any(|c| gdr::cuda::buffer_id(c.base).ok().flatten() != Some(c.buffer_id))
+    }
 }
 
 /// An inaccessible (`PROT_NONE`) address range that stands in for the CPU mapping of a staged
@@ -157,8 +220,12 @@ impl Handle {
     }
 
     /// A staged pin of `window` (the pinned range rounded out to GPU pages).
-    pub fn staged(owner: usize, ctx: Context, window: Window) -> Handle {
-        Handle::with_window(owner, Kind::Staged { reserve: None }, ctx, Some(window))
+    pub fn staged(owner: usize, ctx: Context, window: Window, covered: Vec<Covered>) -> Handle {
+        let kind = Kind::Staged {
+            reserve: None,
+            covered,
+        };
+        Handle::with_window(owner, kind, ctx, Some(window))
     }
 
     /// A handle of `kind`; `staged` is the window of a staged pin, `None` for the others.
@@ -196,6 +263,14 @@ impl Handle {
     /// Whether the copies of this handle run on the copy engine (a staged pin).
     pub fn is_staged(&self) -> bool {
         matches!(self.kind, Kind::Staged { .. })
+    }
+
+    /// The allocations a staged pin covers (empty for the other kinds).
+    pub fn covered(&self) -> &[Covered] {
+        match &self.kind {
+            Kind::Staged { covered, .. } => covered,
+            _ => &[],
+        }
     }
 }
 

@@ -8,7 +8,8 @@
  *                              NULL (needs no GPU: the decision comes before any CUDA call)
  *   ucx_staged staged          GDR_CAPI_UCX=staged, plain cuMemAlloc memory: a staged pin,
  *                              its copies checked byte for byte against cuMemcpy, its addresses
- *                              inaccessible, every refusal
+ *                              inaccessible, every refusal, memory freed under the pin not
+ *                              reached (callback flag 1, copies EINVAL)
  *   ucx_staged allocator STUB  under `gdr run`, the module loaded: gdr_open works, allocator
  *                              memory pins write-combined, stream-ordered memory is staged
  *
@@ -229,6 +230,33 @@ static int mode_staged(void) {
         check(gdr_pin_buffer(g, (unsigned long)(uintptr_t)host, sizeof host, 0, 0, &mh) == EINVAL,
               "staged: host memory is still EINVAL");
         cu.free(d);
+    }
+    /* Memory freed under a staged pin: the copies must not reach what takes its place. */
+    CUdeviceptr f = 0, n = 0;
+    if (cu.alloc(&f, len) == 0) {
+        gdr_mh_t mh;
+        void *va = NULL;
+        int flag = -1, ok = gdr_pin_buffer(g, f, len, 0, 0, &mh) == 0 && gdr_map(g, mh, &va, len) == 0;
+        check(ok && gdr_get_callback_flag(g, mh, &flag) == 0 && flag == 0,
+              "staged: a fresh pin's callback flag is 0");
+        cu.free(f);
+        /* The driver tends to hand the same address out again: the new owner's bytes. */
+        uint8_t mine[256], back[256], one = 0x77;
+        fill_random(mine, sizeof mine);
+        int again = cu.alloc(&n, len) == 0 && cu.htod(n, mine, sizeof mine) == 0;
+        if (ok) {
+            check(gdr_get_callback_flag(g, mh, &flag) == 0 && flag == 1,
+                  "staged: after cuMemFree the callback flag is 1");
+            check(gdr_copy_to_mapping(mh, va, &one, 1) == EINVAL &&
+                      gdr_copy_from_mapping(mh, back, va, sizeof back) == EINVAL,
+                  "staged: copies after cuMemFree are EINVAL");
+            check(!again || (cu.dtoh(back, n, sizeof back) == 0 &&
+                             memcmp(back, mine, sizeof back) == 0),
+                  "staged: the allocation made after the free kept its bytes");
+            gdr_unmap(g, mh, va, len);
+            check(gdr_unpin_buffer(g, mh) == 0, "staged: unpin of freed memory");
+        }
+        if (n) cu.free(n);
     }
     check(gdr_close(g) == 0, "staged: gdr_close");
     return finish("staged");
