@@ -68,6 +68,13 @@ uint64_t gdr_alloc_trim(void) { return 4096; }
 """
 
 
+#: The name of the stand-ins loaded into this (pytest's) process. It must not look like the
+#: allocator's (``libgdr_alloc.so*``): ``allocator.library_path()`` takes a copy already loaded in
+#: the process, so a stand-in under that name would be handed to the GPU tests that run later in
+#: the same session, and their children would allocate CUDA memory from ``malloc``.
+STAND_IN = "libgdr_alloc_stand_in.so"
+
+
 def header_dir() -> Path:
     """gdr_alloc.h: in the source tree, or beside the tests in the bundle."""
     here = Path(__file__).resolve().parent / "include"
@@ -142,7 +149,7 @@ def test_the_abi_version_must_match(monkeypatch, tmp_path):
 
 
 def test_the_c_api_through_ctypes(monkeypatch, tmp_path):
-    lib_path = build(tmp_path, "libgdr_alloc.so")
+    lib_path = build(tmp_path, STAND_IN)
     monkeypatch.setenv(allocator.ENV, str(lib_path))
     lib = allocator.library()
     assert lib.path == str(lib_path) and allocator.library() is lib
@@ -165,7 +172,15 @@ def test_the_c_api_through_ctypes(monkeypatch, tmp_path):
         lib.malloc(8, 1)
     with pytest.raises(gdr.GdrError, match="CUresult 1"):
         lib.free(0)
-    assert "libgdr_alloc.so" in repr(lib)
+    assert STAND_IN in repr(lib)
+    # Loaded here, the stand-in is not taken for a preloaded allocator by what runs later.
+    assert allocator._loaded_copy() != str(lib_path)
+    allocator._forget()
+    monkeypatch.delenv(allocator.ENV)
+    try:
+        assert allocator.library_path() != str(lib_path)
+    except gdr.AllocatorNotFoundError:
+        pass
 
 
 def test_a_preloaded_copy_is_found_without_the_variable(tmp_path):
@@ -196,7 +211,7 @@ def test_cupy_allocator_function_frees_when_cupy_lets_go(monkeypatch, tmp_path):
     import gc
     import types
 
-    lib_path = build(tmp_path, "libgdr_alloc.so")
+    lib_path = build(tmp_path, STAND_IN)
     monkeypatch.setenv(allocator.ENV, str(lib_path))
 
     class UnownedMemory:
