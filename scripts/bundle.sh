@@ -50,7 +50,7 @@ cp scripts/run-gpu.sh "$out/run.sh"
 cp scripts/serve-bench.sh "$out/serve-bench.sh"
 cp scripts/two-gpu.sh "$out/two-gpu.sh"
 cp scripts/compare-gdr.sh "$out/compare-gdr.sh"
-cp scripts/ucx-gpu.sh scripts/mpi-gpu.sh "$out/"
+cp scripts/ucx-gpu.sh scripts/ucxx-gpu.sh scripts/mpi-gpu.sh scripts/lat_medians.py "$out/"
 # gdr's allocator on the GPU host: the CUDA programs (built there with nvcc) and the scripts.
 mkdir -p "$out/alloc"
 cp crates/gdr-alloc-preload/tests/gpu/alloc_check.cu crates/gdr-alloc-preload/bench/alloc_bench.cu "$out/alloc/"

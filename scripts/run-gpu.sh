@@ -2,15 +2,16 @@
 # Runs in a bundle folder on a GPU host: every test binary with GDR_REQUIRE_GPU=1, then the
 # tools and benchmarks. Usage: run.sh OUTDIR [--tests-only]. Logs and JSON go to OUTDIR; a summary is printed.
 # ONLY="tests capi clients apiperf ..." runs just the named parts (names: tests, info, sanity,
-# copylat, copybw, ccopies, storebw, pplat, mq, apiperf, capi, clients, alloc, outside, ucx, mpi,
-# python, serve). `ccopies` times libgdrapi's copies against the Rust auto copier on one allocation
+# copylat, copybw, ccopies, storebw, pplat, mq, apiperf, capi, clients, alloc, outside, ucx, ucxx,
+# mpi, python, serve). `ccopies` times libgdrapi's copies against the Rust auto copier on one allocation
 # (copylat 8 B-64 KiB and copybw with --capi-memory allocated); `storebw` is the CPU->GPU
 # write-ceiling experiment. `alloc` is
 # alloc-gpu.sh (gdr's allocator: C checks, its cost, PyTorch and CuPy under `gdr run`);
 # `outside` is outside-gpu.sh on the folder OUTSIDE names (gdrcopy's and UCX's programs, built
 # outside the repository), run only when OUTSIDE is set; `ucx` (ucx-gpu.sh: no harm, bytes
-# intact, tag latency by size) and `mpi` (mpi-gpu.sh: the OSU benchmarks through Open MPI) take
-# OUTSIDE/ucx, OUTSIDE/ompi and OUTSIDE/osu, and run only when those exist.
+# intact, tag latency by size), `ucxx` (ucxx-gpu.sh: UCXX's send_recv benchmark with CuPy arrays)
+# and `mpi` (mpi-gpu.sh: the OSU benchmarks through Open MPI) take OUTSIDE/ucx, OUTSIDE/ucxx,
+# OUTSIDE/ompi and OUTSIDE/osu, and run only when those exist.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: run.sh OUTDIR}
@@ -75,6 +76,12 @@ if [ "${2:-}" != "--tests-only" ]; then
   # UCX and MPI over UCX with gdr (docs/ucx.md), on programs built outside the repository.
   if want ucx && [ -d "${OUTSIDE:-/nonexistent}/ucx" ]; then
     T=900 bench ucx.txt bash "$here/ucx-gpu.sh" "$OUTSIDE/ucx" "$out/ucx" "${GDR_UCX_PARTS:-info data lat proto}"
+  fi
+  # UCXX's own benchmark over that UCX (OUTSIDE/ucxx: the unpacked UCXX wheels; OUTSIDE/ucxx-extra:
+  # its other dependencies, for a Python that lacks them).
+  if want ucxx && [ -d "${OUTSIDE:-/nonexistent}/ucx" ] && [ -d "$OUTSIDE/ucxx" ]; then
+    T=900 bench ucxx.txt bash "$here/ucxx-gpu.sh" "$OUTSIDE/ucx" "$OUTSIDE/ucxx" "$out/ucxx" \
+      "$OUTSIDE/ucxx-extra"
   fi
   if want mpi && [ -d "${OUTSIDE:-/nonexistent}/ompi" ] && [ -d "$OUTSIDE/osu" ]; then
     T=900 bench mpi.txt bash "$here/mpi-gpu.sh" "$OUTSIDE/ompi" "$OUTSIDE/ucx" "$OUTSIDE/osu" "$out/mpi" \

@@ -16,6 +16,9 @@
 #          gdr run (UCX_TLS unset), the same with UCX_TLS=^gdr_copy (as if gdr were absent),
 #          under gdr run, under gdr run --ucx
 #   proto  UCX_PROTO_INFO=y of a tag send from CUDA memory, with and without gdr_copy
+#   calls  the driver calls UCX makes per message (scripts/clients/cucount.c), gdr absent and
+#          under gdr run, at GDR_UCX_CALL_SIZES (default 4096 1048576), with the variables of
+#          GDR_UCX_CALL_ENV (space-separated VAR=VALUE) added to both
 #   sweep  UCX settings under gdr run, each beside plain gdr run (the experiment behind
 #          `gdr run --ucx`): GDR_UCX_SWEEP lists them, `;` between settings, spaces between the
 #          variables of one; sizes GDR_UCX_SWEEP_SIZES
@@ -149,16 +152,13 @@ if want lat; then
     done
   done
   done
-  python3 - "$out" <<'EOF'
-import json, sys, collections, statistics
+  python3 - "$out" "$here" <<'EOF'
+import json, sys
 out = sys.argv[1]
-runs = collections.OrderedDict()
-for line in open(f"{out}/lat.tsv"):
-    s, st, v = line.split()
-    runs.setdefault(int(s), {}).setdefault(st, []).append(None if v == "failed" else float(v))
+sys.path.insert(0, sys.argv[2])
+from lat_medians import load
 # A setup that failed in any round counts as failed; else the median of its rounds.
-rows = {s: {st: (None if None in vs else statistics.median(vs)) for st, vs in r.items()}
-        for s, r in runs.items()}
+runs, rows = load(f"{out}/lat.tsv")
 names = {"plain": "not under gdr run", "nogdr": "not under gdr run, UCX_TLS=^gdr_copy",
          "run": "gdr run", "runucx": "gdr run --ucx"}
 with open(f"{out}/ucx.md", "a") as f:
@@ -219,6 +219,57 @@ if want sweep; then
     done
   done
   cat "$out/sweep.tsv"
+fi
+if want calls; then
+  # Which driver calls UCX makes per message, and their time, with the driver's memory (gdr
+  # absent) and with the allocator's (gdr run): scripts/clients/cucount.c, preloaded ahead of
+  # the allocator so that the allocator's own answers are timed too.
+  alloc=$("$gdr" run -q -- printenv LD_PRELOAD | cut -d: -f1)
+  if cc -O2 -shared -fPIC "$here/clients/cucount.c" -o "$out/libcucount.so" -ldl 2>"$out/cucount.build.log"; then
+    : >"$out/calls.tsv"
+    for s in ${GDR_UCX_CALL_SIZES:-4096 1048576}; do
+      n=2000
+      for st in nogdr run; do
+        d="$out/calls-$st-$s"; rm -rf "$d"; mkdir -p "$d"
+        pre="$out/libcucount.so"; envs="${GDR_UCX_CALL_ENV:-} CUCOUNT_OUT=$d UCX_TLS=^gdr_copy"
+        [ $st = run ] && { pre="$pre:$alloc"; envs="${GDR_UCX_CALL_ENV:-} CUCOUNT_OUT=$d"; }
+        next_port
+        run_pair "calls-$st-$s.log" none none "$envs LD_PRELOAD=$pre" "$ucx/bin/ucx_perftest" -p $port -- \
+          "$ucx/bin/ucx_perftest" 127.0.0.1 -p $port -t tag_lat -m cuda -s "$s" -n $n -w 0
+        echo -e "$s\t$st\t$(typical "$out/calls-$st-$s.log")\t$d\t$n" >>"$out/calls.tsv"
+      done
+    done
+    python3 - "$out" "${GDR_UCX_CALL_ENV:-}" <<'EOF'
+import glob, sys
+out = sys.argv[1]
+rows = [l.split("\t") for l in open(f"{out}/calls.tsv").read().splitlines()]
+extra = f" ({sys.argv[2]})" if sys.argv[2].strip() else ""
+with open(f"{out}/ucx.md", "a") as md:
+    for size in dict.fromkeys(r[0] for r in rows):
+        table, lat = {}, {}
+        for s, st, p50, d, n in rows:
+            if s != size:
+                continue
+            lat[st] = p50
+            for f in glob.glob(f"{d}/cucount.*"):
+                lines = open(f).read().splitlines()
+                role = "client" if "127.0.0.1" in lines[0] else "server"
+                for l in lines[1:]:
+                    name, calls, ns = l.split()
+                    table.setdefault(name, {})[(st, role)] = (int(calls) / int(n), int(ns) / int(calls) / 1000)
+        md.write(f"\nDriver calls per iteration of tag_lat at {size} B{extra}, as calls (us per call); "
+                 f"p50 gdr absent {lat.get('nogdr')} us, gdr run {lat.get('run')} us:\n\n")
+        cols = [(st, role) for role in ("server", "client") for st in ("nogdr", "run")]
+        md.write("| function | " + " | ".join(f"{role}, {'gdr absent' if st == 'nogdr' else 'gdr run'}" for st, role in cols) + " |\n")
+        md.write("|---" * (len(cols) + 1) + "|\n")
+        for name, v in sorted(table.items()):
+            cell = lambda k: f"{v[k][0]:.2f} ({v[k][1]:.2f})" if k in v else "-"
+            md.write(f"| {name} | " + " | ".join(cell(k) for k in cols) + " |\n")
+EOF
+    ok "calls: driver calls per message in $out/ucx.md"
+  else
+    bad "cucount does not build: $(head -3 "$out/cucount.build.log")"
+  fi
 fi
 [ -f "$out/ucx.md" ] && cat "$out/ucx.md"
 echo "ucx-gpu: $pass passed, $fail failed"
