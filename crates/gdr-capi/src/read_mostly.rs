@@ -3,9 +3,9 @@
 //! Every `gdr_copy_to_mapping` and `gdr_copy_from_mapping` looks its handle up under the
 //! table's lock, so that a made-up handle gets EINVAL and no `gdr_unmap` can pull the mapping
 //! from under the copy. A `std::sync::RwLock` read costs two locked instructions (acquire and
-//! release); on the H100 host an 8-byte call paid 20-34 ns beyond its stores for them and the
-//! lookup, a sixth of the call (2-7 ns with this lock; docs/results/2026-11-26-lookup.md). The table changes only at open, pin, map, unmap, unpin and
-//! close, each of which takes microseconds anyway, so the cost is moved to the writers.
+//! release), a noticeable share of an 8-byte copy call. The table changes only at open, pin,
+//! map, unmap, unpin and close, each of which takes microseconds anyway, so the cost is moved
+//! to the writers. What it saves is measured in docs/perf.md (C API).
 //!
 //! # Protocol
 //! Each thread owns a [`Slot`], a counter of the read sections it is in, written only by that

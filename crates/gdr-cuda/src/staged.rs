@@ -1,14 +1,12 @@
 //! Copy-engine reads into pageable host memory through page-locked chunks.
 //!
-//! `cuMemcpyDtoH` into pageable memory is slow for mid-sized reads: on the H100 hosts 64 KiB
-//! ran at 2.8-4.6 GB/s and 1 MiB at 5.6-10.3 GB/s, while the copy engine fills page-locked
-//! memory at 8-38 GB/s over the same sizes. A [`Stager`] keeps four page-locked chunks of
-//! 256 KiB and pipelines a read through them: the copy engine fills the next chunks while the
-//! CPU copies the finished one out to the caller's memory. At 1 MiB that gave 13.7-14.2 GB/s
-//! against 9.6-10.3 for the driver's path on one machine, and 13-14 against 5.6-6.0 on another
-//! (docs/results/2026-11-26-staged-reads.md). From 2 MiB up one core's copy-out (11-14 GB/s)
-//! no longer beats the driver's own pageable path, so [`read_into_host`] stages reads of up to
-//! [`STAGED_READ_MAX`] only.
+//! `cuMemcpyDtoH` into pageable memory is slow for mid-sized reads, while the copy engine fills
+//! page-locked memory several times faster over the same sizes. A [`Stager`] keeps four
+//! page-locked chunks of 256 KiB and pipelines a read through them: the copy engine fills the
+//! next chunks while the CPU copies the finished one out to the caller's memory. Past a few MiB
+//! one core's copy-out no longer beats the driver's own pageable path, so [`read_into_host`]
+//! stages reads of up to [`STAGED_READ_MAX`] only (the measurements behind both limits:
+//! docs/perf.md).
 //!
 //! Destinations that are page-locked already (`cuMemHostAlloc`, `cuMemHostRegister`) are copied
 //! into directly: the copy engine alone is faster there.
