@@ -73,9 +73,20 @@ pub fn open<S: AsRef<OsStr>>(
 ) -> Result<Loaded, LoadError> {
     let mut reason = None;
     for c in candidates {
+        // A path (not a name for the loader to search, which finds only libraries): the loader
+        // would open a FIFO there and wait for a writer forever.
+        let c = c.as_ref();
+        if c.as_encoded_bytes().contains(&b'/') {
+            if let Err(e) = gdr_pci::regular_file::check(std::path::Path::new(c)) {
+                if !matches!(e, gdr_pci::regular_file::RegularFileError::Io { .. }) {
+                    reason.get_or_insert_with(|| e.to_string());
+                    continue;
+                }
+            }
+        }
         // SAFETY: loading one of NVIDIA's libraries runs its initialisers, which have no
         // preconditions on our side.
-        match unsafe { libloading::Library::new(c.as_ref()) } {
+        match unsafe { libloading::Library::new(c) } {
             Ok(lib) => return Ok(Loaded { lib, spec }),
             Err(e) => {
                 reason.get_or_insert_with(|| e.to_string());
