@@ -76,13 +76,9 @@ pub fn open<S: AsRef<OsStr>>(
         // A path (not a name for the loader to search, which finds only libraries): the loader
         // would open a FIFO there and wait for a writer forever.
         let c = c.as_ref();
-        if c.as_encoded_bytes().contains(&b'/') {
-            if let Err(e) = gdr_pci::regular_file::check(std::path::Path::new(c)) {
-                if !matches!(e, gdr_pci::regular_file::RegularFileError::Io { .. }) {
-                    reason.get_or_insert_with(|| e.to_string());
-                    continue;
-                }
-            }
+        if let Err(e) = gdr_pci::regular_file::check_library(std::path::Path::new(c)) {
+            reason.get_or_insert_with(|| e.to_string());
+            continue;
         }
         // SAFETY: loading one of NVIDIA's libraries runs its initialisers, which have no
         // preconditions on our side.

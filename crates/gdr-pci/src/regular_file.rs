@@ -87,6 +87,19 @@ pub fn check(path: &Path) -> Result<(), RegularFileError> {
     regular(path, &std::fs::metadata(path).map_err(io_error(path))?)
 }
 
+/// [`check`] for what the dynamic loader is handed: a name without a `/` is searched for by
+/// the loader in its own directories and not checked; a path that cannot be looked at is left
+/// to the loader to report as it does (no such file, ...). A FIFO or a device is refused.
+pub fn check_library(path: &Path) -> Result<(), RegularFileError> {
+    if !path.as_os_str().as_encoded_bytes().contains(&b'/') {
+        return Ok(());
+    }
+    match check(path) {
+        Err(RegularFileError::Io { .. }) => Ok(()),
+        other => other,
+    }
+}
+
 /// `path` opened for reading if it is a regular file (see the module's text).
 pub fn open(path: &Path) -> Result<File, RegularFileError> {
     open_with(path, 0)
@@ -160,5 +173,9 @@ mod tests {
             check(&dir.path().join("none")),
             Err(RegularFileError::Io { .. })
         ));
+        // For the loader: names are its to search, missing paths its to report; FIFOs refused.
+        assert!(check_library(Path::new("libc.so.6")).is_ok());
+        assert!(check_library(&dir.path().join("none")).is_ok());
+        assert!(check_library(&fifo).is_err());
     }
 }

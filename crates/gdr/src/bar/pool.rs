@@ -171,7 +171,7 @@ pub fn use_library(path: &std::path::Path) -> Result<(), PoolLibraryError> {
     }
     let shown = path.display().to_string();
     // The loader would open a FIFO and wait for a writer forever.
-    crate::regular_file::check(path).map_err(|e| PoolLibraryError::Load {
+    crate::regular_file::check_library(path).map_err(|e| PoolLibraryError::Load {
         path: shown.clone(),
         reason: e.to_string(),
     })?;
