@@ -181,3 +181,43 @@ fn each_reason_is_printed_once() {
         }
     }
 }
+
+/// A FIFO named by an option or a variable is refused, not opened: the loader (`--lib`,
+/// `GDR_ALLOC_LIB`, `GDR_NVRTC`) and the reader of `--app-file` would wait for a writer
+/// forever. One shared check (`gdr::regular_file`) for every such path.
+#[test]
+fn a_fifo_named_by_an_option_or_a_variable_is_refused_not_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path in a directory of our own.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let f = fifo.to_str().unwrap();
+    let limit = Duration::from_secs(30);
+    let said = |out: &Output| text(&out.stdout) + &text(&out.stderr);
+    let refused = "fifo: not a regular file (a FIFO); not opened";
+    for (args, env) in [
+        (&["run", "--lib", f, "--", "true"][..], &[][..]),
+        (
+            &["run", "--", "true"],
+            &[("GDR_ALLOC_LIB", fifo.as_path())][..],
+        ),
+        (
+            &["serve", "--app-file", f, "--listen", "127.0.0.1:0"],
+            &[][..],
+        ),
+    ] {
+        let out = gdr(args, Stdio::piped(), env, limit);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", said(&out));
+        assert!(said(&out).contains(refused), "{args:?}: {}", said(&out));
+    }
+    // `gdr info` goes on without NVRTC and says why.
+    let out = gdr(
+        &["info"],
+        Stdio::piped(),
+        &[("GDR_NVRTC", fifo.as_path())],
+        limit,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert!(said(&out).contains(refused), "{}", said(&out));
+}

@@ -262,6 +262,9 @@ fn numbers_past_their_bounds_are_refused_in_one_line() {
         (&["--rate", "1e300"], "--rate"),
         (&["--duration=-1"], "more than 0"),
         (&["--duration", "0"], "more than 0"),
+        // Refused up front: 0 ms became 1 ms, and 0 requests ran, then failed.
+        (&["--timeout-ms", "0"], "--timeout-ms 0"),
+        (&["--requests", "0"], "--requests 0: nothing to send"),
     ] {
         let r = load(args);
         assert_one_error_line(&r, what);
@@ -314,6 +317,10 @@ fn numbers_past_their_bounds_are_refused_in_one_line() {
         (&["--cluster", "2"], "--cluster"),
         (&["--rx-format", "words"], "--rx-format"),
         (&["--profile"], "--profile"),
+        (
+            &["--max-in-flight", "18446744073709551615"],
+            "--max-in-flight 18446744073709551615: at most 16777216",
+        ),
     ] {
         let r = serve(args);
         assert_one_error_line(&r, what);

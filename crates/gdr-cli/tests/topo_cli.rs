@@ -131,3 +131,60 @@ fn a_hostile_capture_gives_warnings_and_the_rest() {
     );
     assert!(run.stdout.contains("DEV0"), "{}", run.stdout);
 }
+
+/// `--all` judges every pair in text as in JSON: on a tree of one GPU, two NICs and an NVMe
+/// drive the text listed the 3 pairs with the GPU, the JSON all 6.
+#[test]
+fn all_judges_every_pair_in_text_as_in_json() {
+    let root = tempfile::Builder::new()
+        .prefix("topo-cli-all-pairs-")
+        .tempdir()
+        .unwrap();
+    let mut t = TreeBuilder::create(root.path()).unwrap();
+    let hb = t.host_bridge("pci0000:00").unwrap();
+    let devices = [
+        (1, 0x10de, 0x2330, 0x030200),
+        (2, 0x15b3, 0x1021, 0x020000),
+        (3, 0x15b3, 0x1021, 0x020000),
+        (4, 0x144d, 0xa80a, 0x010802),
+    ];
+    for (i, vendor, device, class) in devices {
+        let rp = t
+            .add(
+                &hb,
+                FixtureFunction::new(&format!("0000:00:0{i}.0"), 0x8086, 0x352a, 0x060400),
+            )
+            .unwrap();
+        t.add(
+            &rp,
+            FixtureFunction::new(&format!("0000:0{i}:00.0"), vendor, device, class),
+        )
+        .unwrap();
+    }
+    let dir = root.path().to_str().unwrap();
+    let json = gdr_topo(
+        &["--all", "--json", "--sysfs", dir],
+        Duration::from_secs(10),
+    );
+    assert!(json.success, "{}", json.stderr);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(v["pairs"].as_array().unwrap().len(), 6, "{}", json.stdout);
+    let text = gdr_topo(&["--all", "--sysfs", dir], Duration::from_secs(10));
+    assert!(text.success, "{}", text.stderr);
+    let verdicts = text
+        .stdout
+        .split("Peer-to-peer verdicts:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{}", text.stdout));
+    let lines = verdicts.lines().take_while(|l| l.starts_with("  ")).count();
+    assert_eq!(lines, 6, "{}", text.stdout);
+    // The default view keeps to the pairs with the GPU.
+    let gpu = gdr_topo(&["--sysfs", dir], Duration::from_secs(10));
+    let verdicts = gpu.stdout.split("Peer-to-peer verdicts:\n").nth(1).unwrap();
+    assert_eq!(
+        verdicts.lines().take_while(|l| l.starts_with("  ")).count(),
+        3,
+        "{}",
+        gpu.stdout
+    );
+}

@@ -73,9 +73,16 @@ pub fn open<S: AsRef<OsStr>>(
 ) -> Result<Loaded, LoadError> {
     let mut reason = None;
     for c in candidates {
+        // A path (not a name for the loader to search, which finds only libraries): the loader
+        // would open a FIFO there and wait for a writer forever.
+        let c = c.as_ref();
+        if let Err(e) = gdr_pci::regular_file::check_library(std::path::Path::new(c)) {
+            reason.get_or_insert_with(|| e.to_string());
+            continue;
+        }
         // SAFETY: loading one of NVIDIA's libraries runs its initialisers, which have no
         // preconditions on our side.
-        match unsafe { libloading::Library::new(c.as_ref()) } {
+        match unsafe { libloading::Library::new(c) } {
             Ok(lib) => return Ok(Loaded { lib, spec }),
             Err(e) => {
                 reason.get_or_insert_with(|| e.to_string());

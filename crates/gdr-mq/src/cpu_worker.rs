@@ -11,8 +11,8 @@ use crate::memory::{PlainMemory, Region, RingMemory};
 use crate::queue::{init_rings, QueuePair, QueueParts, WorkerLink};
 use crate::QueueConfig;
 use std::mem::offset_of;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ struct CpuLink {
     failure: Mutex<Option<String>>,
 }
 
-impl WorkerLink for CpuLink {
+impl CpuLink {
     fn poll(&self) -> Result<bool, String> {
         if let Some(f) = self
             .failure
@@ -40,6 +40,34 @@ impl WorkerLink for CpuLink {
     }
 }
 
+/// One queue's view of its worker: the set's health, and how to wake the worker when it is
+/// parked ([`CpuIdle::Park`]).
+struct QueueLink {
+    set: Arc<CpuLink>,
+    /// The worker is parked, or about to park: a publish must unpark it.
+    parked: AtomicBool,
+    /// The worker thread, set once it is spawned (before the queue is handed out).
+    thread: OnceLock<std::thread::Thread>,
+}
+
+impl WorkerLink for QueueLink {
+    fn poll(&self) -> Result<bool, String> {
+        self.set.poll()
+    }
+
+    fn wake(&self) {
+        // Pairs with the worker's fence between raising `parked` and its last look at the
+        // ring: either that look sees what was just published, or this load sees `parked`
+        // (and an unpark before the park is kept as a token, so it is not lost).
+        fence(Ordering::SeqCst);
+        if self.parked.load(Ordering::Relaxed) {
+            if let Some(t) = self.thread.get() {
+                t.unpark();
+            }
+        }
+    }
+}
+
 /// How a CPU worker with no request waits for one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CpuIdle {
@@ -47,14 +75,15 @@ pub enum CpuIdle {
     /// after a pause waits about 50 us more at most, and an idle worker keeps using a
     /// noticeable share of a core (docs/serve.md, "CPU-mode workers").
     Poll,
-    /// As `Poll` for the first [`PARK_AFTER`], then sleep this long between looks: a request
-    /// after a quiet spell waits up to that much more, and an idle worker costs next to
-    /// nothing.
+    /// Yield for the first [`PARK_AFTER`], then park the thread until the host publishes a
+    /// request or asks it to stop (the queue wakes it), or this long passes (to notice an
+    /// idle timeout): an idle worker costs nothing, however many there are, and a request
+    /// after a quiet spell waits one thread wake-up more.
     Park(Duration),
 }
 
 /// How long a [`CpuIdle::Park`] worker polls before it parks.
-pub const PARK_AFTER: Duration = Duration::from_millis(10);
+pub const PARK_AFTER: Duration = Duration::from_millis(1);
 
 /// A set of queue pairs each served by one CPU thread.
 pub struct CpuWorkers {
@@ -70,6 +99,7 @@ struct Ring {
     first: u32,
     idle: Duration,
     wait: CpuIdle,
+    link: Arc<QueueLink>,
 }
 
 impl CpuWorkers {
@@ -112,6 +142,11 @@ impl CpuWorkers {
             let status = Region::whole(mem(layout::STATUS_SIZE)?);
             init_rings(&geo, &rx, &tx, cfg.first_index);
             status.store_u32(offset_of!(QueueStatus, rx_cons), cfg.first_index);
+            let qlink = Arc::new(QueueLink {
+                set: link.clone(),
+                parked: AtomicBool::new(false),
+                thread: OnceLock::new(),
+            });
             let ring = Ring {
                 geo,
                 rx: rx.clone(),
@@ -120,6 +155,7 @@ impl CpuWorkers {
                 first: cfg.first_index,
                 idle,
                 wait,
+                link: qlink.clone(),
             };
             link.live.fetch_add(1, Ordering::AcqRel);
             let (h, l) = (handler.clone(), link.clone());
@@ -142,6 +178,7 @@ impl CpuWorkers {
                     l.live.fetch_sub(1, Ordering::AcqRel);
                 })
                 .map_err(|e| MqError::Config(format!("cannot start a worker thread: {e}")))?;
+            let _ = qlink.thread.set(t.thread().clone());
             out.threads.push(t);
             out.queues.push(QueuePair::new(QueueParts {
                 id,
@@ -151,7 +188,7 @@ impl CpuWorkers {
                 status,
                 first_index: cfg.first_index,
                 wait_timeout: cfg.wait_timeout,
-                link: link.clone(),
+                link: qlink,
             }));
         }
         Ok(out)
@@ -214,7 +251,7 @@ fn serve(r: &Ring, handler: &(dyn Fn(&[u8], &mut [u8]) -> usize + Send + Sync)) 
     let mut last_prod = r.first;
     let mut last_activity = Instant::now();
     let mut spins = 0u32;
-    // Parked (CpuIdle::Park, quiet for PARK_AFTER): one look at the ring per nap, not 64.
+    // Parked (CpuIdle::Park, quiet for PARK_AFTER): one look at the ring per wake-up, not 64.
     let mut parked = false;
     set_state(r, layout::STATE_RUNNING, 0, 0);
     loop {
@@ -255,7 +292,7 @@ fn serve(r: &Ring, handler: &(dyn Fn(&[u8], &mut [u8]) -> usize + Send + Sync)) 
                 match r.wait {
                     CpuIdle::Park(nap) if idle > PARK_AFTER => {
                         parked = true;
-                        std::thread::sleep(nap);
+                        park(r, nap, next);
                     }
                     _ if idle > Duration::from_millis(1) => {
                         std::thread::sleep(Duration::from_micros(50))
@@ -325,6 +362,25 @@ fn serve(r: &Ring, handler: &(dyn Fn(&[u8], &mut [u8]) -> usize + Send + Sync)) 
             .store_u64(offset_of!(QueueStatus, batches), batches);
         r.status.store_u32(offset_of!(QueueStatus, rx_cons), next);
     }
+}
+
+/// Parks the worker until the queue wakes it (a publish or a stop) or `nap` passes, unless a
+/// request at `next` or a stop is already there.
+fn park(r: &Ring, nap: Duration, next: u32) {
+    r.link.parked.store(true, Ordering::Relaxed);
+    // Pairs with the fence in QueueLink::wake: see there.
+    fence(Ordering::SeqCst);
+    let waiting = r.rx.load_u32(DB_STOP) != 0
+        || if r.geo.rx_words {
+            let w0 = r.rx.load_u64(RX_CONTROL_SIZE + r.geo.slot_offset(next));
+            (w0 >> 32) as u32 == layout::seq_of(next)
+        } else {
+            r.rx.load_u32(DB_PROD) != next
+        };
+    if !waiting {
+        std::thread::park_timeout(nap);
+    }
+    r.link.parked.store(false, Ordering::Relaxed);
 }
 
 /// Reads request `idx` from its word-format RX slot into `req`: `(len, tag)`, or an `ERR_*`.

@@ -46,13 +46,14 @@ unsafe impl RingMemory for HostBuffer {
 }
 
 /// Zeroed, 4 KiB-aligned ordinary memory, for rings shared between CPU threads (tests, and the
-/// reference worker, [`CpuWorkers`](crate::CpuWorkers)).
+/// reference worker, [`CpuWorkers`](crate::CpuWorkers)). Fresh anonymous pages: zero without
+/// being written, so a ring's memory is written once (by its setup), not twice.
 pub struct PlainMemory {
     ptr: *mut u8,
-    layout: std::alloc::Layout,
+    len: usize,
 }
 
-// SAFETY: the allocation is owned by the value and freed only in its Drop, whichever thread
+// SAFETY: the mapping is owned by the value and unmapped only in its Drop, whichever thread
 // that runs on; the raw pointer carries no thread affinity.
 unsafe impl Send for PlainMemory {}
 // SAFETY: a shared PlainMemory only hands out its pointer, size and caching; every access
@@ -63,32 +64,49 @@ unsafe impl Sync for PlainMemory {}
 impl PlainMemory {
     /// `size` zeroed bytes (at least one page is reserved).
     pub fn new(size: usize) -> Result<PlainMemory, String> {
-        let layout = std::alloc::Layout::from_size_align(size.max(4096), 4096)
-            .map_err(|e| format!("cannot allocate {size} bytes: {e}"))?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        if ptr.is_null() {
-            return Err(format!("out of memory allocating {size} bytes"));
+        let len = size
+            .max(4096)
+            .checked_next_multiple_of(4096)
+            .ok_or_else(|| format!("cannot allocate {size} bytes"))?;
+        // SAFETY: a new private anonymous mapping; no existing memory is touched.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(format!(
+                "out of memory allocating {size} bytes: {}",
+                std::io::Error::last_os_error()
+            ));
         }
-        Ok(PlainMemory { ptr, layout })
+        Ok(PlainMemory {
+            ptr: ptr.cast(),
+            len,
+        })
     }
 }
 
 impl Drop for PlainMemory {
     fn drop(&mut self) {
-        // SAFETY: allocated in new with this layout.
-        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+        // SAFETY: the mapping made in new, of this length, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
 
-// SAFETY: ptr is a live, owned, 4096-aligned allocation of layout.size() bytes, reached only
+// SAFETY: ptr is a live, owned, page-aligned mapping of len bytes, reached only
 // through copies and atomics.
 unsafe impl MappedMemory for PlainMemory {
     fn cpu_ptr(&self) -> *mut u8 {
         self.ptr
     }
     fn size(&self) -> usize {
-        self.layout.size()
+        self.len
     }
     fn caching(&self) -> Caching {
         Caching::WriteBack

@@ -41,7 +41,7 @@
 //! ```
 
 // Modules use only modules of a lower layer, never each other:
-//   0 bdf, config, cpulist, keep, limits
+//   0 bdf, config, cpulist, keep, limits, regular_file
 //   1 device, sysfs_error      2 resolve, topology      3 fixture, geometry, sysfs
 //   4 info, verdict            5 path, scan             6 capture, render, report
 // `Topology` (layer 2) holds the tree; the modules above add its queries in their own
@@ -58,6 +58,7 @@ mod info;
 mod keep;
 pub mod limits;
 mod path;
+pub mod regular_file;
 pub mod render;
 mod report;
 mod resolve;

@@ -155,11 +155,22 @@ pub fn device_list(devices: &[&PciDevice]) -> String {
 }
 
 /// Verdict lines for pairs that involve a GPU (all pairs when there is no GPU), at most
-/// [`MAX_PAIRS`](crate::limits::MAX_PAIRS) of them, then a line that counts the rest.
+/// [`MAX_PAIRS`](crate::limits::MAX_PAIRS) of them, then a line that counts the rest: the
+/// default view of `gdr topo`, as [`Topology::gpu_report`] in JSON.
 pub fn verdicts(topo: &Topology, devices: &[&PciDevice]) -> String {
+    verdict_lines(topo, topo.gpu_pairs(devices))
+}
+
+/// Verdict lines for every pair of `devices`, GPU or not, at most
+/// [`MAX_PAIRS`](crate::limits::MAX_PAIRS) of them, then a line that counts the rest: `gdr
+/// topo --all`, as [`Topology::report`] in JSON.
+pub fn verdicts_all(topo: &Topology, devices: &[&PciDevice]) -> String {
+    verdict_lines(topo, topo.pairs(devices))
+}
+
+fn verdict_lines(topo: &Topology, pairs: crate::Pairs) -> String {
     let mut out = String::from("Peer-to-peer verdicts:\n");
     let mut n = 0;
-    let pairs = topo.gpu_pairs(devices);
     let note = pairs.left_out_note();
     for p in pairs {
         let (Some(a), Some(b)) = (topo.device(p.a), topo.device(p.b)) else {

@@ -107,28 +107,7 @@ fn push_components(todo: &mut Vec<OsString>, p: &Path) {
     }
 }
 
-/// What kind of entry `m` describes, for messages.
-pub(crate) fn kind_of(m: &Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = m.file_type();
-    if t.is_file() {
-        "regular file"
-    } else if t.is_dir() {
-        "directory"
-    } else if t.is_symlink() {
-        "symlink"
-    } else if t.is_fifo() {
-        "FIFO"
-    } else if t.is_char_device() {
-        "character device"
-    } else if t.is_block_device() {
-        "block device"
-    } else if t.is_socket() {
-        "socket"
-    } else {
-        "special file"
-    }
-}
+pub(crate) use crate::regular_file::kind_of;
 
 /// Joins a relative link target to the directory holding the link and folds `.`/`..` without
 /// touching the disk. `None` when the target is absolute or the result would climb above the

@@ -10,13 +10,12 @@
 
 use crate::keep::KEEP_FILE;
 use crate::limits::{MAX_DIR_ENTRIES, MAX_TOTAL_BYTES};
+use crate::regular_file::{self, RegularFileError};
 use crate::resolve::{self, kind_of, resolve_lexically, Resolved};
 use crate::sysfs_error::SysfsError;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// One entry that a read touched, as `capture` needs to recreate it.
@@ -160,18 +159,20 @@ impl Sysfs {
         if self.bytes_read.get() >= MAX_TOTAL_BYTES {
             return Err(SysfsError::BudgetSpent);
         }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-            .open(self.root.join(&r.path))?;
-        regular(&file.metadata()?)?;
-        // Never sized by the file's claimed length: sysfs says 4096 for every attribute, and a
+        let path = self.root.join(&r.path);
+        let from = |e: RegularFileError| match e {
+            RegularFileError::NotRegular { found, .. } => SysfsError::WrongType {
+                expected: "regular file",
+                found,
+            },
+            RegularFileError::TooLong { .. } => SysfsError::TooLong { cap },
+            RegularFileError::Io { source, .. } => SysfsError::Io(source),
+        };
+        // Not following a link: the entry may have changed since it was looked at. Never
+        // sized by the file's claimed length: sysfs says 4096 for every attribute, and a
         // sparse file may claim anything.
-        let mut data = Vec::new();
-        file.take(cap as u64 + 1).read_to_end(&mut data)?;
-        if data.len() > cap {
-            return Err(SysfsError::TooLong { cap });
-        }
+        let file = regular_file::open_with(&path, libc::O_NOFOLLOW).map_err(from)?;
+        let data = regular_file::read_file(&path, file, cap as u64).map_err(from)?;
         self.bytes_read
             .set(self.bytes_read.get() + data.len() as u64);
         self.record(rel, Recorded::File(data.clone()));

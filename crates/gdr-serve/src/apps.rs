@@ -112,37 +112,18 @@ impl App {
     /// ends), and the read stops past the bound whatever the file claims.
     pub fn read_source(path: &std::path::Path) -> Result<String, ServeError> {
         use crate::limits::MAX_APP_SOURCE;
-        use std::io::Read;
-        use std::os::unix::fs::OpenOptionsExt;
-        let bad = |why: String| ServeError::Config(format!("{}: {why}", path.display()));
-        let io = |e: std::io::Error| bad(e.to_string());
-        let regular = |m: &std::fs::Metadata| {
-            if m.is_file() {
-                Ok(())
-            } else {
-                Err(bad(
-                    "not a regular file; --app-file takes a CUDA C source file".into(),
-                ))
+        use gdr::regular_file::{read, RegularFileError};
+        let bytes = read(path, MAX_APP_SOURCE).map_err(|e| match e {
+            RegularFileError::NotRegular { .. } => {
+                ServeError::Config(format!("{e}: --app-file takes a CUDA C source file"))
             }
-        };
-        regular(&std::fs::metadata(path).map_err(io)?)?;
-        // Non-blocking: had the file been swapped for a FIFO since, the open does not wait.
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)
-            .map_err(io)?;
-        regular(&f.metadata().map_err(io)?)?;
-        let mut bytes = Vec::new();
-        f.take(MAX_APP_SOURCE + 1)
-            .read_to_end(&mut bytes)
-            .map_err(io)?;
-        if bytes.len() as u64 > MAX_APP_SOURCE {
-            return Err(bad(format!(
-                "longer than {MAX_APP_SOURCE} bytes; an app source is far smaller"
-            )));
-        }
-        String::from_utf8(bytes).map_err(|_| bad("not UTF-8 text".into()))
+            RegularFileError::TooLong { .. } => {
+                ServeError::Config(format!("{e}: an app source is far smaller"))
+            }
+            e => ServeError::Config(e.to_string()),
+        })?;
+        let bad = |why: &str| ServeError::Config(format!("{}: {why}", path.display()));
+        String::from_utf8(bytes).map_err(|_| bad("not UTF-8 text"))
     }
 
     /// A user app: `source` defines `gdr_serve_app`; requests up to `max_request` bytes,

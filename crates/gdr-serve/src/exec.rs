@@ -114,15 +114,16 @@ impl Idle {
     }
 }
 
-/// How long an idle CPU worker of a backing-off server sleeps between looks at its queue:
-/// what the first request after 10 ms of quiet may wait more (a network thread is woken by
-/// the datagram itself; a worker polls memory, and nothing wakes it).
-pub const CPU_PARK: Duration = Duration::from_millis(1);
+/// The longest an idle CPU worker of a backing-off server stays parked without a look at its
+/// queue. A request or a stop wakes it at once (the queue unparks it), so this only bounds
+/// how often a parked worker wakes for nothing: a server with a thousand of them on two cores
+/// must not spend the cores waking them.
+pub const CPU_PARK: Duration = Duration::from_millis(100);
 
 /// The CPU backend: `queues` queue pairs in plain memory, each served by a CPU thread running
-/// the app's CPU version, idle as `idle` says (`Backoff`: parked in naps of [`CPU_PARK`]
-/// after 10 ms of quiet; `Spin`: gdr_mq's polling, 50 us naps after 1 ms). Take executors
-/// from it with [`QueueExec`].
+/// the app's CPU version, idle as `idle` says (`Backoff`: parked after 1 ms of quiet until a
+/// request comes, see [`CPU_PARK`]; `Spin`: gdr_mq's polling, 50 us naps after 1 ms). Take
+/// executors from it with [`QueueExec`].
 pub fn cpu_workers(
     app: &App,
     queues: usize,

@@ -80,14 +80,15 @@ pub use lenet::{
     parse_logits as lenet_parse_logits, RESIDENT_FLOATS as LENET_RESIDENT_FLOATS,
 };
 pub use limits::{
-    available_memory, thread_bytes, MAX_APP_SOURCE, MAX_BATCH, MAX_IMAGES, MAX_OUTSTANDING,
-    MAX_QUEUE_SETS, MAX_RATE, MAX_STREAMS, MAX_THREADS, MAX_TIMEOUT_MS, MAX_UNANSWERED,
+    available_memory, thread_bytes, MAX_APP_SOURCE, MAX_BATCH, MAX_IMAGES, MAX_IN_FLIGHT,
+    MAX_OUTSTANDING, MAX_QUEUE_SETS, MAX_RATE, MAX_STREAMS, MAX_THREADS, MAX_TIMEOUT_MS,
+    MAX_UNANSWERED,
 };
 // The load generator (`gdr load`): `run_load` sends what a `LoadConfig` says.
 pub use load::{run as run_load, server_counters, LoadConfig, LoadMode, LoadReport, Payload};
 pub use run::{serve, Mode, ServeOptions, DEFAULT_LISTEN};
 pub use server::{Counters, ServeReport, Server, ServerConfig, StageSummary};
-pub use signal::stop_flag;
+pub use signal::{stop_flag, stop_flag_after_setup, stop_when_ready};
 // The datagram format (docs/serve.md): gdr-serve's own header or sockperf's.
 pub use wire::{
     anonymous_error, decode_response, encode_request, encode_response_header, encode_stats_query,

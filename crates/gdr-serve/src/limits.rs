@@ -39,6 +39,11 @@ pub const MAX_IMAGES: usize = 1 << 20;
 /// nodes have 16 GPUs.
 pub const MAX_QUEUE_SETS: usize = 64;
 
+/// `gdr serve --max-in-flight` at most, per queue: a queue has at most 2^24 slots
+/// (`gdr_mq::layout::Geometry`), and never holds more requests than its slots, so a larger
+/// number would bound nothing.
+pub const MAX_IN_FLIGHT: usize = 1 << 24;
+
 /// `gdr serve --streams` at most (host-centric: requests in flight per thread and GPU, each
 /// a CUDA stream with its buffers).
 pub const MAX_STREAMS: usize = 1024;

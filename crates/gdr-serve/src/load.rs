@@ -15,7 +15,7 @@ use crate::net::{self, RecvBatch, SendBatch};
 use crate::wire::{self, Status};
 use crate::ServeError;
 use gdr::timing::{Histogram, LatencySummary};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -381,13 +381,22 @@ struct ThreadResult {
 
 /// Asks the server at `target` for its counters (None if it does not answer in time).
 pub fn server_counters(target: SocketAddr, wait: Duration) -> Option<crate::server::Counters> {
+    counters_unless(target, wait, &AtomicBool::new(false))
+}
+
+/// [`server_counters`], given up as soon as `stop` is set.
+fn counters_unless(
+    target: SocketAddr,
+    wait: Duration,
+    stop: &AtomicBool,
+) -> Option<crate::server::Counters> {
     let s = net::bind(unspecified_for(target), 1 << 16).ok()?;
     s.connect(target).ok()?;
     let id = 0x5747_u64 << 48 | std::process::id() as u64;
     let start = Instant::now();
     let mut buf = vec![0u8; 65536];
     let mut last_send = None::<Instant>;
-    while start.elapsed() < wait {
+    while start.elapsed() < wait && !stop.load(Ordering::Relaxed) {
         if last_send.is_none_or(|t| t.elapsed() > Duration::from_millis(100)) {
             let _ = s.send(&wire::encode_stats_query(id));
             last_send = Some(Instant::now());
@@ -400,6 +409,8 @@ pub fn server_counters(target: SocketAddr, wait: Duration) -> Option<crate::serv
                     }
                 }
             }
+            // Nothing listens there (ICMP port unreachable): no counters will come.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return None,
             Err(_) => std::thread::sleep(Duration::from_micros(200)),
         }
     }
@@ -475,6 +486,16 @@ impl LoadConfig {
                 }
             }
         }
+        if self.requests == Some(0) {
+            return Err(ServeError::Config(
+                "--requests 0: nothing to send (leave it out for no limit)".into(),
+            ));
+        }
+        if self.timeout.is_zero() {
+            return Err(ServeError::Config(
+                "--timeout-ms 0: every request would be lost at once; at least 1".into(),
+            ));
+        }
         if self.timeout > std::time::Duration::from_millis(MAX_TIMEOUT_MS) {
             return Err(ServeError::Config(format!(
                 "--timeout-ms {}: at most {MAX_TIMEOUT_MS} (a minute)",
@@ -506,15 +527,22 @@ impl LoadConfig {
 /// Bytes of one client receive buffer: the largest UDP datagram, so that no answer is cut.
 const RECV_BUF: usize = 65536;
 
+/// After a stop (SIGINT), how long the client threads wait at most for the answers still due
+/// (never longer than the timeout), and the server for its counters: together well within a
+/// second, so that a signal ends a run at once whatever the thread count.
+const STOP_GRACE: Duration = Duration::from_millis(100);
+
 /// Runs the load; `stop` ends sending early (SIGINT).
 pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<LoadReport, ServeError> {
     cfg.check()?;
     let before = if cfg.server_stats {
-        server_counters(cfg.target, Duration::from_millis(500))
+        counters_unless(cfg.target, Duration::from_millis(500), stop)
     } else {
         None
     };
     let gen = Arc::new(Generator::new(&cfg.payload, cfg.verify));
+    // One clock for every thread: a thread that starts late (a thousand of them on two cores
+    // take a while) still stops sending when the run's duration is up.
     let start = Instant::now();
     let results: Vec<Result<ThreadResult, ServeError>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..cfg.threads)
@@ -522,7 +550,7 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<LoadReport, ServeError
                 let gen = gen.clone();
                 std::thread::Builder::new()
                     .name(format!("load-{t}"))
-                    .spawn_scoped(s, move || client_thread(cfg, &gen, t, stop))
+                    .spawn_scoped(s, move || client_thread(cfg, &gen, t, start, stop))
                     .inspect_err(|_| {
                         // The threads started so far stop sending; they still drain.
                         stop.store(true, Ordering::Relaxed)
@@ -575,7 +603,12 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<LoadReport, ServeError
     rep.latency = hist.summary();
     rep.throughput_rps = rep.ok as f64 / send_time.as_secs_f64().max(1e-9);
     if let Some(b) = before {
-        rep.server = server_counters(cfg.target, Duration::from_millis(500)).map(|a| diff(a, b));
+        let wait = if stop.load(Ordering::Relaxed) {
+            STOP_GRACE
+        } else {
+            Duration::from_millis(500)
+        };
+        rep.server = server_counters(cfg.target, wait).map(|a| diff(a, b));
     }
     Ok(rep)
 }
@@ -584,6 +617,7 @@ fn client_thread(
     cfg: &LoadConfig,
     gen: &Generator,
     t: usize,
+    start: Instant,
     stop: &AtomicBool,
 ) -> Result<ThreadResult, ServeError> {
     let sock = net::bind(unspecified_for(cfg.target), 8 << 20)
@@ -595,6 +629,13 @@ fn client_thread(
     let mut rx = RecvBatch::new(cfg.batch, RECV_BUF);
     let mut out = ThreadResult::default();
     let mut outstanding: HashMap<u64, Instant> = HashMap::new();
+    // Every batch sent, oldest first, as (first sequence number, count, send time): requests
+    // expire from its front, each looked at once, instead of a sweep over every outstanding
+    // request (65536 a thread at most) every few milliseconds, which a thousand threads could
+    // not keep up with.
+    let mut batches: VecDeque<(u64, u64, Instant)> = VecDeque::new();
+    // Set when stopped: past it, what is still outstanding is lost.
+    let mut give_up: Option<Instant> = None;
     let mut next_seq = 0u64;
     let id_base = (t as u64) << 48;
     // Requests are shared out over threads: thread t sends numbers t, t + T, ...
@@ -605,20 +646,26 @@ fn client_thread(
         LoadMode::Open { rate } => rate / cfg.threads as f64,
         _ => 0.0,
     };
-    let start = Instant::now();
     let mut sending = true;
     let mut send_end = start;
-    let mut last_sweep = start;
     let mut reqbuf = Vec::new();
     loop {
         let now = Instant::now();
+        let stopped = stop.load(Ordering::Relaxed);
         if sending
             && (now.duration_since(start) >= cfg.duration
                 || quota.is_some_and(|q| next_seq >= q)
-                || stop.load(Ordering::Relaxed))
+                || stopped)
         {
             sending = false;
             send_end = now;
+        }
+        if stopped && give_up.is_none() {
+            give_up = Some(now + cfg.timeout.min(STOP_GRACE));
+        }
+        if give_up.is_some_and(|g| now >= g) {
+            out.lost += outstanding.len() as u64;
+            outstanding.clear();
         }
         if !sending && outstanding.is_empty() {
             break;
@@ -667,6 +714,7 @@ fn client_thread(
                 for &i in tx.failed() {
                     outstanding.remove(&(id_base | (first + i as u64)));
                 }
+                batches.push_back((first, want as u64, t_send));
             }
         }
         // Receive.
@@ -704,15 +752,22 @@ fn client_thread(
             out.client_drops = d as u64;
         }
         out.refused = rx.refused();
-        // Expire.
-        if now.duration_since(last_sweep) > Duration::from_millis(10) {
-            last_sweep = now;
-            let before = outstanding.len();
-            outstanding.retain(|_, t0| now.duration_since(*t0) < cfg.timeout);
-            out.lost += (before - outstanding.len()) as u64;
+        // Expire: the batches sent a timeout ago or earlier.
+        while let Some(&(first, count, t0)) = batches.front() {
+            if now.duration_since(t0) < cfg.timeout {
+                break;
+            }
+            for seq in first..first + count {
+                if outstanding.remove(&(id_base | seq)).is_some() {
+                    out.lost += 1;
+                }
+            }
+            batches.pop_front();
         }
         if n == 0 && !sending {
-            std::thread::sleep(Duration::from_micros(20));
+            // Waiting for the last answers: until one comes, or a millisecond passes to
+            // expire what is due (a thousand threads napping 20 us each kept two cores busy).
+            net::wait_readable(fd, 1);
         } else if n == 0 && !sent_now {
             // Nothing came and nothing was due: let the other threads run. Alone on a core
             // this returns at once; with more threads than cores (up to 1024) it keeps a

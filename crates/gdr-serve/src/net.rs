@@ -351,6 +351,19 @@ impl SendBatch {
     }
 }
 
+/// Blocks until `fd` has something to read or `timeout_ms` pass (a signal ends it early too;
+/// the caller looks again either way).
+pub(crate) fn wait_readable(fd: RawFd, timeout_ms: i32) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd, for the duration of the call. Errors (EINTR) need no handling:
+    // the caller receives next, or comes back here.
+    unsafe { libc::poll(&mut p, 1, timeout_ms) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

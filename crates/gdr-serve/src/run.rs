@@ -122,6 +122,12 @@ impl ServeOptions {
             "entries; the largest nodes have 16 GPUs",
         )?;
         at_most("streams", self.streams, MAX_STREAMS, "per thread and GPU")?;
+        at_most(
+            "max-in-flight",
+            self.max_in_flight,
+            MAX_IN_FLIGHT,
+            "per queue, which holds at most 2^24 requests",
+        )?;
         if self.mode == Mode::Cpu && matches!(app.kind(), AppKind::User { .. }) {
             return Err(ServeError::Config(format!(
                 "{}: a CUDA app (--app-file) runs only on a GPU; --mode cpu serves echo, lenet \

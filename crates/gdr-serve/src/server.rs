@@ -48,7 +48,8 @@ pub struct ServerConfig {
     pub stats: bool,
     /// Datagrams per recvmmsg / sendmmsg.
     pub batch: usize,
-    /// After stop, how long in-flight requests may take to finish.
+    /// After stop, how long in-flight requests may take to finish (half a second by default,
+    /// so that a stop by signal ends the run within a second; the rest is counted abandoned).
     pub drain_timeout: Duration,
     /// Socket buffer size asked for (both directions).
     pub socket_buffer: usize,
@@ -63,7 +64,7 @@ impl Default for ServerConfig {
             reply_errors: false,
             stats: false,
             batch: 32,
-            drain_timeout: Duration::from_secs(5),
+            drain_timeout: Duration::from_millis(500),
             socket_buffer: 16 << 20,
             idle: Idle::Backoff,
         }
@@ -308,19 +309,6 @@ impl Server {
     }
 }
 
-/// Blocks until `fd` has something to read or `timeout_ms` pass (a signal ends it early too;
-/// the caller looks again either way).
-fn wait_readable(fd: RawFd, timeout_ms: i32) {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd, for the duration of the call. Errors (EINTR) need no handling:
-    // the serve loop receives next, or comes back here.
-    unsafe { libc::poll(&mut p, 1, timeout_ms) };
-}
-
 fn snapshot(sh: &Shared) -> Counters {
     let mut c = *sh.counters.lock().unwrap_or_else(|p| p.into_inner());
     c.kernel_drops = sh.kernel_drops.load(Ordering::Relaxed);
@@ -536,7 +524,7 @@ impl<'s, 'a> NetThread<'s, 'a> {
                 let since = *idle_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > IDLE_SPIN {
                     self.publish();
-                    wait_readable(self.fd, IDLE_POLL_MS);
+                    net::wait_readable(self.fd, IDLE_POLL_MS);
                 }
             } else {
                 std::hint::spin_loop();

@@ -84,6 +84,7 @@ pub mod info;
 pub mod peer;
 pub mod timing;
 pub use gdr_pci as topo;
+pub use gdr_pci::regular_file;
 
 /// The README's library example, run as a doctest so that it stays true.
 #[cfg(doctest)]

@@ -97,14 +97,14 @@ impl Samples {
     }
 }
 
+/// Powers of four times 4 KiB from `min` (rounded up) to `max`, with checked arithmetic: a
+/// `--max-size` near 2^64 ends the list instead of wrapping.
 fn sizes(min: usize, max: usize) -> Vec<usize> {
-    let mut v = Vec::new();
-    let mut s = min.max(4096).next_power_of_two();
-    while s <= max {
-        v.push(s);
-        s *= 4;
-    }
-    v
+    std::iter::successors(min.max(4096).checked_next_power_of_two(), |s| {
+        s.checked_mul(4)
+    })
+    .take_while(|&s| s <= max)
+    .collect()
 }
 
 fn dmabuf(ctx: &Context, size: usize, iters: usize, out: &mut Vec<Row>) -> Result<(), E> {
@@ -216,6 +216,15 @@ pub fn run(args: ApiperfArgs) -> CmdResult {
     if args.min_size > args.max_size {
         return Err("--min-size is larger than --max-size".into());
     }
+    // Checked before the GPU is opened.
+    let sizes = sizes(args.min_size, args.max_size);
+    if sizes.is_empty() {
+        return Err(format!(
+            "no size from --min-size {} to --max-size {}",
+            args.min_size, args.max_size
+        )
+        .into());
+    }
     let ctx = Context::on(args.gpu.gpu)?;
     let mut rep = Report::default();
     let vulkan = VulkanBackend::new(&ctx);
@@ -245,7 +254,7 @@ pub fn run(args: ApiperfArgs) -> CmdResult {
         rep.skipped
             .push("capi: gdr_open() failed (GDRCOPY_ENABLE_LOGGING=1 says why)".into());
     }
-    for size in sizes(args.min_size, args.max_size) {
+    for &size in &sizes {
         let iters = if size > 256 << 20 {
             args.iters.clamp(1, 5)
         } else {
@@ -308,5 +317,9 @@ mod tests {
         assert_eq!(sizes(4096, 1 << 30).len(), 10);
         assert_eq!(sizes(1, 65536), vec![4096, 16384, 65536]);
         assert!(sizes(1 << 20, 4096).is_empty());
+        // Near 2^64 the list ends instead of wrapping around.
+        assert_eq!(sizes(1 << 62, usize::MAX), vec![1 << 62]);
+        assert!(sizes((1 << 63) + 1, usize::MAX).is_empty());
+        assert_eq!(*sizes(4096, usize::MAX).last().unwrap(), 1 << 62);
     }
 }

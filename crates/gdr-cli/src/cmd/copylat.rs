@@ -65,14 +65,13 @@ pub struct CopylatRow {
     pub auto_contenders: Vec<super::measure::Contender>,
 }
 
+/// Powers of two from `min` (rounded up) to `max`, doubling with checked arithmetic: a
+/// `--max-size` near 2^64 ends the list instead of wrapping (which looped until the list's
+/// allocation aborted).
 pub fn sizes(min: usize, max: usize) -> Vec<usize> {
-    let mut v = Vec::new();
-    let mut s = min.max(1).next_power_of_two();
-    while s <= max {
-        v.push(s);
-        s *= 2;
-    }
-    v
+    std::iter::successors(min.max(1).checked_next_power_of_two(), |s| s.checked_mul(2))
+        .take_while(|&s| s <= max)
+        .collect()
 }
 
 /// The auto copier as copylat's and copybw's flags ask for it.
@@ -294,13 +293,22 @@ pub fn run(args: CopylatArgs) -> CmdResult {
         )
         .into());
     }
+    // Checked before the GPU is opened.
+    let sizes = sizes(args.min_size, args.max_size);
+    if sizes.is_empty() {
+        return Err(format!(
+            "no power of two from --min-size {} to --max-size {}",
+            args.min_size, args.max_size
+        )
+        .into());
+    }
     let be = gpu::open(args.gpu)?;
     let auto = copier_for(&be, &args.report)?;
     let raw = RawLog::create(args.report.raw_samples.as_deref())?;
     let rows = measure(
         &be,
         &auto,
-        &sizes(args.min_size, args.max_size),
+        &sizes,
         Duration::from_millis(args.budget_ms),
         !args.report.json,
         raw.as_ref(),
@@ -349,4 +357,20 @@ pub fn run(args: CopylatArgs) -> CmdResult {
         )?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sizes;
+
+    /// `s *= 2` wrapped past 2^63 to 0 (release) and looped until the list's allocation
+    /// aborted; the doubling is checked now.
+    #[test]
+    fn sizes_near_two_to_the_64_end_instead_of_wrapping() {
+        assert_eq!(sizes(1, 8), vec![1, 2, 4, 8]);
+        assert_eq!(sizes(3, 8), vec![4, 8]);
+        assert_eq!(sizes(1 << 63, usize::MAX), vec![1 << 63]);
+        assert!(sizes((1 << 63) + 1, usize::MAX).is_empty());
+        assert_eq!(sizes(1, usize::MAX).len(), 64);
+    }
 }

@@ -44,17 +44,18 @@ pub struct LoadArgs {
     /// sent at once (overrides --outstanding)
     #[arg(long)]
     rate: Option<f64>,
-    /// Seconds of sending, more than 0 and at most a day
+    /// Seconds of sending, more than 0 and at most a day, counted from the start of the
+    /// first thread; then the run waits up to --timeout-ms for the last answers
     #[arg(long, default_value_t = 5.0)]
     duration: f64,
-    /// Stop after this many requests in total
+    /// Stop after this many requests in total (at least 1)
     #[arg(long)]
     requests: Option<u64>,
     /// Client threads (one socket each; at most 1024, and their buffers within half the free
     /// memory)
     #[arg(long, default_value_t = 1)]
     threads: usize,
-    /// A request unanswered this long is lost (ms, at most 60000)
+    /// A request unanswered this long is lost (ms, 1 to 60000)
     #[arg(long, default_value_t = 1000)]
     timeout_ms: u64,
     /// Check every answer (echo bytes, vecadd sums, lenet logits against the CPU reference)
@@ -98,7 +99,7 @@ pub fn run(a: LoadArgs) -> CmdResult {
         duration,
         requests: a.requests,
         threads: a.threads,
-        timeout: Duration::from_millis(a.timeout_ms.max(1)),
+        timeout: Duration::from_millis(a.timeout_ms),
         verify: a.verify,
         batch: a.batch,
         server_stats: !a.no_server_stats,

@@ -172,6 +172,8 @@ fn check_library(lib: &Path) -> Result<(), String> {
 
 pub fn run(a: RunArgs) -> CmdResult {
     let lib = find_library(a.lib)?;
+    // The loader would open a FIFO and wait for a writer forever.
+    gdr::regular_file::check(&lib)?;
     // An absolute path: the program may change directory before it loads anything else.
     let lib = lib
         .canonicalize()

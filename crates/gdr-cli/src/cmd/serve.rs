@@ -41,16 +41,26 @@ pub struct ServeArgs {
     /// no GPU is used; each entry is one more CPU queue set)
     #[arg(long, value_delimiter = ',', default_value = "0")]
     gpus: Vec<usize>,
-    /// Network threads (CPU cores on the data path; at most 1024)
+    /// Network threads (CPU cores on the data path; at most 1024). Each polls its own socket
+    /// with a receive batch of --batch times the largest request; past the cores they only
+    /// take turns. In --mode cpu each also gets, per --gpus entry, a CPU worker thread and a
+    /// queue pair in host memory (see --slots), written in full at setup: with the defaults
+    /// about 3 MiB a thread, some 3 GiB for 1024. The memory check refuses more than half
+    /// of what is free
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// Datagrams per recvmmsg/sendmmsg (at most 1024, the kernel's limit per call)
     #[arg(long, default_value_t = 32)]
     batch: usize,
-    /// Slots per GPU queue (power of two)
+    /// Slots per queue (a power of two): the most requests a queue holds. A queue pair takes
+    /// about 3 x slots x the app's largest message (request or response, echo's is
+    /// --max-payload) bytes: 3 MiB with the defaults. There is one per network thread and
+    /// GPU, in GPU memory (host memory for --placement host), or in --mode cpu one per thread
+    /// and --gpus entry in host memory
     #[arg(long, default_value_t = 1024)]
     slots: u32,
-    /// Most requests in flight per queue; beyond it requests are shed (counted)
+    /// Most requests in flight per queue, 1 to 16777216 (a queue holds no more than --slots
+    /// anyway); beyond it requests are shed (counted)
     #[arg(long, default_value_t = 256)]
     max_in_flight: usize,
     /// Warps per worker block (power of two up to 16) [default: 1 for echo and vecadd, whose
@@ -204,10 +214,13 @@ pub fn run(a: ServeArgs) -> CmdResult {
             ..Default::default()
         },
     };
-    let stop = gdr_serve::stop_flag();
+    // Until ready a signal ends the process at once: setup (compiling, launching workers,
+    // allocating queues) has nothing to drain and does not look at a flag.
+    let stop = gdr_serve::stop_flag_after_setup();
     // The CPU mode runs CPU queue sets (one per --gpus entry) and uses no GPU.
     let gpus: &[usize] = if mode == Mode::Cpu { &[] } else { &a.gpus };
     let r = serve(&app, &opts, stop, &mut |addr| {
+        gdr_serve::stop_when_ready();
         let on = if mode == Mode::Cpu {
             format!("no GPU ({} CPU queue set(s))", opts.gpus.len())
         } else {

@@ -153,7 +153,12 @@ pub fn run(args: TopoArgs) -> CmdResult {
     }
     if shown.len() > 1 {
         println!();
-        print!("{}", render::verdicts(&topo, &shown));
+        // --all judges every pair, as its JSON does; the default view the pairs with a GPU.
+        if args.all {
+            print!("{}", render::verdicts_all(&topo, &shown));
+        } else {
+            print!("{}", render::verdicts(&topo, &shown));
+        }
     }
     if topo.gpus().is_empty() {
         println!("\nno NVIDIA GPU found under {}", args.sysfs.display());

@@ -26,6 +26,9 @@ pub(crate) trait WorkerLink: Send + Sync {
     /// Ok(true) while running, Ok(false) once ended, Err(cause) if it failed (a CUDA error
     /// from the stream, a panicked thread).
     fn poll(&self) -> Result<bool, String>;
+    /// Requests were published or a stop asked for: a worker that sleeps until told (a parked
+    /// CPU worker) looks again. Workers that poll memory (the GPU's) need nothing.
+    fn wake(&self) {}
 }
 
 /// Counters of one queue pair.
@@ -111,15 +114,26 @@ impl std::fmt::Debug for QueuePair {
 pub(crate) fn init_rings(geo: &Geometry, rx: &Region, tx: &Region, first_index: u32) {
     rx.write(0, &[0u8; RX_CONTROL_SIZE]);
     rx.store_u32(DB_PROD, first_index);
+    // One buffer for every slot's stamp, refilled in place: collecting a fresh one per slot
+    // was most of the setup of a server with many CPU queues.
+    let mut stamped = vec![0u8; geo.stride.max(geo.tx_stride) as usize];
+    fn stamp_with(buf: &mut [u8], len: u32, stale: u32) -> &[u8] {
+        let stamp = layout::tx_word(0, stale).to_ne_bytes();
+        let buf = &mut buf[..len as usize];
+        for w in buf.chunks_mut(stamp.len()) {
+            w.copy_from_slice(&stamp[..w.len()]);
+        }
+        buf
+    }
     for k in 0..geo.slots {
         let idx = first_index.wrapping_add(k);
         let stale = layout::seq_of(idx.wrapping_sub(geo.slots));
         // Every word of a word-format slot, not only the first: each word publishes itself.
-        let stamp = layout::tx_word(0, stale).to_ne_bytes();
-        let stamped =
-            |len: u32| -> Vec<u8> { stamp.iter().copied().cycle().take(len as usize).collect() };
         if geo.rx_words {
-            rx.write_words(RX_CONTROL_SIZE + geo.slot_offset(idx), &stamped(geo.stride));
+            rx.write_words(
+                RX_CONTROL_SIZE + geo.slot_offset(idx),
+                stamp_with(&mut stamped, geo.stride, stale),
+            );
         } else {
             let h = header_bytes(&SlotHeader {
                 seq: stale,
@@ -128,7 +142,10 @@ pub(crate) fn init_rings(geo: &Geometry, rx: &Region, tx: &Region, first_index: 
             });
             rx.write(RX_CONTROL_SIZE + geo.slot_offset(idx), &h);
         }
-        tx.write(geo.tx_slot_offset(idx), &stamped(geo.tx_stride));
+        tx.write(
+            geo.tx_slot_offset(idx),
+            stamp_with(&mut stamped, geo.tx_stride, stale),
+        );
     }
     rx.publish_fence();
     tx.publish_fence();
@@ -358,6 +375,7 @@ impl QueuePair {
             self.p.rx.store_u32(DB_PROD, self.index(self.sent));
         }
         self.p.rx.flush();
+        self.p.link.wake();
         self.rung = self.sent;
         self.doorbells += 1;
     }
@@ -633,6 +651,7 @@ impl QueuePair {
     pub fn request_stop(&self) {
         self.p.rx.store_u32(DB_STOP, 1);
         self.p.rx.flush();
+        self.p.link.wake();
     }
 
     /// Spins until `ready`, checking the worker's health every `HEALTH_PERIOD` and giving up

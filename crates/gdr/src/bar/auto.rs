@@ -426,6 +426,10 @@ pub fn cache_dir() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/gdr"))
 }
 
+/// The largest cached calibration read back: far more than one holds; a larger file is not
+/// one of ours.
+const MAX_CALIBRATION_BYTES: u64 = 1 << 20;
+
 fn cache_file(key: &str) -> Option<PathBuf> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -463,7 +467,7 @@ impl AutoCopier {
     pub fn cached(be: &VulkanBackend) -> Result<Option<AutoCopier>, BarError> {
         let key = machine_key(be)?;
         Ok(cache_file(&key)
-            .and_then(|f| std::fs::read(f).ok())
+            .and_then(|f| crate::regular_file::read(&f, MAX_CALIBRATION_BYTES).ok())
             .and_then(|b| serde_json::from_slice::<Calibration>(&b).ok())
             .filter(|c| c.key == key && c.to_gpu.len() == CLASSES && c.from_gpu.len() == CLASSES)
             .map(AutoCopier::from_calibration))

@@ -170,6 +170,11 @@ pub fn use_library(path: &std::path::Path) -> Result<(), PoolLibraryError> {
         return Ok(());
     }
     let shown = path.display().to_string();
+    // The loader would open a FIFO and wait for a writer forever.
+    crate::regular_file::check_library(path).map_err(|e| PoolLibraryError::Load {
+        path: shown.clone(),
+        reason: e.to_string(),
+    })?;
     // SAFETY: loading gdr's allocator runs no initialiser with preconditions (it has none).
     let lib = unsafe { libloading::Library::new(path) }.map_err(|e| PoolLibraryError::Load {
         path: shown.clone(),
