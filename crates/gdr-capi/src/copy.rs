@@ -94,6 +94,9 @@ pub(crate) fn init(vulkan: Option<&VulkanBackend>) {
                 None
             }
         });
+        if let Some(note) = gdr::bar::auto::take_cache_note() {
+            log!(Level::Warn, "copies: {note}");
+        }
         let copier = match cached {
             Some(c) => {
                 log!(Level::Info, "copies: paths from this machine's calibration");

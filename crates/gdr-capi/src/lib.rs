@@ -96,7 +96,7 @@ mod ucx;
 
 use gdr::bar::auto::Direction;
 use gdr::bar::{PinBackend, PinError, Pinned, Pinner, VulkanBackend};
-use gdr::cuda::{Context, DeviceMemory};
+use gdr::cuda::{Context, CudaError, DeviceMemory};
 use log::{log, Level};
 use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -254,7 +254,7 @@ fn open_inner() -> Option<Gdr> {
     let ctx = match Context::on(ordinal) {
         Ok(c) => c,
         Err(e) => {
-            log!(Level::Error, "gdr_open: no usable GPU {ordinal}: {e}");
+            log!(Level::Error, "{}", no_gpu_line(ordinal, &e));
             return None;
         }
     };
@@ -283,20 +283,20 @@ fn open_inner() -> Option<Gdr> {
         }
     };
     let vulkan = match VulkanBackend::new(&ctx) {
-        Ok(v) => Some(v),
+        Ok(v) => Ok(v),
         Err(e) => {
             log!(Level::Info, "gdr_open: gdr_alloc_mapped unavailable: {e}");
-            None
+            Err(e)
         }
     };
-    if pinner.is_none() && vulkan.is_none() {
-        log!(
-            Level::Error,
-            "gdr_open: no backend works here (gdrdrv, CUDA 13.3+ dma-buf mmap or Vulkan with a \
-             mappable BAR1 are needed; `gdr info` explains)"
-        );
-        return None;
-    }
+    let vulkan = match (vulkan, &pinner) {
+        (Ok(v), _) => Some(v),
+        (Err(_), Some(_)) => None,
+        (Err(e), None) => {
+            log!(Level::Error, "{}", no_backend_line(&e));
+            return None;
+        }
+    };
     Some(Gdr {
         backend: pinner.as_ref().map(Pinner::backend),
         pinners: [(ctx.device().ordinal(), pinner)].into_iter().collect(),
@@ -304,6 +304,22 @@ fn open_inner() -> Option<Gdr> {
         vulkan,
         stage,
     })
+}
+
+/// `gdr_open`'s error line when GPU `ordinal` cannot be opened: the CUDA error, which names a
+/// missing device node and its fix where that is why ([`CudaError::MissingNodes`]).
+fn no_gpu_line(ordinal: usize, e: &CudaError) -> String {
+    format!("gdr_open: no usable GPU {ordinal}: {e}")
+}
+
+/// `gdr_open`'s error line when nothing can be pinned and Vulkan failed with `vulkan`: Vulkan's
+/// reason comes first, since it names the fix for a missing ICD (in a container, the
+/// `graphics` driver capability).
+fn no_backend_line(vulkan: &gdr::bar::BarError) -> String {
+    format!(
+        "gdr_open: no backend works here: {vulkan} (gdrdrv, CUDA 13.3+ dma-buf mmap or Vulkan \
+         with a mappable BAR1 are needed; `gdr info` explains)"
+    )
 }
 
 /// The `gdr_t` of a `gdr_open` in a forked child: a token with bit 0 set (the parent's have

@@ -93,3 +93,42 @@ fn bad_handles_and_gdrs_are_refused() {
         libc::EINVAL
     );
 }
+
+#[test]
+fn open_failures_name_the_capability_and_the_node() {
+    let icd = gdr::bar::BarError::NoIcd {
+        why: "vkCreateInstance: no compatible Vulkan driver".into(),
+        container: Some("/run/.containerenv exists".into()),
+    };
+    let line = no_backend_line(&icd);
+    assert!(
+        line.starts_with(
+            "gdr_open: no backend works here: no NVIDIA Vulkan driver (ICD) found: \
+             vkCreateInstance: no compatible Vulkan driver; this is a container \
+             (/run/.containerenv exists)"
+        ) && line.contains("NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics")
+            && line.contains("VK_DRIVER_FILES"),
+        "{line}"
+    );
+    let init = CudaError::Driver {
+        call: "cuInit",
+        code: 999,
+        name: "CUDA_ERROR_UNKNOWN".into(),
+        text: "unknown error".into(),
+    };
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("dev")).unwrap();
+    for f in [".dockerenv", "dev/nvidiactl", "dev/nvidia0"] {
+        std::fs::write(root.path().join(f), "").unwrap();
+    }
+    let no_env: [(&str, &str); 0] = [];
+    let e = gdr::cuda::explain_init(init, &gdr::cuda::host::Host::at(root.path(), no_env));
+    let line = no_gpu_line(0, &e);
+    assert!(
+        line.starts_with(
+            "gdr_open: no usable GPU 0: cuInit failed: CUDA_ERROR_UNKNOWN (999): unknown error; \
+             /dev/nvidia-uvm is missing: this container (/.dockerenv exists) was started without it"
+        ) && line.ends_with("(--device /dev/nvidia-uvm)"),
+        "{line}"
+    );
+}

@@ -103,6 +103,11 @@ fn main() -> ExitCode {
         Command::Load(a) => cmd::load::run(a),
         Command::Run(a) => cmd::run::run(a),
     };
+    // A calibration cache that could not go where it should (a read-only or missing home, as
+    // in many containers): said once, whichever command used it.
+    if let Some(note) = gdr::bar::auto::take_cache_note() {
+        eprintln!("gdr: note: {note}");
+    }
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -122,10 +122,87 @@ fn check_json_is_one_object_with_a_verdict() {
             "{j:#}"
         );
     } else {
-        // Nothing to check without a mapping: says so and succeeds, as the text form does.
-        assert!(out.status.success());
         assert!(j["sanity"].is_null() && j["latency"].is_null(), "{j:#}");
+        let verdict = j["verdict"].as_str().unwrap_or_default();
+        if j["info"]["cuda_loaded"] == false {
+            // No NVIDIA driver (a build machine): nothing to check, says so and succeeds.
+            assert!(out.status.success(), "{j:#}");
+            assert!(verdict.starts_with("No usable GPU mapping"), "{verdict}");
+        } else if !out.status.success() {
+            // A driver but no backend: fails, with the reason.
+            assert_eq!(out.status.code(), Some(1), "{j:#}");
+            assert!(
+                verdict.starts_with("gdr cannot map GPU memory here: "),
+                "{verdict}"
+            );
+        }
     }
+}
+
+/// Runs `gdr ARGS` with `env` added: a container marker and an ICD file that does not exist,
+/// as in a container started without the `graphics` driver capability.
+fn gdr_without_icd(args: &[&str]) -> Output {
+    let bin = common::gdr_bin();
+    Command::new(&bin)
+        .args(args)
+        .env("container", "podman")
+        .env("VK_DRIVER_FILES", "/nonexistent/nvidia_icd.json")
+        .env_remove("VK_ICD_FILENAMES")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.to_string_lossy()))
+}
+
+#[test]
+fn check_in_a_container_without_the_icd_names_the_capability_and_fails_on_a_gpu() {
+    let out = gdr_without_icd(&["check", "--json"]);
+    let j = json(&out);
+    assert_eq!(j["info"]["container"], "container=podman", "{j:#}");
+    if j["info"]["vulkan_loader"].is_string() {
+        // What a container without `graphics` sees: the capability and the variable, in the
+        // ICD's line and in the missing list.
+        let icd = j["info"]["vulkan_icd_error"]
+            .as_str()
+            .expect("vulkan_icd_error");
+        assert!(
+            icd.starts_with("no NVIDIA Vulkan driver (ICD) found: ")
+                && icd.contains("this is a container (container=podman)")
+                && icd.contains("NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics")
+                && icd.contains("VK_DRIVER_FILES"),
+            "{icd}"
+        );
+        let listed = j["info"]["missing"].as_array().is_some_and(|m| {
+            m.iter()
+                .any(|l| l.as_str().is_some_and(|l| l.contains(icd)))
+        });
+        assert!(listed, "{j:#}");
+    } else {
+        // No loader here: it is the loader that is named missing.
+        assert!(j["info"]["vulkan_loader_error"].is_string(), "{j:#}");
+    }
+    let gpu_here = j["info"]["gpus"].as_array().is_some_and(|g| !g.is_empty());
+    let pins = j["info"]["gpus"][0]["backends"]
+        .as_array()
+        .is_some_and(|b| {
+            b.iter()
+                .any(|b| b["name"] == "pin-auto" && b["usable"] == true)
+        });
+    if gpu_here && !pins {
+        // A GPU but no mapping backend: exit 1, the verdict giving the ICD's reason.
+        assert_eq!(out.status.code(), Some(1), "{j:#}");
+        let verdict = j["verdict"].as_str().unwrap_or_default();
+        assert!(
+            verdict.starts_with("gdr cannot map GPU memory here: no NVIDIA Vulkan driver")
+                && verdict.contains("NVIDIA_DRIVER_CAPABILITIES"),
+            "{verdict}"
+        );
+    } else if j["info"]["cuda_loaded"] == false {
+        assert!(out.status.success(), "{j:#}");
+    }
+    // The text form: the same exit status, and the container said.
+    let text_out = gdr_without_icd(&["check"]);
+    assert_eq!(text_out.status.code(), out.status.code());
+    let t = text(&text_out.stdout);
+    assert!(t.contains("Container:    yes (container=podman)"), "{t}");
 }
 
 #[test]

@@ -68,6 +68,7 @@ mod device;
 pub mod dylib;
 mod external;
 mod graph;
+pub mod host;
 mod memory;
 mod module;
 pub mod nvml;
@@ -87,7 +88,7 @@ pub use memory::{
 };
 pub use module::{Function, LaunchConfig, Module};
 pub use pointer::{allocation_range, buffer_id, dma_buf_fd, set_sync_memops};
-pub use result::{driver, CudaError, Driver, Result};
+pub use result::{driver, explain_init, CudaError, Driver, Result};
 pub use staged::{is_page_locked, read_into_host, Stager, STAGED_READ_MAX};
 pub use stream::{synchronize_legacy_stream, Event, Stream};
 

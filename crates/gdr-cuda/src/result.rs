@@ -1,7 +1,7 @@
 //! The checked layer over [`sys`]: the error type, the loaded driver, and the turning of every
 //! `CUresult` into a typed [`Result`] that names the failing call.
 
-use super::{nvrtc, sys};
+use super::{host, nvrtc, sys};
 use crate::dylib::{self, LibrarySpec, LoadError};
 use std::ffi::{c_char, CStr};
 use std::sync::OnceLock;
@@ -24,6 +24,18 @@ pub enum CudaError {
         ordinal: usize,
         /// Devices the driver sees (`cuDeviceGetCount`); valid ordinals are `0..count`.
         count: usize,
+    },
+    /// `cuInit` failed where device nodes the driver needs are missing (a container started
+    /// without them, or a kernel module not loaded): the nodes, and what to do about them here
+    /// ([`host::Host::node_fix`]).
+    #[error("{init}; {fix}")]
+    MissingNodes {
+        /// `cuInit`'s error (a [`CudaError::Driver`]).
+        init: Box<CudaError>,
+        /// The missing nodes, e.g. `/dev/nvidia-uvm` ([`host::Host::missing_nodes`]).
+        nodes: Vec<String>,
+        /// What is missing and how to get it, for this host or container.
+        fix: String,
     },
     /// A driver call returned something other than `CUDA_SUCCESS`.
     #[error("{call} failed: {name} ({code}): {text}")]
@@ -137,13 +149,30 @@ fn load_driver() -> Result<Driver> {
     let api = unsafe { sys::DriverApi::resolve(lib) }?;
     let drv = Driver { api, version: 0 };
     // SAFETY: cuInit takes flags 0 and may be called any number of times.
-    drv.check("cuInit", unsafe { (drv.api.init)(0) })?;
+    if let Err(init) = drv.check("cuInit", unsafe { (drv.api.init)(0) }) {
+        return Err(explain_init(init, &host::Host::this()));
+    }
     let mut version = 0;
     // SAFETY: out-pointer to a live local.
     drv.check("cuDriverGetVersion", unsafe {
         (drv.api.driver_get_version)(&mut version)
     })?;
     Ok(Driver { version, ..drv })
+}
+
+/// `cuInit`'s error `init`, naming the device nodes `host` lacks when it lacks any: the
+/// driver's own code for that (`CUDA_ERROR_UNKNOWN` for a missing /dev/nvidia-uvm) says nothing
+/// of them.
+pub fn explain_init(init: CudaError, host: &host::Host) -> CudaError {
+    let nodes = host.missing_nodes();
+    if nodes.is_empty() {
+        return init;
+    }
+    CudaError::MissingNodes {
+        fix: host.node_fix(&nodes),
+        init: Box::new(init),
+        nodes,
+    }
 }
 
 impl Driver {

@@ -72,7 +72,10 @@ impl Exc {
 
 pub(crate) fn cuda(e: CudaError) -> PyErr {
     let kind = match &e {
-        CudaError::Load(_) | CudaError::NoDevice | CudaError::BadOrdinal { .. } => Exc::Unavailable,
+        CudaError::Load(_)
+        | CudaError::NoDevice
+        | CudaError::MissingNodes { .. }
+        | CudaError::BadOrdinal { .. } => Exc::Unavailable,
         e if e.is_out_of_memory() => Exc::OutOfMemory,
         CudaError::OutOfBounds { .. } => Exc::Bounds,
         _ => Exc::Cuda,
@@ -84,7 +87,7 @@ pub(crate) fn bar(e: BarError) -> PyErr {
     let kind = match e {
         BarError::Cuda(c) => return cuda(c),
         BarError::NoLoader(_)
-        | BarError::NoIcd(_)
+        | BarError::NoIcd { .. }
         | BarError::DeviceNotFound { .. }
         | BarError::NoHostVisibleVram
         | BarError::NoInterop(_) => Exc::Unavailable,

@@ -177,7 +177,9 @@ impl Gpu {
 
     /// The auto copier of this GPU: for each direction and size, the fastest of the mapping
     /// (1..N threads) and the copy engine. The first use on a machine measures the crossovers
-    /// (about ten seconds) and caches them (`$GDR_CACHE_DIR`, else `~/.cache/gdr`).
+    /// (about ten seconds) and caches them (`$GDR_CACHE_DIR`, else `$XDG_CACHE_HOME/gdr`, else
+    /// `~/.cache/gdr`; where that cannot be written, a directory under the temporary one, with
+    /// a RuntimeWarning saying so).
     #[pyo3(signature = (recalibrate = false))]
     fn auto_copier(&self, py: Python<'_>, recalibrate: bool) -> PyResult<Py<AutoCopier>> {
         if !recalibrate {
@@ -206,6 +208,13 @@ impl Gpu {
                 }
             })
             .map_err(errors::bar)?;
+        // A calibration cache that could not go where it should (a read-only or missing home,
+        // as in many containers): said once, as a RuntimeWarning.
+        if let Some(note) = auto::take_cache_note() {
+            let msg = std::ffi::CString::new(note).unwrap_or_default();
+            let category = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
+            PyErr::warn(py, &category, &msg, 1)?;
+        }
         let a = Py::new(
             py,
             AutoCopier {

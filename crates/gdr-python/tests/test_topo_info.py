@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 import gdr
@@ -78,3 +83,46 @@ def test_info_accounts_for_every_library():
     ):
         assert (info[have] is not None) or (info[err] is not None), have
     assert isinstance(info["missing"], list) and isinstance(info["gpus"], list)
+
+
+# Run in a child: a container marker and an ICD file that does not exist, as in a container
+# started without the NVIDIA container toolkit's `graphics` capability.
+_NO_ICD_CHILD = """
+import json, gdr
+i = gdr.info()
+raised = None
+try:
+    g = gdr.open(0)
+except gdr.UnavailableError:
+    pass  # no GPU here
+else:
+    try:
+        g.alloc(64).close()
+        raised = "allocated"
+    except gdr.UnavailableError as e:
+        raised = str(e)
+keys = ("container", "vulkan_loader", "vulkan_icd_error", "gpus", "missing")
+print(json.dumps(dict({k: i[k] for k in keys}, raised=raised)))
+"""
+
+
+def test_without_the_icd_a_container_is_told_the_capability():
+    env = dict(os.environ, container="podman", VK_DRIVER_FILES="/nonexistent/nvidia_icd.json")
+    env.pop("VK_ICD_FILENAMES", None)
+    out = subprocess.run([sys.executable, "-c", _NO_ICD_CHILD], env=env, capture_output=True,
+                         text=True, check=True)
+    i = json.loads(out.stdout)
+    assert i["container"] == "container=podman"
+    if i["vulkan_loader"] is None:
+        # No loader here: the loader is what is missing, and the ICD is not asked about.
+        assert i["vulkan_icd_error"] is None
+        return
+    err = i["vulkan_icd_error"]
+    assert err.startswith("no NVIDIA Vulkan driver (ICD) found: "), err
+    assert "this is a container (container=podman)" in err
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics" in err
+    assert "VK_DRIVER_FILES" in err
+    assert any(err in m for m in i["missing"]), i["missing"]
+    if i["gpus"]:
+        # On a GPU: the exception of the first allocation says the same.
+        assert i["raised"] is not None and "NVIDIA_DRIVER_CAPABILITIES" in i["raised"], i["raised"]

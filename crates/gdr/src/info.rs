@@ -5,7 +5,8 @@
 //! with why.
 
 use crate::bar::{GdrDrv, PinBackend, Pinner, VulkanBackend, BACKEND_ENV};
-use crate::cuda::{self, Attribute, Context, Device, DeviceMemory};
+use crate::cuda::host::Host;
+use crate::cuda::{self, Attribute, Context, CudaError, Device, DeviceMemory};
 use serde::Serialize;
 
 /// Everything `gdr info` reports about this machine ([`gather`] fills it). Each library or
@@ -16,6 +17,15 @@ pub struct Info {
     pub cuda_driver: Option<String>,
     /// Why libcuda did not load, or (with `cuda_driver` set) why the GPUs could not be counted.
     pub cuda_error: Option<String>,
+    /// Whether libcuda.so.1 loaded, whether or not `cuInit` then succeeded: with it loaded and
+    /// no `cuda_driver`, the driver is installed but could not start.
+    pub cuda_loaded: bool,
+    /// The device nodes whose absence made `cuInit` fail (`/dev/nvidia-uvm`, say;
+    /// [`CudaError::MissingNodes`]); empty otherwise.
+    pub missing_nodes: Vec<String>,
+    /// Why this looks like a container ([`Host::container`]: `/.dockerenv exists`, say), or
+    /// `None`. The fixes named for a missing ICD or device node depend on it.
+    pub container: Option<String>,
     /// The NVIDIA kernel driver's version as NVML reports it (`580.159.04`, say).
     pub nvml_driver: Option<String>,
     /// Why NVML did not load or answer.
@@ -28,6 +38,12 @@ pub struct Info {
     pub vulkan_loader: Option<String>,
     /// Why the Vulkan loader did not load or answer.
     pub vulkan_loader_error: Option<String>,
+    /// The NVIDIA GPUs the Vulkan loader lists through the NVIDIA ICD, with the driver's version
+    /// (asked without CUDA, so a missing ICD shows even where no GPU opens).
+    pub vulkan_icd: Option<String>,
+    /// Why the loader lists no NVIDIA GPU ([`crate::bar::BarError::NoIcd`], which names the fix
+    /// for a container or a host); `None` too when the loader itself is missing.
+    pub vulkan_icd_error: Option<String>,
     /// The gdrdrv kernel module's version (`/dev/gdrdrv`), for the gdrdrv pinning backend.
     pub gdrdrv: Option<String>,
     /// Why `/dev/gdrdrv` did not open ([`crate::bar::GdrDrvError`], as text).
@@ -109,8 +125,15 @@ pub fn gather() -> Info {
         Ok((a, b)) => info.nvrtc = Some(format!("{a}.{b}")),
         Err(e) => info.nvrtc_error = Some(e.to_string()),
     }
+    info.container = Host::this().container();
     match crate::bar::loader_version() {
-        Ok(v) => info.vulkan_loader = Some(v),
+        Ok(v) => {
+            info.vulkan_loader = Some(v);
+            match crate::bar::nvidia_icd() {
+                Ok(g) => info.vulkan_icd = Some(g),
+                Err(e) => info.vulkan_icd_error = Some(e.to_string()),
+            }
+        }
         Err(e) => info.vulkan_loader_error = Some(e.to_string()),
     }
     match GdrDrv::open() {
@@ -126,10 +149,15 @@ fn gather_gpus(info: &mut Info) {
     let drv = match cuda::driver() {
         Ok(d) => d,
         Err(e) => {
+            info.cuda_loaded = !matches!(e, CudaError::Load(_));
+            if let CudaError::MissingNodes { nodes, .. } = &e {
+                info.missing_nodes = nodes.clone();
+            }
             info.cuda_error = Some(e.to_string());
             return;
         }
     };
+    info.cuda_loaded = true;
     info.cuda_driver = Some(drv.version_string());
     let n = match Device::count() {
         Ok(n) => n,
@@ -210,15 +238,27 @@ pub fn missing(info: &Info) -> Vec<String> {
     if let Some(e) = &info.vulkan_loader_error {
         out.push(format!("Vulkan loader (both vulkan backends): {e}"));
     }
+    if let Some(e) = &info.vulkan_icd_error {
+        out.push(format!("NVIDIA Vulkan ICD (both vulkan backends): {e}"));
+    }
     if info.gpus.is_empty() {
         // Nothing to probe the backends on: say what each one lacks on this machine.
-        let no_gpu = if info.cuda_driver.is_none() {
-            "needs a GPU (the CUDA driver did not load)"
+        let no_gpu = if !info.missing_nodes.is_empty() {
+            format!(
+                "needs {} (missing, see the CUDA driver line)",
+                info.missing_nodes.join(", ")
+            )
+        } else if info.cuda_driver.is_none() && info.cuda_loaded {
+            "needs a GPU (the CUDA driver did not start)".to_string()
+        } else if info.cuda_driver.is_none() {
+            "needs a GPU (the CUDA driver did not load)".to_string()
         } else {
-            "needs a GPU (the CUDA driver sees none)"
+            "needs a GPU (the CUDA driver sees none)".to_string()
         };
         let loader = if info.vulkan_loader_error.is_some() {
             " and the Vulkan loader (missing)"
+        } else if info.vulkan_icd_error.is_some() {
+            " and the NVIDIA Vulkan ICD (missing)"
         } else {
             ""
         };
@@ -226,7 +266,7 @@ pub fn missing(info: &Info) -> Vec<String> {
             let why = match row {
                 "pin-gdrdrv" => match &info.gdrdrv_error {
                     Some(e) => format!("{no_gpu}; {e}"),
-                    None => no_gpu.to_string(),
+                    None => no_gpu.clone(),
                 },
                 "pin-dmabuf" => {
                     format!("{no_gpu}, and CUDA driver 13.3+ for dma-buf mmap on discrete GPUs")
@@ -244,6 +284,7 @@ pub fn missing(info: &Info) -> Vec<String> {
         ("NVML", &info.nvml_error),
         ("NVRTC", &info.nvrtc_error),
         ("the Vulkan loader", &info.vulkan_loader_error),
+        ("the NVIDIA Vulkan ICD", &info.vulkan_icd_error),
     ];
     for (row, label) in BACKENDS {
         // GPUs on which the backend does not work, grouped by why.
@@ -478,6 +519,102 @@ mod tests {
                 "pinning backend vulkan on GPU 1: not in the ICD",
             ]
         );
+    }
+
+    /// A container started without /dev/nvidia-uvm: cuInit fails, and every backend names the
+    /// node instead of "the CUDA driver did not load".
+    #[test]
+    fn a_missing_node_is_named_instead_of_a_missing_driver() {
+        let d = tempfile::tempdir().unwrap();
+        for f in [".dockerenv", "dev/nvidiactl", "dev/nvidia0"] {
+            let p = d.path().join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, "").unwrap();
+        }
+        let no_env: [(&str, &str); 0] = [];
+        let host = Host::at(d.path(), no_env);
+        let init = CudaError::Driver {
+            call: "cuInit",
+            code: 999,
+            name: "CUDA_ERROR_UNKNOWN".into(),
+            text: "unknown error".into(),
+        };
+        let err = cuda::explain_init(init, &host);
+        let info = Info {
+            cuda_error: Some(err.to_string()),
+            cuda_loaded: true,
+            missing_nodes: vec!["/dev/nvidia-uvm".into()],
+            container: host.container(),
+            nvml_driver: Some("580.1".into()),
+            nvrtc: Some("13.0".into()),
+            vulkan_loader: Some("1.3.275".into()),
+            vulkan_icd: Some("NVIDIA H100 (driver 580.159)".into()),
+            gdrdrv_error: Some("no /dev/gdrdrv here".into()),
+            ..Default::default()
+        };
+        let m = missing(&info);
+        let cuda = line(&m, "CUDA driver: ");
+        assert!(
+            cuda.contains("/dev/nvidia-uvm is missing: this container (/.dockerenv exists)")
+                && cuda.contains("--device /dev/nvidia-uvm"),
+            "{cuda}"
+        );
+        for b in [
+            "mapping backend vulkan (new BAR-mapped memory): ",
+            "pinning backend vulkan: ",
+        ] {
+            assert_eq!(
+                line(&m, b),
+                format!("{b}needs /dev/nvidia-uvm (missing, see the CUDA driver line)")
+            );
+        }
+        assert!(!m.iter().any(|l| l.contains("did not load")), "{m:#?}");
+    }
+
+    /// A GPU whose container has no ICD: the ICD's line names the capability once, and the
+    /// vulkan backends point at it.
+    #[test]
+    fn a_missing_icd_is_listed_once_with_its_fix() {
+        let icd = crate::bar::BarError::NoIcd {
+            why: "vkCreateInstance: no compatible Vulkan driver".into(),
+            container: Some("container=podman".into()),
+        }
+        .to_string();
+        let info = Info {
+            cuda_driver: Some("13.0".into()),
+            cuda_loaded: true,
+            nvml_driver: Some("580.1".into()),
+            nvrtc: Some("13.0".into()),
+            vulkan_loader: Some("1.3.275".into()),
+            vulkan_icd_error: Some(icd.clone()),
+            gpus: vec![gpu(
+                0,
+                &[
+                    ("vulkan", false, &icd),
+                    ("pin-gdrdrv", false, "no /dev/gdrdrv"),
+                    ("pin-dmabuf", false, "needs CUDA 13.3"),
+                    ("pin-vulkan", false, &format!("vulkan: {icd}")),
+                    ("pin-auto", false, "none"),
+                ],
+            )],
+            ..Default::default()
+        };
+        let m = missing(&info);
+        let l = line(&m, "NVIDIA Vulkan ICD (both vulkan backends): ");
+        assert!(
+            l.contains("NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics")
+                && l.contains("VK_DRIVER_FILES"),
+            "{l}"
+        );
+        for b in [
+            "mapping backend vulkan (new BAR-mapped memory): ",
+            "pinning backend vulkan: ",
+        ] {
+            assert_eq!(
+                line(&m, b),
+                format!("{b}needs the NVIDIA Vulkan ICD (missing, see above)")
+            );
+        }
     }
 
     /// On whatever machine runs the tests: every library and backend is either there or in the

@@ -20,6 +20,8 @@ const NO_MAPPING: &str = "No usable GPU mapping here, so nothing more to check. 
      NVIDIA GPU with its driver (libcuda.so.1), the driver's Vulkan ICD and the libvulkan1 \
      loader, and a BAR1 large enough to map GPU memory (resizable BAR). `gdr info` shows the \
      details.";
+/// The start of the verdict where an NVIDIA driver is here but nothing maps, before the reason.
+const NOTHING_MAPS: &str = "gdr cannot map GPU memory here";
 const SANITY_FAILED: &str =
     "sanity failed: see the FAIL lines above; `gdr sanity` gives the full list";
 const ALL_GOOD: &str =
@@ -34,7 +36,7 @@ struct Report {
     mapping_usable: bool,
     sanity: Option<sanity::SanityReport>,
     latency: Option<Vec<copylat::CopylatRow>>,
-    verdict: &'static str,
+    verdict: String,
 }
 
 pub fn run(args: CheckArgs) -> CmdResult {
@@ -48,14 +50,23 @@ pub fn run(args: CheckArgs) -> CmdResult {
         .find(|g| g.index == args.gpu.gpu)
         // sanity and the latency table allocate through the Vulkan backend.
         .is_some_and(|g| g.backends.iter().any(|b| b.name == "vulkan" && b.usable));
+    let failure = if usable {
+        None
+    } else {
+        nothing_maps(&inf, args.gpu.gpu)
+    };
     let mut rep = Report {
         info: inf,
         gpu: args.gpu.gpu,
         mapping_usable: usable,
         sanity: None,
         latency: None,
-        verdict: NO_MAPPING,
+        verdict: NO_MAPPING.into(),
     };
+    if let Some(why) = failure {
+        rep.verdict = format!("{NOTHING_MAPS}: {why}");
+        return finish(&args, &rep, ExitCode::from(1));
+    }
     if !usable {
         return finish(&args, &rep, ExitCode::SUCCESS);
     }
@@ -64,7 +75,7 @@ pub fn run(args: CheckArgs) -> CmdResult {
         let failed = s.failed;
         rep.sanity = Some(s);
         if failed > 0 {
-            rep.verdict = SANITY_FAILED;
+            rep.verdict = SANITY_FAILED.into();
             return finish(&args, &rep, ExitCode::from(1));
         }
     } else {
@@ -91,8 +102,27 @@ pub fn run(args: CheckArgs) -> CmdResult {
         copylat::print(&rows);
     }
     rep.latency = Some(rows);
-    rep.verdict = ALL_GOOD;
+    rep.verdict = ALL_GOOD.into();
     finish(&args, &rep, ExitCode::SUCCESS)
+}
+
+/// Why `gdr check` fails on a machine with an NVIDIA driver where the GPU `gpu` has no mapping
+/// backend: the driver is installed but did not start (a missing device node, say), or the GPU
+/// is listed and neither the Vulkan mapping nor any pinning backend works on it. `None` where
+/// there is nothing to fail for: no driver at all (a build machine), or a pinning backend that
+/// works.
+fn nothing_maps(inf: &gdr::info::Info, gpu: usize) -> Option<String> {
+    if inf.cuda_loaded && inf.cuda_driver.is_none() {
+        return inf.cuda_error.clone();
+    }
+    let g = inf.gpus.iter().find(|g| g.index == gpu)?;
+    let row = |name| g.backends.iter().find(|b| b.name == name);
+    if row("pin-auto").is_some_and(|b| b.usable) {
+        return None;
+    }
+    // The Vulkan mapping's reason: gdr's own backend, and the one that names the fix for a
+    // missing ICD or device node.
+    Some(row("vulkan").map_or_else(|| "no backend was probed".into(), |b| b.detail.clone()))
 }
 
 /// Prints the verdict (text) or the whole report (JSON), and returns `code`.

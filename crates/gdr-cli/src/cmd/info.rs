@@ -58,6 +58,17 @@ pub fn print(info: &Info) {
             info.vulkan_loader_error.as_ref()
         ))
     );
+    // Asked only where the loader loaded: otherwise its line says why.
+    if info.vulkan_loader.is_some() {
+        println!(
+            "Vulkan ICD:   {}",
+            info.vulkan_icd.clone().unwrap_or_else(|| absent(
+                info,
+                "no NVIDIA GPU listed",
+                info.vulkan_icd_error.as_ref()
+            ))
+        );
+    }
     println!(
         "gdrdrv:       {}",
         info.gdrdrv.as_ref().map_or_else(
@@ -65,6 +76,9 @@ pub fn print(info: &Info) {
             |v| format!("driver {v}")
         )
     );
+    if let Some(why) = &info.container {
+        println!("Container:    yes ({why})");
+    }
     for g in &info.gpus {
         println!(
             "\nGPU {}: {} at {} (sm_{})",

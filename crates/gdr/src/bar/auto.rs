@@ -414,9 +414,9 @@ pub fn choose(first: &[(Path, f64)], second: &[f64]) -> Path {
         .expect("checked non-empty")
 }
 
-/// Where calibrations are cached: `$GDR_CACHE_DIR`, else `$XDG_CACHE_HOME/gdr`, else
-/// `~/.cache/gdr`.
-pub fn cache_dir() -> Option<PathBuf> {
+/// Where calibrations are meant to be cached: `$GDR_CACHE_DIR`, else `$XDG_CACHE_HOME/gdr`, else
+/// `~/.cache/gdr`; `None` when none of the three variables is set.
+pub fn preferred_cache_dir() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("GDR_CACHE_DIR") {
         return Some(d.into());
     }
@@ -430,11 +430,139 @@ pub fn cache_dir() -> Option<PathBuf> {
 /// one of ours.
 const MAX_CALIBRATION_BYTES: u64 = 1 << 20;
 
-fn cache_file(key: &str) -> Option<PathBuf> {
+/// Where calibrations are read from and written to, decided once per process by
+/// [`CacheDirs::choose`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheDirs {
+    /// Where to look for a calibration, in order: the preferred directory (a read-only one may
+    /// still hold one), then the fallback.
+    pub read: Vec<PathBuf>,
+    /// Where a new calibration is written: the preferred directory when it can be written,
+    /// else the fallback; `None` when neither can (calibrations are then not kept).
+    pub write: Option<PathBuf>,
+    /// Set when `write` is not the preferred directory: what went wrong and what is done
+    /// instead, for the front ends to say once ([`take_cache_note`]).
+    pub note: Option<String>,
+}
+
+impl CacheDirs {
+    /// Picks the directories: `preferred` ([`preferred_cache_dir`]) when it can be made and
+    /// written, else `fallback` (a directory of this user's under the temporary directory),
+    /// else none. A read-only or missing home (a container's) thus costs a calibration per
+    /// boot of the temporary directory, not one per process, and never an error.
+    pub fn choose(preferred: Option<PathBuf>, fallback: PathBuf) -> CacheDirs {
+        let problem = match &preferred {
+            Some(p) => match writable(p) {
+                Ok(()) => {
+                    return CacheDirs {
+                        read: vec![p.clone()],
+                        write: Some(p.clone()),
+                        note: None,
+                    }
+                }
+                Err(e) => format!(
+                    "the calibration cache {} cannot be written ({e})",
+                    p.display()
+                ),
+            },
+            None => "no calibration cache directory (GDR_CACHE_DIR, XDG_CACHE_HOME and HOME are \
+                     unset)"
+                .to_string(),
+        };
+        let mut read: Vec<PathBuf> = preferred.into_iter().collect();
+        match writable(&fallback).and_then(|()| owned_by_me(&fallback)) {
+            Ok(()) => {
+                let note = format!(
+                    "{problem}; caching calibrations in {} instead (set GDR_CACHE_DIR to keep \
+                     them elsewhere)",
+                    fallback.display()
+                );
+                read.push(fallback.clone());
+                CacheDirs {
+                    read,
+                    write: Some(fallback),
+                    note: Some(note),
+                }
+            }
+            Err(e) => CacheDirs {
+                read,
+                write: None,
+                note: Some(format!(
+                    "{problem}, nor can {} ({e}): calibrations are not kept, so each process \
+                     measures its own (set GDR_CACHE_DIR to a writable directory)",
+                    fallback.display()
+                )),
+            },
+        }
+    }
+}
+
+/// Makes `dir` (mode 0700 where it is new) and proves that a file can be created in it.
+fn writable(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let probe = dir.join(format!(".write-probe-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)?;
+    std::fs::remove_file(probe)
+}
+
+/// The shared temporary directory is everyone's: a fallback there made by another user could
+/// hand this process calibrations it did not measure, so only one's own is used.
+fn owned_by_me(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let me = unsafe { libc::getuid() };
+    let owner = std::fs::metadata(dir)?.uid();
+    if owner == me {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "owned by uid {owner}, not {me}"
+        )))
+    }
+}
+
+/// This process's cache directories, decided at the first use of the cache.
+static DIRS: std::sync::OnceLock<CacheDirs> = std::sync::OnceLock::new();
+
+fn cache_dirs() -> &'static CacheDirs {
+    DIRS.get_or_init(|| {
+        // SAFETY: getuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        CacheDirs::choose(
+            preferred_cache_dir(),
+            std::env::temp_dir().join(format!("gdr-cache-{uid}")),
+        )
+    })
+}
+
+/// The directory calibrations are written to in this process: [`preferred_cache_dir`] when it
+/// can be written, else the fallback under the temporary directory; `None` when neither can.
+pub fn cache_dir() -> Option<PathBuf> {
+    cache_dirs().write.clone()
+}
+
+/// The note of [`CacheDirs::note`] (why the preferred cache directory is not used, and what is
+/// done instead) the first time it is asked for after the cache was first used; `None` before
+/// (so asking decides nothing and makes no directory), after, and where there is no note. A
+/// front end asks after its work, and whichever asks first says it, once.
+pub fn take_cache_note() -> Option<&'static str> {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let note = DIRS.get()?.note.as_deref()?;
+    (!SAID.swap(true, std::sync::atomic::Ordering::Relaxed)).then_some(note)
+}
+
+fn cache_file_name(key: &str) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     key.hash(&mut h);
-    cache_dir().map(|d| d.join(format!("calibration-{:016x}.json", h.finish())))
+    format!("calibration-{:016x}.json", h.finish())
 }
 
 /// Chooses a path per direction and size and copies on it.
@@ -466,10 +594,13 @@ impl AutoCopier {
     /// which then uses [`Calibration::typical`]).
     pub fn cached(be: &VulkanBackend) -> Result<Option<AutoCopier>, BarError> {
         let key = machine_key(be)?;
-        Ok(cache_file(&key)
-            .and_then(|f| crate::regular_file::read(&f, MAX_CALIBRATION_BYTES).ok())
-            .and_then(|b| serde_json::from_slice::<Calibration>(&b).ok())
-            .filter(|c| c.key == key && c.to_gpu.len() == CLASSES && c.from_gpu.len() == CLASSES)
+        let name = cache_file_name(&key);
+        Ok(cache_dirs()
+            .read
+            .iter()
+            .filter_map(|d| crate::regular_file::read(&d.join(&name), MAX_CALIBRATION_BYTES).ok())
+            .filter_map(|b| serde_json::from_slice::<Calibration>(&b).ok())
+            .find(|c| c.key == key && c.to_gpu.len() == CLASSES && c.from_gpu.len() == CLASSES)
             .map(AutoCopier::from_calibration))
     }
 
@@ -526,15 +657,13 @@ impl AutoCopier {
         }
     }
 
-    /// Writes the calibration to the cache; failures (read-only home) are ignored — the next
-    /// run measures again.
+    /// Writes the calibration to the cache ([`cache_dir`]: the fallback where the preferred
+    /// directory cannot be written, nowhere where neither can). A failed write is ignored: the
+    /// next process measures again.
     pub fn save(&self) {
-        if let Some(f) = cache_file(&self.cal.key) {
-            if let Some(d) = f.parent() {
-                let _ = std::fs::create_dir_all(d);
-            }
+        if let Some(d) = cache_dir() {
             if let Ok(json) = serde_json::to_vec_pretty(&self.cal) {
-                let _ = std::fs::write(f, json);
+                let _ = std::fs::write(d.join(cache_file_name(&self.cal.key)), json);
             }
         }
     }
@@ -678,6 +807,66 @@ pub fn contenders(points: &[Point], dir: Direction, k: usize, chosen: Path) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_writable_preferred_cache_is_used_silently() {
+        let t = tempfile::tempdir().unwrap();
+        let pref = t.path().join("home/.cache/gdr");
+        let d = CacheDirs::choose(Some(pref.clone()), t.path().join("tmp/gdr-cache"));
+        assert_eq!(d.write.as_ref(), Some(&pref));
+        assert_eq!(d.read, std::slice::from_ref(&pref));
+        assert_eq!(d.note, None);
+        assert!(pref.is_dir());
+    }
+
+    #[test]
+    fn an_unwritable_or_absent_home_falls_back_to_the_temporary_directory_and_says_so() {
+        let t = tempfile::tempdir().unwrap();
+        // A "home" that is a file: nothing can be made under it, root or not (a read-only
+        // mount would do the same, but tests run as root, which writes anywhere else).
+        let home = t.path().join("home");
+        std::fs::write(&home, "").unwrap();
+        let pref = home.join(".cache/gdr");
+        let fallback = t.path().join("tmp/gdr-cache-1000");
+        let d = CacheDirs::choose(Some(pref.clone()), fallback.clone());
+        assert_eq!(d.write.as_ref(), Some(&fallback));
+        assert_eq!(d.read, [pref.clone(), fallback.clone()]);
+        let note = d.note.unwrap();
+        assert!(
+            note.starts_with(&format!(
+                "the calibration cache {} cannot be written (",
+                pref.display()
+            )) && note.contains(&format!(
+                "; caching calibrations in {} instead",
+                fallback.display()
+            )),
+            "{note}"
+        );
+
+        let none = CacheDirs::choose(None, fallback.clone());
+        assert_eq!(none.write.as_ref(), Some(&fallback));
+        assert!(none
+            .note
+            .unwrap()
+            .starts_with("no calibration cache directory (GDR_CACHE_DIR, XDG_CACHE_HOME and HOME are unset); caching calibrations in"));
+
+        // Neither: no cache, and the note says each process measures its own.
+        let nowhere = CacheDirs::choose(Some(pref), home.join("tmp"));
+        assert_eq!(nowhere.write, None);
+        let note = nowhere.note.unwrap();
+        assert!(
+            note.contains("calibrations are not kept, so each process measures its own"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn the_cache_note_is_given_once() {
+        let _ = cache_dirs();
+        let first = take_cache_note();
+        assert_eq!(take_cache_note(), None);
+        assert_eq!(first.is_some(), cache_dirs().note.is_some());
+    }
 
     #[test]
     fn size_classes_are_floor_log2() {

@@ -37,4 +37,4 @@ pub use range_alloc::RangeAlloc;
 // The dma-buf export is shared with `peer`, which re-exports its public items; `gdr info`
 // reports the Vulkan loader's version.
 pub(crate) use backend::dmabuf;
-pub(crate) use backend::vulkan::loader_version;
+pub(crate) use backend::vulkan::{loader_version, nvidia_icd};

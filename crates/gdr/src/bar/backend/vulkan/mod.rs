@@ -45,13 +45,19 @@ pub enum BarError {
          package"
     )]
     NoLoader(String),
-    /// The loader found no Vulkan driver (no ICD, or `vkCreateInstance` answered
-    /// `ERROR_INCOMPATIBLE_DRIVER`); the text says which.
-    #[error(
-        "no NVIDIA Vulkan driver (ICD) found: {0}; install the NVIDIA driver's Vulkan part \
-         (nvidia_icd.json, e.g. libnvidia-gl-<version>) or point VK_DRIVER_FILES at its ICD file"
-    )]
-    NoIcd(String),
+    /// The loader found no NVIDIA Vulkan driver (no ICD, `vkCreateInstance` answered
+    /// `ERROR_INCOMPATIBLE_DRIVER`, or only other vendors' devices). The fix named depends on
+    /// where gdr runs: in a container, the NVIDIA container toolkit's `graphics` capability
+    /// (which mounts the ICD); elsewhere, the driver's Vulkan package. Made by
+    /// [`BarError::no_icd`].
+    #[error("no NVIDIA Vulkan driver (ICD) found: {why}; {}", icd_fix(.container.as_deref()))]
+    NoIcd {
+        /// What the loader said, e.g. `vkCreateInstance: no compatible Vulkan driver`.
+        why: String,
+        /// Why this looks like a container ([`crate::cuda::host::Host::container`]), if it
+        /// does.
+        container: Option<String>,
+    },
     /// No Vulkan physical device has the CUDA device's UUID.
     #[error(
         "Vulkan does not list the CUDA device (it sees: {seen}); is the NVIDIA ICD the one in use?"
@@ -101,6 +107,34 @@ pub enum BarError {
     Access(#[from] AccessError),
 }
 
+impl BarError {
+    /// [`BarError::NoIcd`] for this process: `why` the loader found none, and whether this is a
+    /// container ([`Host::this`](crate::cuda::host::Host::this)).
+    pub fn no_icd(why: impl Into<String>) -> BarError {
+        BarError::NoIcd {
+            why: why.into(),
+            container: crate::cuda::host::Host::this().container(),
+        }
+    }
+}
+
+/// What to do without the NVIDIA ICD: in a container (`container` says why it looks like one)
+/// the toolkit's `graphics` capability, since a container's user cannot install driver packages
+/// and the toolkit mounts the ICD only with it; elsewhere, the driver's Vulkan part.
+fn icd_fix(container: Option<&str>) -> String {
+    match container {
+        Some(why) => format!(
+            "this is a container ({why}), and the NVIDIA container toolkit mounts the Vulkan ICD \
+             (nvidia_icd.json and the driver's Vulkan libraries) only with the graphics \
+             capability: start it with NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics (or \
+             all), or point VK_DRIVER_FILES at an nvidia_icd.json the container has"
+        ),
+        None => "install the NVIDIA driver's Vulkan part (nvidia_icd.json, e.g. \
+                 libnvidia-gl-<version>) or point VK_DRIVER_FILES at its ICD file"
+            .into(),
+    }
+}
+
 /// What Vulkan says about the BAR-mappable memory of one GPU (for `gdr info`).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct VulkanInfo {
@@ -148,24 +182,32 @@ fn vk_err(call: &'static str) -> impl Fn(vk::Result) -> BarError {
     move |result| BarError::Vulkan { call, result }
 }
 
+/// Why [`BarError::NoIcd`] when the instance lists no physical device at all.
+const NO_DEVICE: &str = "the Vulkan loader found no GPU (no ICD registered)";
+
+/// A Vulkan 1.1 instance named gdr; no ICD is [`BarError::NoIcd`].
+fn create_instance(entry: &ash::Entry) -> Result<ash::Instance, BarError> {
+    let app = vk::ApplicationInfo::default()
+        .application_name(c"gdr")
+        .api_version(vk::API_VERSION_1_1);
+    let ici = vk::InstanceCreateInfo::default().application_info(&app);
+    // SAFETY: the create info and everything it points to outlive the call.
+    unsafe { entry.create_instance(&ici, None) }.map_err(|r| match r {
+        vk::Result::ERROR_INCOMPATIBLE_DRIVER => {
+            BarError::no_icd("vkCreateInstance: no compatible Vulkan driver")
+        }
+        r => BarError::Vulkan {
+            call: "vkCreateInstance",
+            result: r,
+        },
+    })
+}
+
 impl VkDevice {
     fn open(ctx: &Context) -> Result<VkDevice, BarError> {
         // SAFETY: loading the Vulkan loader runs its initialisers; nothing else is required.
         let entry = unsafe { ash::Entry::load() }.map_err(|e| BarError::NoLoader(e.to_string()))?;
-        let app = vk::ApplicationInfo::default()
-            .application_name(c"gdr")
-            .api_version(vk::API_VERSION_1_1);
-        let ici = vk::InstanceCreateInfo::default().application_info(&app);
-        // SAFETY: the create info and everything it points to outlive the call.
-        let instance = unsafe { entry.create_instance(&ici, None) }.map_err(|r| match r {
-            vk::Result::ERROR_INCOMPATIBLE_DRIVER => {
-                BarError::NoIcd("vkCreateInstance: no compatible Vulkan driver".into())
-            }
-            r => BarError::Vulkan {
-                call: "vkCreateInstance",
-                result: r,
-            },
-        })?;
+        let instance = create_instance(&entry)?;
         match Self::open_on(entry.clone(), instance.clone(), ctx) {
             Ok(d) => Ok(d),
             Err(e) => {
@@ -186,9 +228,7 @@ impl VkDevice {
         let pds = unsafe { instance.enumerate_physical_devices() }
             .map_err(vk_err("vkEnumeratePhysicalDevices"))?;
         if pds.is_empty() {
-            return Err(BarError::NoIcd(
-                "the Vulkan loader found no GPU (no ICD registered)".into(),
-            ));
+            return Err(BarError::no_icd(NO_DEVICE));
         }
         let mut names = Vec::new();
         let mut found = None;
@@ -493,6 +533,45 @@ pub fn loader_version() -> Result<String, BarError> {
     ))
 }
 
+/// The NVIDIA GPUs the Vulkan loader lists, `NVIDIA H100 80GB HBM3 (driver 580.159)` comma-
+/// separated, or why it lists none ([`BarError::NoLoader`], [`BarError::NoIcd`]). Needs no CUDA:
+/// it tells a machine (or container) without the NVIDIA ICD apart before any GPU is opened.
+pub fn nvidia_icd() -> Result<String, BarError> {
+    // SAFETY: loading the Vulkan loader runs its initialisers; nothing else is required.
+    let entry = unsafe { ash::Entry::load() }.map_err(|e| BarError::NoLoader(e.to_string()))?;
+    let instance = create_instance(&entry)?;
+    // SAFETY: the instance is alive.
+    let pds = unsafe { instance.enumerate_physical_devices() };
+    let mut nvidia = Vec::new();
+    let mut others = Vec::new();
+    for &pd in pds.as_deref().unwrap_or_default() {
+        // SAFETY: pd comes from this instance.
+        let p = unsafe { instance.get_physical_device_properties(pd) };
+        // SAFETY: device_name is a NUL-terminated array filled by the driver.
+        let name = unsafe { CStr::from_ptr(p.device_name.as_ptr()) }.to_string_lossy();
+        if p.vendor_id == NVIDIA_VENDOR_ID {
+            let v = p.driver_version;
+            nvidia.push(format!("{name} (driver {}.{})", v >> 22, (v >> 14) & 0xff));
+        } else {
+            others.push(name.into_owned());
+        }
+    }
+    // SAFETY: nothing was created from the instance; it is not used after.
+    unsafe { instance.destroy_instance(None) };
+    let pds = pds.map_err(vk_err("vkEnumeratePhysicalDevices"))?;
+    match (nvidia.is_empty(), pds.is_empty()) {
+        (false, _) => Ok(nvidia.join(", ")),
+        (true, true) => Err(BarError::no_icd(NO_DEVICE)),
+        (true, false) => Err(BarError::no_icd(format!(
+            "the Vulkan loader lists no NVIDIA GPU (it sees: {})",
+            others.join(", ")
+        ))),
+    }
+}
+
+/// PCI vendor ID of NVIDIA, as `VkPhysicalDeviceProperties::vendorID` reports it.
+const NVIDIA_VENDOR_ID: u32 = 0x10de;
+
 /// Allocates BAR-mapped GPU memory through Vulkan. Cheap to clone (shared pool).
 #[derive(Clone)]
 pub struct VulkanBackend {
@@ -760,5 +839,61 @@ impl Drop for Imported {
     fn drop(&mut self) {
         // SAFETY: the owner unmapped it (mappings borrow the pin); the import is ours.
         unsafe { self.dev.device.free_memory(self.memory, None) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_icd_a_container_is_told_the_capability_and_a_host_the_package() {
+        let why = "vkCreateInstance: no compatible Vulkan driver";
+        let pod = BarError::NoIcd {
+            why: why.into(),
+            container: Some("KUBERNETES_SERVICE_HOST is set".into()),
+        }
+        .to_string();
+        assert_eq!(
+            pod,
+            "no NVIDIA Vulkan driver (ICD) found: vkCreateInstance: no compatible Vulkan driver; \
+             this is a container (KUBERNETES_SERVICE_HOST is set), and the NVIDIA container \
+             toolkit mounts the Vulkan ICD (nvidia_icd.json and the driver's Vulkan libraries) \
+             only with the graphics capability: start it with \
+             NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics (or all), or point \
+             VK_DRIVER_FILES at an nvidia_icd.json the container has"
+        );
+        let host = BarError::NoIcd {
+            why: why.into(),
+            container: None,
+        }
+        .to_string();
+        assert_eq!(
+            host,
+            "no NVIDIA Vulkan driver (ICD) found: vkCreateInstance: no compatible Vulkan driver; \
+             install the NVIDIA driver's Vulkan part (nvidia_icd.json, e.g. \
+             libnvidia-gl-<version>) or point VK_DRIVER_FILES at its ICD file"
+        );
+    }
+
+    /// On whatever machine runs the tests: the probe either lists NVIDIA GPUs or says why not,
+    /// naming the capability where this looks like a container.
+    #[test]
+    fn the_icd_probe_says_what_it_found_or_why_not() {
+        match nvidia_icd() {
+            Ok(gpus) => assert!(gpus.contains("(driver "), "{gpus}"),
+            Err(BarError::NoLoader(e)) => assert!(!e.is_empty()),
+            Err(e @ BarError::NoIcd { .. }) => {
+                let text = e.to_string();
+                assert!(text.contains("VK_DRIVER_FILES"), "{text}");
+                let in_container = crate::cuda::host::Host::this().container().is_some();
+                assert_eq!(
+                    text.contains("NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics"),
+                    in_container,
+                    "{text}"
+                );
+            }
+            Err(e) => panic!("unexpected: {e}"),
+        }
     }
 }
