@@ -55,6 +55,8 @@ cp scripts/ucx-gpu.sh scripts/ucxx-gpu.sh scripts/mpi-gpu.sh scripts/lat_medians
 mkdir -p "$out/alloc"
 cp crates/gdr-alloc-preload/tests/gpu/alloc_check.cu crates/gdr-alloc-preload/bench/alloc_bench.cu "$out/alloc/"
 cp scripts/alloc-gpu.sh "$out/alloc-gpu.sh"
+# Many ranks, faults and the soak (clients/rank_check.c and torch_pin_loop.py come with clients/).
+cp scripts/rank-lib.sh scripts/rank_report.py scripts/ranks-gpu.sh scripts/soak.sh scripts/faults-gpu.sh "$out/"
 cp scripts/outside-gpu.sh "$out/outside-gpu.sh"
 mkdir -p "$out/fixtures" && cp -a crates/gdr-pci/tests/fixtures/topo "$out/fixtures/"
 [ -d .gl ] && { mkdir -p "$out/gl"; cp .gl/*.deb "$out/gl/"; }

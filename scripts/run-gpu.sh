@@ -2,16 +2,21 @@
 # Runs in a bundle folder on a GPU host: every test binary with GDR_REQUIRE_GPU=1, then the
 # tools and benchmarks. Usage: run.sh OUTDIR [--tests-only]. Logs and JSON go to OUTDIR; a summary is printed.
 # ONLY="tests capi clients apiperf ..." runs just the named parts (names: tests, info, sanity,
-# copylat, copybw, ccopies, storebw, pplat, mq, apiperf, capi, clients, alloc, outside, ucx, ucxx,
-# mpi, python, serve). `ccopies` times libgdrapi's copies against the Rust auto copier on one allocation
-# (copylat 8 B-64 KiB and copybw with --capi-memory allocated); `storebw` is the CPU->GPU
+# copylat, copybw, ccopies, storebw, pplat, mq, apiperf, capi, clients, alloc, ranks, faults,
+# outside, ucx, ucxx, mpi, python, serve; soak runs only when ONLY names it). `ccopies` times
+# libgdrapi's copies against the Rust auto copier on one allocation (copylat 8 B-64 KiB and copybw with --capi-memory allocated); `storebw` is the CPU->GPU
 # write-ceiling experiment. `alloc` is
 # alloc-gpu.sh (gdr's allocator: C checks, its cost, PyTorch and CuPy under `gdr run`);
 # `outside` is outside-gpu.sh on the folder OUTSIDE names (gdrcopy's and UCX's programs, built
 # outside the repository), run only when OUTSIDE is set; `ucx` (ucx-gpu.sh: no harm, bytes
 # intact, tag latency by size), `ucxx` (ucxx-gpu.sh: UCXX's send_recv benchmark with CuPy arrays)
 # and `mpi` (mpi-gpu.sh: the OSU benchmarks through Open MPI) take OUTSIDE/ucx, OUTSIDE/ucxx,
-# OUTSIDE/ompi and OUTSIDE/osu, and run only when those exist.
+# OUTSIDE/ompi and OUTSIDE/osu, and run only when those exist. `ranks` (ranks-gpu.sh: 8 and 32
+# rank_check processes at once under `gdr run`; first-allocation time, device memory and BAR1 per
+# process), `faults` (faults-gpu.sh: kill -9 mid-copy, out of device memory, fork while mapped)
+# and `soak` (soak.sh: SOAK_MINUTES, default 8, of 8 x 4 threads of rank_check and 2 PyTorch
+# processes pinning tensors, sampled every 10 s) use clients/rank_check.c. The soak is not in the
+# default set, since it alone takes most of a 10-minute call: ONLY=soak runs it.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: run.sh OUTDIR}
@@ -70,6 +75,12 @@ if [ "${2:-}" != "--tests-only" ]; then
     python3 "$here/clients/nccl_gdrcopy.py" --out "$out/nccl-system"
   # gdr's allocator, then programs written elsewhere under it.
   want alloc && T=900 bench alloc.txt bash "$here/alloc-gpu.sh" "$out/alloc"
+  # Many processes, faults and the soak: clients/rank_check.c under `gdr run` (rank-lib.sh).
+  want ranks && T=600 bench ranks.txt bash "$here/ranks-gpu.sh" "$out/ranks"
+  want faults && T=900 bench faults.txt bash "$here/faults-gpu.sh" "$out/faults"
+  if [[ " ${ONLY:-} " == *" soak "* ]]; then
+    T=600 bench soak.txt bash "$here/soak.sh" "$out/soak" "${SOAK_MINUTES:-8}"
+  fi
   if want outside && [ -n "${OUTSIDE:-}" ]; then
     T=900 bench outside.txt bash "$here/outside-gpu.sh" "$OUTSIDE" "$out/outside"
   fi
