@@ -1,6 +1,7 @@
 //! `gdr.Buffer` (GPU memory with a CPU mapping) and `gdr.View` (a typed window on it for
 //! frameworks).
 
+use crate::args;
 use crate::dlpack::{self, Request};
 use crate::dtype::{self, DType};
 use crate::errors;
@@ -47,8 +48,8 @@ impl Buffer {
         &self,
         py: Python<'_>,
         data: &Bound<'_, PyAny>,
-        offset: usize,
-        threads: usize,
+        #[pyo3(from_py_with = args::offset)] offset: usize,
+        #[pyo3(from_py_with = args::threads)] threads: usize,
     ) -> PyResult<()> {
         handle::write(py, &self.h, WHAT, data, offset, threads)
     }
@@ -58,9 +59,9 @@ impl Buffer {
     fn read<'py>(
         &self,
         py: Python<'py>,
-        size: Option<usize>,
-        offset: usize,
-        threads: usize,
+        #[pyo3(from_py_with = args::opt_size)] size: Option<usize>,
+        #[pyo3(from_py_with = args::offset)] offset: usize,
+        #[pyo3(from_py_with = args::threads)] threads: usize,
     ) -> PyResult<Bound<'py, PyBytes>> {
         handle::read(py, &self.h, WHAT, size, offset, threads)
     }
@@ -73,8 +74,8 @@ impl Buffer {
         &self,
         py: Python<'_>,
         out: &Bound<'_, PyAny>,
-        offset: usize,
-        threads: usize,
+        #[pyo3(from_py_with = args::offset)] offset: usize,
+        #[pyo3(from_py_with = args::threads)] threads: usize,
     ) -> PyResult<usize> {
         handle::read_into(py, &self.h, WHAT, out, offset, threads)
     }
@@ -95,7 +96,7 @@ impl Buffer {
         py: Python<'py>,
         dtype: Option<&Bound<'py, PyAny>>,
         shape: Option<&Bound<'py, PyAny>>,
-        offset: usize,
+        #[pyo3(from_py_with = args::offset)] offset: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mem = self.h.get(WHAT)?;
         let u8_name = pyo3::types::PyString::new(py, "uint8").into_any();
@@ -109,7 +110,7 @@ impl Buffer {
         &self,
         dtype: Option<&Bound<'_, PyAny>>,
         shape: Option<&Bound<'_, PyAny>>,
-        offset: usize,
+        #[pyo3(from_py_with = args::offset)] offset: usize,
     ) -> PyResult<View> {
         let mem = self.h.get(WHAT)?;
         let dt = match dtype {
@@ -131,10 +132,10 @@ impl Buffer {
         Ok(self.h.get(WHAT)?.device())
     }
 
-    /// Bytes in the buffer (also `len(buf)`).
+    /// Bytes in the buffer (also `len(buf)`); `ClosedError` once closed, as every use.
     #[getter]
-    fn nbytes(&self) -> usize {
-        self.h.len()
+    fn nbytes(&self) -> PyResult<usize> {
+        self.h.open_len(WHAT)
     }
 
     #[getter]
@@ -148,8 +149,10 @@ impl Buffer {
         self.h.close();
     }
 
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
+    /// `with` on a closed object raises `ClosedError`, as Python's files do.
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        slf.get().h.get(WHAT)?;
+        Ok(slf)
     }
 
     #[pyo3(signature = (*_exc))]
@@ -158,8 +161,8 @@ impl Buffer {
         false
     }
 
-    fn __len__(&self) -> usize {
-        self.h.len()
+    fn __len__(&self) -> PyResult<usize> {
+        self.h.open_len(WHAT)
     }
 
     fn __repr__(&self) -> String {
@@ -189,8 +192,8 @@ impl Buffer {
         &self,
         py: Python<'py>,
         stream: Option<&Bound<'py, PyAny>>,
-        max_version: Option<(u32, u32)>,
-        dl_device: Option<(i32, i32)>,
+        #[pyo3(from_py_with = args::max_version)] max_version: Option<(u32, u32)>,
+        #[pyo3(from_py_with = args::dl_device)] dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let _ = stream; // the bytes are in place when a write returns: nothing to order
@@ -336,8 +339,8 @@ impl View {
         &self,
         py: Python<'py>,
         stream: Option<&Bound<'py, PyAny>>,
-        max_version: Option<(u32, u32)>,
-        dl_device: Option<(i32, i32)>,
+        #[pyo3(from_py_with = args::max_version)] max_version: Option<(u32, u32)>,
+        #[pyo3(from_py_with = args::dl_device)] dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let _ = stream;

@@ -2,7 +2,7 @@
 //! `numpy.float32`, `numpy.dtype("float32")`, `torch.float32`), and spelled as NumPy's
 //! `__array_interface__` / `__cuda_array_interface__` typestr and as DLPack's type code.
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
@@ -144,13 +144,7 @@ pub(crate) fn parse_shape(
         }
         return Ok(vec![available / dtype.itemsize()]);
     };
-    if let Ok(n) = shape.extract::<usize>() {
-        return Ok(vec![n]);
-    }
-    let dims: Vec<usize> = shape.extract().map_err(|_| {
-        PyTypeError::new_err("shape must be an int or a sequence of non-negative ints")
-    })?;
-    Ok(dims)
+    crate::args::shape(shape)
 }
 
 /// Bytes a C-contiguous array of `shape` and `dtype` takes; `None` on overflow.

@@ -1,5 +1,6 @@
 //! `gdr.Gpu` (one GPU: allocation, pinning, the auto copier) and `gdr.AutoCopier`.
 
+use crate::args;
 use crate::buffer::Buffer;
 use crate::errors;
 use crate::handle::DETACH_AT;
@@ -67,7 +68,7 @@ impl Gpu {
     /// is missing on a machine without the driver or the GPU.
     #[new]
     #[pyo3(signature = (device = 0))]
-    fn new(py: Python<'_>, device: usize) -> PyResult<Gpu> {
+    fn new(py: Python<'_>, #[pyo3(from_py_with = args::device)] device: usize) -> PyResult<Gpu> {
         let ctx = py
             .detach(move || Device::get(device).and_then(Context::new))
             .map_err(errors::cuda)?;
@@ -108,9 +109,14 @@ impl Gpu {
     }
 
     /// Allocates `size` bytes (at least 1) of GPU memory with a CPU mapping, aligned to `align`
-    /// (a power of two; at least 64) on both sides.
+    /// (a power of two up to 2 MiB; smaller ones give 64) on both sides.
     #[pyo3(signature = (size, align = 64))]
-    fn alloc(&self, py: Python<'_>, size: usize, align: usize) -> PyResult<Buffer> {
+    fn alloc(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::alloc_size)] size: usize,
+        #[pyo3(from_py_with = args::align)] align: usize,
+    ) -> PyResult<Buffer> {
         let be = self.backend(py)?;
         // Vulkan leaves an allocation larger than its heap undefined (a valid-usage rule, not an
         // error code): refuse it here.
@@ -136,7 +142,12 @@ impl Gpu {
     /// memory made with a POSIX-fd handle (PyTorch's expandable segments), and any memory on
     /// hosts with gdrdrv or CUDA 13.3+ dma-buf mmap. Raises `gdr.PinError` saying why otherwise.
     #[pyo3(signature = (obj, size = None))]
-    fn pin(&self, py: Python<'_>, obj: &Bound<'_, PyAny>, size: Option<usize>) -> PyResult<Pin> {
+    fn pin(
+        &self,
+        py: Python<'_>,
+        obj: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = args::pin_size)] size: Option<usize>,
+    ) -> PyResult<Pin> {
         let (addr, len, owner) = pin::resolve(obj, size)?;
         if len == 0 {
             return Err(PyValueError::new_err("nothing to pin: size 0"));
@@ -283,7 +294,7 @@ impl AutoCopier {
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
         data: &Bound<'_, PyAny>,
-        offset: usize,
+        #[pyo3(from_py_with = args::offset)] offset: usize,
     ) -> PyResult<()> {
         let src = HeldBuffer::readable(data)?;
         let bytes = src.as_slice();
@@ -306,7 +317,7 @@ impl AutoCopier {
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
         out: &Bound<'_, PyAny>,
-        offset: usize,
+        #[pyo3(from_py_with = args::offset)] offset: usize,
     ) -> PyResult<usize> {
         let mut dst = HeldBuffer::writable(out)?;
         let n = dst.len();
@@ -329,8 +340,8 @@ impl AutoCopier {
         &self,
         py: Python<'py>,
         buf: &Bound<'py, PyAny>,
-        size: Option<usize>,
-        offset: usize,
+        #[pyo3(from_py_with = args::opt_size)] size: Option<usize>,
+        #[pyo3(from_py_with = args::offset)] offset: usize,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let n = match size {
             Some(n) => n,
@@ -351,7 +362,11 @@ impl AutoCopier {
 
     /// The path the next copy of `size` bytes takes: `direction` is `"write"` (CPU to GPU) or
     /// `"read"`; the answer is `"mapping"`, `"mapping xN"` (N threads) or `"copy engine"`.
-    fn path(&self, direction: &str, size: usize) -> PyResult<String> {
+    fn path(
+        &self,
+        direction: &str,
+        #[pyo3(from_py_with = args::size)] size: usize,
+    ) -> PyResult<String> {
         Ok(self.inner.path_for(dir(direction)?, size).to_string())
     }
 

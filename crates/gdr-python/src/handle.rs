@@ -25,7 +25,7 @@ pub(crate) struct Handle {
     /// not the memory, so `close()` must keep the memory until the object is collected.
     interface_given: AtomicBool,
     kept: Mutex<Option<Arc<Mem>>>,
-    /// Bytes, kept for `len()` and `repr()` after close.
+    /// Bytes, kept for `repr()` after close.
     len: usize,
 }
 
@@ -41,6 +41,15 @@ impl Handle {
 
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// The bytes, for `len()` and `nbytes`: `ClosedError` once closed, since docs/python.md
+    /// promises that every use of a closed object raises it.
+    pub(crate) fn open_len(&self, what: &str) -> PyResult<usize> {
+        if self.is_closed() {
+            return Err(errors::closed(what));
+        }
+        Ok(self.len)
     }
 
     /// The memory, for one operation; `what` names the object in the error when it is closed.

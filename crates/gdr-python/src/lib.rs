@@ -14,6 +14,7 @@
 //! Nothing here needs a GPU, CUDA or Vulkan to load: they are loaded on first use, and what is
 //! missing is raised then as `gdr.UnavailableError`.
 
+mod args;
 mod buffer;
 mod dlpack;
 mod dtype;
@@ -52,7 +53,7 @@ fn device_count(py: Python<'_>) -> PyResult<usize> {
 
 /// The CUDA device ordinal that owns device address `addr` (`cuPointerGetAttribute`).
 #[pyfunction]
-fn pointer_device(py: Python<'_>, addr: u64) -> PyResult<usize> {
+fn pointer_device(py: Python<'_>, #[pyo3(from_py_with = args::addr)] addr: u64) -> PyResult<usize> {
     py.detach(move || gdr::cuda::pointer_device(addr))
         .map_err(errors::cuda)
 }
@@ -125,7 +126,7 @@ fn topo_explain<'py>(
 /// the CPU, it has no device pointer): for tests of the Python layer on machines without a
 /// GPU. Not for use otherwise.
 #[pyfunction]
-fn _host_buffer(size: usize) -> buffer::Buffer {
+fn _host_buffer(#[pyo3(from_py_with = args::size)] size: usize) -> buffer::Buffer {
     buffer::Buffer::new(mem::Mem::host(size))
 }
 
@@ -134,6 +135,35 @@ fn _host_buffer(size: usize) -> buffer::Buffer {
 #[pyfunction]
 fn _live_memories() -> usize {
     mem::live_count()
+}
+
+/// `gdr.open`'s argument, checked by the extractor of `Gpu(device)` so that the cache of
+/// opened GPUs is keyed by a plain int.
+#[pyfunction]
+fn _device_arg(#[pyo3(from_py_with = args::device)] device: usize) -> usize {
+    device
+}
+
+/// `gdr.alloc`'s arguments, checked by the extractors of `Gpu.alloc` before the wrapper opens
+/// the GPU: a bad argument raises `TypeError`/`ValueError` on any machine, not
+/// `UnavailableError` on one without a GPU.
+#[pyfunction]
+fn _alloc_args(
+    #[pyo3(from_py_with = args::alloc_size)] size: usize,
+    #[pyo3(from_py_with = args::device)] device: usize,
+    #[pyo3(from_py_with = args::align)] align: usize,
+) -> (usize, usize, usize) {
+    (size, device, align)
+}
+
+/// `gdr.pin`'s `size` and `device`, checked as `Gpu.pin` checks them, before the wrapper asks
+/// the driver which device the memory is on.
+#[pyfunction]
+fn _pin_args(
+    #[pyo3(from_py_with = args::pin_size)] size: Option<usize>,
+    #[pyo3(from_py_with = args::opt_device)] device: Option<usize>,
+) -> (Option<usize>, Option<usize>) {
+    (size, device)
 }
 
 #[pymodule]
@@ -152,5 +182,8 @@ fn _gdr(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(topo_explain, m)?)?;
     m.add_function(wrap_pyfunction!(_host_buffer, m)?)?;
     m.add_function(wrap_pyfunction!(_live_memories, m)?)?;
+    m.add_function(wrap_pyfunction!(_device_arg, m)?)?;
+    m.add_function(wrap_pyfunction!(_alloc_args, m)?)?;
+    m.add_function(wrap_pyfunction!(_pin_args, m)?)?;
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! `gdr.Pin`: existing GPU memory (a tensor, an array) pinned and mapped for the CPU.
 
+use crate::args;
 use crate::buffer::{Buffer, View};
 use crate::errors;
 use crate::handle::{self, Handle};
@@ -60,7 +61,7 @@ pub(crate) fn resolve(
         return Ok((addr, fit(n)?, owner));
     }
     if obj.is_instance_of::<PyInt>() {
-        let addr: u64 = obj.extract()?;
+        let addr = args::addr(obj)?;
         let size = size.ok_or_else(|| {
             PyTypeError::new_err("pinning a device address needs its size: pin(addr, size)")
         })?;
@@ -137,8 +138,8 @@ impl Pin {
         &self,
         py: Python<'_>,
         data: &Bound<'_, PyAny>,
-        offset: usize,
-        threads: usize,
+        #[pyo3(from_py_with = args::offset)] offset: usize,
+        #[pyo3(from_py_with = args::threads)] threads: usize,
     ) -> PyResult<()> {
         handle::write(py, &self.h, WHAT, data, offset, threads)
     }
@@ -148,9 +149,9 @@ impl Pin {
     fn read<'py>(
         &self,
         py: Python<'py>,
-        size: Option<usize>,
-        offset: usize,
-        threads: usize,
+        #[pyo3(from_py_with = args::opt_size)] size: Option<usize>,
+        #[pyo3(from_py_with = args::offset)] offset: usize,
+        #[pyo3(from_py_with = args::threads)] threads: usize,
     ) -> PyResult<Bound<'py, PyBytes>> {
         handle::read(py, &self.h, WHAT, size, offset, threads)
     }
@@ -161,8 +162,8 @@ impl Pin {
         &self,
         py: Python<'_>,
         out: &Bound<'_, PyAny>,
-        offset: usize,
-        threads: usize,
+        #[pyo3(from_py_with = args::offset)] offset: usize,
+        #[pyo3(from_py_with = args::threads)] threads: usize,
     ) -> PyResult<usize> {
         handle::read_into(py, &self.h, WHAT, out, offset, threads)
     }
@@ -180,7 +181,7 @@ impl Pin {
         py: Python<'py>,
         dtype: Option<&Bound<'py, PyAny>>,
         shape: Option<&Bound<'py, PyAny>>,
-        offset: usize,
+        #[pyo3(from_py_with = args::offset)] offset: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mem = self.h.get(WHAT)?;
         let u8_name = pyo3::types::PyString::new(py, "uint8").into_any();
@@ -234,9 +235,10 @@ impl Pin {
         Ok(self.h.get(WHAT)?.owner().map(|o| o.clone_ref(py)))
     }
 
+    /// Bytes pinned (also `len(pin)`); `ClosedError` once closed, as every use.
     #[getter]
-    fn nbytes(&self) -> usize {
-        self.h.len()
+    fn nbytes(&self) -> PyResult<usize> {
+        self.h.open_len(WHAT)
     }
 
     #[getter]
@@ -249,8 +251,10 @@ impl Pin {
         self.h.close();
     }
 
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
+    /// `with` on a closed object raises `ClosedError`, as Python's files do.
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        slf.get().h.get(WHAT)?;
+        Ok(slf)
     }
 
     #[pyo3(signature = (*_exc))]
@@ -259,8 +263,8 @@ impl Pin {
         false
     }
 
-    fn __len__(&self) -> usize {
-        self.h.len()
+    fn __len__(&self) -> PyResult<usize> {
+        self.h.open_len(WHAT)
     }
 
     fn __repr__(&self) -> String {

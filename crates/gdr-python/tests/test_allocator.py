@@ -183,6 +183,24 @@ def test_the_c_api_through_ctypes(monkeypatch, tmp_path):
         pass
 
 
+def test_the_c_api_refuses_ints_that_ctypes_would_wrap(monkeypatch, tmp_path):
+    monkeypatch.setenv(allocator.ENV, str(build(tmp_path, STAND_IN)))
+    lib = allocator.library()
+    for call, name in (
+        (lambda: lib.malloc(-1, 0), "size"),
+        (lambda: lib.malloc(8, -1), "device"),
+        (lambda: lib.malloc(8, 2**31), "device"),
+        (lambda: lib.active(-1), "device"),
+        (lambda: lib.free(-1), "ptr"),
+        (lambda: lib.free(2**64), "ptr"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            call()
+    with pytest.raises(TypeError, match="size must be an int"):
+        lib.malloc("8", 0)
+    assert lib.stats()["live_allocations"] == 0, "nothing was allocated"
+
+
 def test_a_preloaded_copy_is_found_without_the_variable(tmp_path):
     lib_path = build(tmp_path, "libgdr_alloc.so.0")
     code = (

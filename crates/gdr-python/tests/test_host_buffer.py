@@ -87,7 +87,7 @@ def test_bad_sources_and_destinations_are_refused_with_python_errors():
         buf.write(np.zeros((8, 8), np.uint8)[:, ::2])  # not contiguous
     with pytest.raises((BufferError, TypeError)):
         buf.read_into(b"read-only")
-    with pytest.raises(OverflowError):
+    with pytest.raises(ValueError, match="offset"):
         buf.write(b"x", -1)
 
 
@@ -112,8 +112,10 @@ def test_closing_makes_every_use_raise_closed_error(live):
         buf.write(b"abc")
         assert not buf.closed
     assert buf.closed and live() == 0
-    assert "closed" in repr(buf) and len(buf) == 64
+    assert "closed" in repr(buf)
     for use in (
+        lambda: len(buf),
+        lambda: buf.nbytes,
         lambda: buf.write(b"x"),
         lambda: buf.read(1),
         lambda: buf.read_into(bytearray(1)),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, Optional
 
+from . import _gdr
 from ._errors import (
     AllocatorNotFoundError,
     BoundsError,
@@ -74,6 +75,7 @@ def open(device: int = 0) -> Gpu:  # noqa: A001 (gdr.open, as in "open a GPU")
     """The :class:`Gpu` for CUDA device ``device``, opened on first call and shared after.
 
     Raises :class:`UnavailableError` (saying what is missing) without a driver or GPU."""
+    device = _gdr._device_arg(device)  # TypeError/ValueError before the driver is loaded
     with _gpus_lock:
         gpu = _gpus.get(device)
         if gpu is None:
@@ -83,6 +85,9 @@ def open(device: int = 0) -> Gpu:  # noqa: A001 (gdr.open, as in "open a GPU")
 
 def alloc(size: int, device: int = 0, align: int = 64) -> Buffer:
     """``gdr.open(device).alloc(size, align)``: GPU memory with a CPU mapping."""
+    # The arguments are checked before the GPU is opened, so that a bad one is reported as
+    # such (TypeError/ValueError) on a machine without a GPU too.
+    size, device, align = _gdr._alloc_args(size, device, align)
     return open(device).alloc(size, align)
 
 
@@ -90,6 +95,7 @@ def pin(obj: Any, size: Optional[int] = None, *, device: Optional[int] = None) -
     """Pins and maps existing GPU memory for the CPU: a PyTorch tensor, a CuPy array (anything
     with ``__cuda_array_interface__``), a gdr buffer or view, or a device address with
     ``size``. The device is the memory's own unless given. See :meth:`Gpu.pin`."""
+    size, device = _gdr._pin_args(size, device)  # checked before the driver is asked
     if device is None:
         device = pointer_device(_address_of(obj))
     return open(device).pin(obj, size)

@@ -18,6 +18,7 @@ Without any, :class:`gdr.AllocatorNotFoundError` says where it looked.
 from __future__ import annotations
 
 import ctypes
+import operator
 import os
 import threading
 from pathlib import Path
@@ -167,14 +168,17 @@ class Library:
     def active(self, device: int = 0) -> Tuple[bool, str]:
         """Whether allocations on ``device`` are served by the pool (mappable), and if not why
         (they are then passed through to the driver)."""
+        device = _int_arg("device", device, 0, _C_INT_MAX)
         why = ctypes.create_string_buffer(512)
         on = self._lib.gdr_alloc_active(device, why, len(why)) == 1
         return on, "" if on else why.value.decode("utf-8", "replace")
 
     def malloc(self, size: int, device: int) -> int:
         """A device address of ``size`` bytes (at least 1) from the pool of ``device``."""
+        size = _int_arg("size", size, 0, _U64_MAX)
+        device = _int_arg("device", device, 0, _C_INT_MAX)
         ptr = ctypes.c_uint64(0)
-        rc = self._lib.gdr_alloc_malloc(ctypes.byref(ptr), max(int(size), 1), device)
+        rc = self._lib.gdr_alloc_malloc(ctypes.byref(ptr), max(size, 1), device)
         if rc == _CUDA_SUCCESS:
             return ptr.value
         if rc == _CUDA_ERROR_OUT_OF_MEMORY:
@@ -185,6 +189,8 @@ class Library:
         raise GdrError(f"gdr_alloc_malloc({size}, device {device}) failed: CUresult {rc}")
 
     def free(self, ptr: int) -> None:
+        """Gives back an address :meth:`malloc` returned."""
+        ptr = _int_arg("ptr", ptr, 0, _U64_MAX)
         rc = self._lib.gdr_alloc_free(ptr)
         if rc != _CUDA_SUCCESS:
             raise GdrError(f"gdr_alloc_free({ptr:#x}) failed: CUresult {rc}")
@@ -202,6 +208,22 @@ class Library:
 
     def __repr__(self) -> str:
         return f"<gdr.allocator.Library {self.path}>"
+
+
+def _int_arg(name: str, value: object, lo: int, hi: int) -> int:
+    """``value`` as an int in ``lo..=hi``, else ``TypeError``/``ValueError`` as the rest of gdr
+    raises: ctypes would otherwise wrap a negative int around to a huge unsigned one."""
+    try:
+        v = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}") from None
+    if not lo <= v <= hi:
+        raise ValueError(f"{name} must be an int from {lo} to {hi}, not {v}")
+    return v
+
+
+_C_INT_MAX = 2**31 - 1
+_U64_MAX = 2**64 - 1
 
 
 _library: Optional[Library] = None
