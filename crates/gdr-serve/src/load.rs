@@ -646,6 +646,7 @@ fn client_thread(
         LoadMode::Open { rate } => rate / cfg.threads as f64,
         _ => 0.0,
     };
+    let oversubscribed = std::thread::available_parallelism().is_ok_and(|n| cfg.threads > n.get());
     let mut sending = true;
     let mut send_end = start;
     let mut reqbuf = Vec::new();
@@ -765,9 +766,38 @@ fn client_thread(
             batches.pop_front();
         }
         if n == 0 && !sending {
-            // Waiting for the last answers: until one comes, or a millisecond passes to
-            // expire what is due (a thousand threads napping 20 us each kept two cores busy).
-            net::wait_readable(fd, 1);
+            // Waiting for the last answers: until one comes, or the next thing is due (the
+            // oldest batch's expiry, or the give-up after a stop), so that a thousand waiting
+            // threads sleep instead of waking every millisecond. At most 100 ms, so that a stop
+            // during the wait is seen soon.
+            let next_expiry = batches.front().map(|&(_, _, t0)| t0 + cfg.timeout);
+            let due = match (next_expiry, give_up) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let ms = due.map_or(100, |d| {
+                d.saturating_duration_since(Instant::now())
+                    .as_millis()
+                    .clamp(1, 100) as i32
+            });
+            net::wait_readable(fd, ms);
+        } else if n == 0 && oversubscribed {
+            // More threads than cores: a thread that spun here would only take turns from the
+            // others, and with hundreds of them runnable a stop would wait for every one to be
+            // scheduled again. It sleeps until an answer comes, or its next request is due
+            // (open loop), or at most 10 ms.
+            let ms = match cfg.mode {
+                LoadMode::Closed { .. } => 10,
+                LoadMode::Open { .. } => {
+                    // Request next_seq of this thread is due once elapsed * rate + 1 - phase
+                    // reaches next_seq + 1 (the formula of `want` above).
+                    let phase = t as f64 / cfg.threads as f64;
+                    let due_s = (next_seq as f64 + phase) / per_thread_rate.max(1e-9);
+                    let left = due_s - Instant::now().duration_since(start).as_secs_f64();
+                    (left * 1e3).clamp(0.0, 10.0) as i32
+                }
+            };
+            net::wait_readable(fd, ms);
         } else if n == 0 && !sent_now {
             // Nothing came and nothing was due: let the other threads run. Alone on a core
             // this returns at once; with more threads than cores (up to 1024) it keeps a
