@@ -52,7 +52,8 @@ pub struct LoadArgs {
     #[arg(long)]
     requests: Option<u64>,
     /// Client threads (one socket each; at most 1024, and their buffers within half the free
-    /// memory)
+    /// memory). With more threads than cores, a thread that has nothing to read sleeps on its
+    /// socket (until an answer, its next due request, or 10 ms) instead of spinning
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// A request unanswered this long is lost (ms, 1 to 60000)
