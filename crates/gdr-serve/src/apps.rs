@@ -20,10 +20,9 @@ pub const ID_USER: u16 = 100;
 pub const DEFAULT_SEED: u32 = 1;
 
 /// Warps of a cluster worker's blocks when the user does not say: warp 0 and 7 app warps,
-/// 224 threads for phases of at most 196 (LeNet over 8 SMs). Against 16 warps, in the same
-/// runs on an H100: LeNet's app 1.92 us instead of 2.09, and with the 256-thread launch bound
-/// no spills in warp 0's loop, whose receive took 526 ns instead of 678
-/// (docs/results/2026-11-26-cluster-warps.md).
+/// 224 threads for phases of at most 196 (LeNet over 8 SMs). Fewer warps than 16 made LeNet's
+/// app faster, and under the 256-thread launch bound warp 0's loop does not spill (docs/serve.md
+/// gives the design, docs/results the measurements).
 pub const CLUSTER_WARPS: u32 = 8;
 
 const SERVE_CUH: &str = include_str!("cuda/serve.cuh");

@@ -193,8 +193,7 @@ fn queue_config(app: &App, shape: &GpuShape) -> QueueConfig {
         // A cluster's header-format requests are published by their slot's seq: its receiving
         // warp finds a lone one by its header and hands it to the cluster at once (kernels.cu).
         // Not for one-block workers: the cluster's gain is the hand-over started early, and a
-        // one-block LeNet worker was 0.2-0.4 us slower with it, alternated on one H100
-        // (docs/results/2026-11-26-seq-publishes.md).
+        // one-block LeNet worker measured slower with it (docs/serve.md).
         seq_publishes: shape.cluster > 1,
     }
 }
