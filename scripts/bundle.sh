@@ -60,6 +60,10 @@ cp scripts/rank-lib.sh scripts/rank_report.py scripts/ranks-gpu.sh scripts/soak.
 cp scripts/outside-gpu.sh "$out/outside-gpu.sh"
 mkdir -p "$out/fixtures" && cp -a crates/gdr-pci/tests/fixtures/topo "$out/fixtures/"
 [ -d .gl ] && { mkdir -p "$out/gl"; cp .gl/*.deb "$out/gl/"; }
+# bubblewrap and its libraries for the sandbox part, apart from gl/*.deb (which run.sh unpacks
+# into / when the Vulkan loader is missing): sandbox-gpu.sh unpacks them into a folder of its own.
+cp scripts/sandbox-gpu.sh "$out/sandbox-gpu.sh"
+[ -d .gl/sandbox ] && { mkdir -p "$out/gl/sandbox"; cp .gl/sandbox/*.deb "$out/gl/sandbox/"; }
 # The Python package: its wheel (with libgdr_alloc inside), its tests, the benchmark beside
 # vkgdr and the wheels the GPU host cannot download (scripts/python-bundle.sh).
 bash scripts/python-bundle.sh "$out/python"

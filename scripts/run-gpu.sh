@@ -3,7 +3,7 @@
 # tools and benchmarks. Usage: run.sh OUTDIR [--tests-only]. Logs and JSON go to OUTDIR; a summary is printed.
 # ONLY="tests capi clients apiperf ..." runs just the named parts (names: tests, info, sanity,
 # copylat, copybw, ccopies, storebw, pplat, mq, apiperf, capi, clients, alloc, ranks, faults,
-# outside, ucx, ucxx, mpi, python, serve; soak runs only when ONLY names it). `ccopies` times
+# outside, ucx, ucxx, mpi, python, sandbox, serve; soak runs only when ONLY names it). `ccopies` times
 # libgdrapi's copies against the Rust auto copier on one allocation (copylat 8 B-64 KiB and copybw with --capi-memory allocated); `storebw` is the CPU->GPU
 # write-ceiling experiment. `alloc` is
 # alloc-gpu.sh (gdr's allocator: C checks, its cost, PyTorch and CuPy under `gdr run`);
@@ -16,7 +16,11 @@
 # process), `faults` (faults-gpu.sh: kill -9 mid-copy, out of device memory, fork while mapped)
 # and `soak` (soak.sh: SOAK_MINUTES, default 8, of 8 x 4 threads of rank_check and 2 PyTorch
 # processes pinning tensors, sampled every 10 s) use clients/rank_check.c. The soak is not in the
-# default set, since it alone takes most of a 10-minute call: ONLY=soak runs it.
+# default set, since it alone takes most of a 10-minute call: ONLY=soak runs it. `sandbox`
+# (sandbox-gpu.sh: bubblewrap, the host's or gl/sandbox's .deb, as an unprivileged user with no
+# capabilities, a read-only root and only the GPU's device nodes; inside, `gdr check`, libgdrapi's
+# C programs, a cudaMalloc program under `gdr run`, the Python tests, and the messages for a
+# missing ICD, a missing /dev/nvidia-uvm and a read-only HOME; docs/containers.md).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: run.sh OUTDIR}
@@ -78,6 +82,8 @@ if [ "${2:-}" != "--tests-only" ]; then
   # Many processes, faults and the soak: clients/rank_check.c under `gdr run` (rank-lib.sh).
   want ranks && T=600 bench ranks.txt bash "$here/ranks-gpu.sh" "$out/ranks"
   want faults && T=900 bench faults.txt bash "$here/faults-gpu.sh" "$out/faults"
+  # A container-like sandbox (bubblewrap) around gdr, its libraries and its Python package.
+  want sandbox && T=900 bench sandbox.txt bash "$here/sandbox-gpu.sh" "$out/sandbox"
   if [[ " ${ONLY:-} " == *" soak "* ]]; then
     T=600 bench soak.txt bash "$here/soak.sh" "$out/soak" "${SOAK_MINUTES:-8}"
   fi
