@@ -56,9 +56,9 @@ pub fn positive_seconds(name: &str, s: f64) -> Result<std::time::Duration, Strin
     seconds(name, s)
 }
 
-/// The longest `--budget-ms` a measuring command takes per path and size: a minute. More
-/// samples than a budget's few hundred add nothing, and a larger product of budget and paths
-/// overflowed the timer's `Duration` multiplication.
+/// The longest `--budget-ms` a measuring command takes per path and size: a minute. The timer
+/// keeps at most 201 samples anyway, and a budget near `u64::MAX` overflowed the `Duration`
+/// product of budget and paths (a panic after the GPU was opened).
 pub const MAX_BUDGET_MS: u64 = 60_000;
 
 /// `--budget-ms`, checked before the GPU is opened: from 1 to [`MAX_BUDGET_MS`].
