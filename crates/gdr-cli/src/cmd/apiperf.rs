@@ -26,6 +26,9 @@ use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Instant;
 
+/// The most `--iters`: each run pins and maps, so more than this takes hours at 1 GiB.
+const MAX_ITERS: usize = 100_000;
+
 #[derive(clap::Args)]
 pub struct ApiperfArgs {
     #[command(flatten)]
@@ -36,7 +39,7 @@ pub struct ApiperfArgs {
     /// Largest size
     #[arg(long, default_value = "1G", value_parser = parse_size)]
     pub max_size: usize,
-    /// Runs of each operation per size (fewer for sizes over 256 MiB)
+    /// Runs of each operation per size, from 1 to 100000 (at most 5 for sizes over 256 MiB)
     #[arg(long, default_value_t = 20)]
     pub iters: usize,
     /// Print JSON instead of a table
@@ -225,6 +228,8 @@ pub fn run(args: ApiperfArgs) -> CmdResult {
         )
         .into());
     }
+    // 0 ran once, silently; a huge count ran for days.
+    super::in_range("iters", &[args.iters], 1, MAX_ITERS)?;
     let ctx = Context::on(args.gpu.gpu)?;
     let mut rep = Report::default();
     let vulkan = VulkanBackend::new(&ctx);

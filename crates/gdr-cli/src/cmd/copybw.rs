@@ -7,24 +7,24 @@ use super::gpu::{self, GpuArg};
 use super::measure::{dir_name, time_all, MeasureError, RawLog, ReportArgs, Timed};
 use super::plot::{write_svg, Panel, Series, SIZE_LABEL};
 use super::table::{parse_size, size as hsize, Table};
-use super::CmdResult;
+use super::{budget_ms, in_range, sizes_in_range, CmdResult, MAX_COPY_SIZE, MAX_COPY_THREADS};
 use gdr::bar::auto::{Direction, Path};
 use gdr::bar::MappedBuffer;
 use serde::Serialize;
 use std::process::ExitCode;
-use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct CopybwArgs {
     #[command(flatten)]
     pub gpu: GpuArg,
-    /// Copy sizes (comma separated)
+    /// Copy sizes (comma separated; each from 1 to 1024G)
     #[arg(long, value_delimiter = ',', default_value = "64K,256K,1M,4M,16M,64M,256M", value_parser = parse_size)]
     pub sizes: Vec<usize>,
-    /// CPU thread counts for the mapping path (comma separated)
+    /// CPU thread counts for the mapping path (comma separated; each from 1 to 256)
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub threads: Vec<usize>,
-    /// Time spent on each path at each size, in milliseconds (at most 201 samples, at least 9)
+    /// Time spent on each path at each size, in milliseconds, from 1 to 60000 (at most 201
+    /// samples, at least 9)
     #[arg(long, default_value_t = 1000)]
     pub budget_ms: u64,
     #[command(flatten)]
@@ -59,12 +59,11 @@ fn gbps(size: usize, us: f64) -> f64 {
 }
 
 pub fn run(args: CopybwArgs) -> CmdResult {
-    if args.sizes.is_empty() || args.sizes.contains(&0) {
-        return Err("--sizes needs sizes of at least 1 byte".into());
-    }
-    if args.threads.is_empty() || args.threads.contains(&0) {
-        return Err("--threads needs counts of at least 1".into());
-    }
+    // Checked before the GPU is opened: on a machine without one, a bad argument is still
+    // reported as such.
+    sizes_in_range("sizes", &args.sizes, 1, MAX_COPY_SIZE)?;
+    in_range("threads", &args.threads, 1, MAX_COPY_THREADS)?;
+    let budget = budget_ms(args.budget_ms)?;
     let be = gpu::open(args.gpu)?;
     let auto = copier_for(&be, &args.report)?;
     let max = *args.sizes.iter().max().expect("checked non-empty");
@@ -77,7 +76,6 @@ pub fn run(args: CopybwArgs) -> CmdResult {
             None
         }
     };
-    let budget = Duration::from_millis(args.budget_ms);
     let raw = RawLog::create(args.report.raw_samples.as_deref())?;
     // Every size both ways, the Rust paths on `buf`, the C calls on `capi`.
     let measure_on = |buf: &MappedBuffer| -> Result<Vec<Row>, MeasureError> {

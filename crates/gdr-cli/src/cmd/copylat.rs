@@ -23,7 +23,8 @@ pub struct CopylatArgs {
     /// Largest size
     #[arg(long, default_value = "16M", value_parser = parse_size)]
     pub max_size: usize,
-    /// Time spent on each path at each size, in milliseconds (at most 201 samples, at least 9)
+    /// Time spent on each path at each size, in milliseconds, from 1 to 60000 (at most 201
+    /// samples, at least 9)
     #[arg(long, default_value_t = 1000)]
     pub budget_ms: u64,
     #[command(flatten)]
@@ -302,6 +303,7 @@ pub fn run(args: CopylatArgs) -> CmdResult {
         )
         .into());
     }
+    let budget = super::budget_ms(args.budget_ms)?;
     let be = gpu::open(args.gpu)?;
     let auto = copier_for(&be, &args.report)?;
     let raw = RawLog::create(args.report.raw_samples.as_deref())?;
@@ -309,7 +311,7 @@ pub fn run(args: CopylatArgs) -> CmdResult {
         &be,
         &auto,
         &sizes,
-        Duration::from_millis(args.budget_ms),
+        budget,
         !args.report.json,
         raw.as_ref(),
         args.report.capi_memory,

@@ -56,6 +56,66 @@ pub fn positive_seconds(name: &str, s: f64) -> Result<std::time::Duration, Strin
     seconds(name, s)
 }
 
+/// The longest `--budget-ms` a measuring command takes per path and size: a minute. The timer
+/// keeps at most 201 samples anyway, and a budget near `u64::MAX` overflowed the `Duration`
+/// product of budget and paths (a panic after the GPU was opened).
+pub const MAX_BUDGET_MS: u64 = 60_000;
+
+/// `--budget-ms`, checked before the GPU is opened: from 1 to [`MAX_BUDGET_MS`].
+pub fn budget_ms(ms: u64) -> Result<std::time::Duration, String> {
+    if !(1..=MAX_BUDGET_MS).contains(&ms) {
+        return Err(format!(
+            "--budget-ms {ms}: must be from 1 to {MAX_BUDGET_MS}"
+        ));
+    }
+    Ok(std::time::Duration::from_millis(ms))
+}
+
+/// The most CPU threads a copy may be asked to run on: far past any core count that helps,
+/// and a bound on the threads spawned.
+pub const MAX_COPY_THREADS: usize = 256;
+
+/// The largest copy size a command takes (1 TiB): past any GPU's memory, so nothing real is
+/// refused, and far from where size arithmetic (a doubled size, a sum over threads) wraps.
+pub const MAX_COPY_SIZE: usize = 1 << 40;
+
+/// A non-empty list of `--NAME` values, each from `min` to `max`, checked before the GPU is
+/// opened.
+pub fn in_range<T: Copy + PartialOrd + std::fmt::Display>(
+    name: &str,
+    values: &[T],
+    min: T,
+    max: T,
+) -> Result<(), String> {
+    in_range_shown(name, values, min, max, |v| v.to_string())
+}
+
+/// [`in_range`] for sizes, written as the help writes them (4K, 1024G).
+pub fn sizes_in_range(name: &str, values: &[usize], min: usize, max: usize) -> Result<(), String> {
+    in_range_shown(name, values, min, max, table::size)
+}
+
+fn in_range_shown<T: Copy + PartialOrd>(
+    name: &str,
+    values: &[T],
+    min: T,
+    max: T,
+    show: impl Fn(T) -> String,
+) -> Result<(), String> {
+    if values.is_empty() {
+        return Err(format!("--{name} needs at least one value"));
+    }
+    match values.iter().find(|&&v| v < min || v > max) {
+        Some(&v) => Err(format!(
+            "--{name} {}: must be from {} to {}",
+            show(v),
+            show(min),
+            show(max)
+        )),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

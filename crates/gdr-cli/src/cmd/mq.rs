@@ -1,6 +1,6 @@
 //! `gdr mq`: message queues between the host and persistent GPU workers.
 
-use super::CmdResult;
+use super::{in_range, CmdResult};
 use gdr::cuda::Context;
 use gdr_bench::mq::{self as bench, BenchConfig, BenchReport};
 use gdr_mq::Placement;
@@ -41,33 +41,35 @@ struct BenchArgs {
     /// Placements for the throughput test, comma-separated
     #[arg(long, value_delimiter = ',')]
     throughput_placements: Option<Vec<String>>,
-    /// Queue counts for the throughput test, comma-separated
+    /// Queue counts for the throughput test, comma-separated (each from 1 to 1024; counts over
+    /// the GPU's SM count are left out)
     #[arg(long, value_delimiter = ',')]
     queues: Option<Vec<u32>>,
-    /// Message sizes in bytes for the throughput test, comma-separated
+    /// Message sizes in bytes for the throughput test, comma-separated (each from 1 to 1048576)
     #[arg(long, value_delimiter = ',')]
     sizes: Option<Vec<u32>>,
-    /// Messages per doorbell
+    /// Messages per doorbell, from 1 to 1024 (a ring's slots)
     #[arg(long)]
     batch: Option<u32>,
-    /// Worker warps per queue in the throughput test (header format; words has one)
+    /// Worker warps per queue in the throughput test, from 1 to 32 (header format; words has
+    /// one)
     #[arg(long)]
     warps: Option<u32>,
     /// RX format of the throughput test: header (claimed by doorbell, --warps workers per
     /// queue) or words (one worker warp per queue polls the slots)
     #[arg(long, value_enum, default_value_t = RxFormat::Header)]
     throughput_rx_format: RxFormat,
-    /// Round trips per latency point
+    /// Round trips per latency point, from 1 to 10000000
     #[arg(long)]
     iters: Option<usize>,
-    /// Bytes of the latency test's message (default 64, at most 4096)
+    /// Bytes of the latency test's message, from 1 to 4096 (default 64)
     #[arg(long)]
     latency_size: Option<u32>,
-    /// Milliseconds per throughput point
+    /// Milliseconds per throughput point, from 1 to 60000
     #[arg(long)]
     ms: Option<u64>,
-    /// Runs of each throughput point; the median is shown, with the lowest and highest
-    /// (default 3, 1 with --quick)
+    /// Runs of each throughput point, from 1 to 100; the median is shown, with the lowest and
+    /// highest (default 3, 1 with --quick)
     #[arg(long)]
     rounds: Option<u32>,
 }
@@ -118,45 +120,43 @@ fn run_bench(a: BenchArgs) -> CmdResult {
     if let Some(p) = &a.throughput_placements {
         bc.throughput_placements = placements(p)?;
     }
+    // Every number is checked here, before the GPU is opened: on a machine without one, a bad
+    // argument is still reported as such. 0 warps and 0 ms became 1 silently.
     if let Some(q) = a.queues {
-        if q.contains(&0) {
-            return Err("queue counts must be at least 1".into());
-        }
+        in_range("queues", &q, 1, 1024)?;
         bc.queues = q;
     }
     if let Some(s) = a.sizes {
+        in_range("sizes", &s, 1, 1 << 20)?;
         bc.sizes = s;
     }
     if let Some(b) = a.batch {
-        if b == 0 {
-            return Err("--batch must be at least 1".into());
-        }
+        // A doorbell cannot carry more messages than the ring has slots.
+        in_range("batch", &[b], 1, bc.slots)?;
         bc.batch = b;
     }
     if let Some(w) = a.warps {
+        // A queue's workers are one block: at most 1024 threads.
+        in_range("warps", &[w], 1, 32)?;
         bc.warps_per_queue = w;
     }
     bc.throughput_rx_words = a.throughput_rx_format == RxFormat::Words;
     if let Some(r) = a.rounds {
-        if r == 0 {
-            return Err("--rounds must be at least 1".into());
-        }
+        in_range("rounds", &[r], 1, 100)?;
         bc.throughput_rounds = r;
     }
     if let Some(i) = a.iters {
-        if i == 0 {
-            return Err("--iters must be at least 1".into());
-        }
+        // Every round trip's time is kept.
+        in_range("iters", &[i], 1, 10_000_000)?;
         bc.latency_iters = i;
     }
     if let Some(size) = a.latency_size {
-        if size > 4096 {
-            return Err(format!("--latency-size {size} is over 4096").into());
-        }
+        in_range("latency-size", &[size], 1, 4096)?;
         bc.latency_size = size;
     }
     if let Some(ms) = a.ms {
-        bc.duration = Duration::from_millis(ms.max(1));
+        in_range("ms", &[ms], 1, super::MAX_BUDGET_MS)?;
+        bc.duration = Duration::from_millis(ms);
     }
     let ctx = Context::on(a.gpu)?;
     let report = bench::run(&ctx, &bc)?;

@@ -3,7 +3,7 @@
 
 use super::gpu::{self, GpuArg};
 use super::table::Table;
-use super::CmdResult;
+use super::{in_range, CmdResult};
 use gdr_bench::pingpong::{
     bar_read_round_trip, host_centric, ping_pong, GpuLoop, PingPongPlacement,
 };
@@ -12,17 +12,24 @@ use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Duration;
 
+/// The most `--rounds`: every round's time is kept, per path.
+const MAX_ROUNDS: u32 = 10_000_000;
+/// The most `--warmup` rounds.
+const MAX_WARMUP: u32 = 1_000_000;
+/// The longest `--timeout-ms`: a round trip that takes a minute has failed.
+const MAX_TIMEOUT_MS: u64 = 60_000;
+
 #[derive(clap::Args)]
 pub struct PplatArgs {
     #[command(flatten)]
     pub gpu: GpuArg,
-    /// Measured rounds per path
+    /// Measured rounds per path, from 1 to 10000000
     #[arg(long, default_value_t = 20_000)]
     pub rounds: u32,
-    /// Unmeasured warm-up rounds per path
+    /// Unmeasured warm-up rounds per path, at most 1000000
     #[arg(long, default_value_t = 1000)]
     pub warmup: u32,
-    /// Give up on a round after this many milliseconds
+    /// Give up on a round after this many milliseconds, from 1 to 60000
     #[arg(long, default_value_t = 2000)]
     pub timeout_ms: u64,
     /// Print JSON instead of a table
@@ -189,9 +196,12 @@ pub fn print(r: &PplatReport) {
 }
 
 pub fn run(args: PplatArgs) -> CmdResult {
-    if args.rounds == 0 {
-        return Err("--rounds must be at least 1".into());
-    }
+    // Checked before the GPU is opened: on a machine without one, a bad argument is still
+    // reported as such. Each path keeps every round's time, and a timeout past the clock's
+    // range panicked when added to the start of a wait.
+    in_range("rounds", &[args.rounds], 1, MAX_ROUNDS)?;
+    in_range("warmup", &[args.warmup], 0, MAX_WARMUP)?;
+    in_range("timeout-ms", &[args.timeout_ms], 1, MAX_TIMEOUT_MS)?;
     let be = gpu::open(args.gpu)?;
     let r = measure(
         &be,

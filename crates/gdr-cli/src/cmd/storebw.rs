@@ -5,28 +5,23 @@
 
 use super::gpu::{self, GpuArg};
 use super::table::{parse_size, size as hsize, Table};
-use super::CmdResult;
+use super::{budget_ms, in_range, sizes_in_range, CmdResult, MAX_COPY_SIZE, MAX_COPY_THREADS};
 use gdr_bench::write_ceiling::{self, CeilingConfig, CeilingRow, Skipped, PAGE};
 use serde::Serialize;
 use std::process::ExitCode;
-use std::time::Duration;
-
-/// The most threads a case may ask for: far past any core count that helps, and a bound on
-/// the threads spawned (each case keeps its own crew for the run).
-const MAX_THREADS: usize = 256;
 
 #[derive(clap::Args)]
 pub struct StorebwArgs {
     #[command(flatten)]
     pub gpu: GpuArg,
-    /// Region sizes (comma separated; multiples of 4K)
+    /// Region sizes (comma separated; multiples of 4K, from 4K to 1024G)
     #[arg(long, value_delimiter = ',', default_value = "16M,64M,256M", value_parser = parse_size)]
     pub sizes: Vec<usize>,
     /// Thread counts of the library copy and of the register stores; the largest also runs
-    /// the width, half-line, order and host-memory cases (comma separated, at most 256)
+    /// the width, half-line, order and host-memory cases (comma separated; each from 1 to 256)
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     pub threads: Vec<usize>,
-    /// Time per case and size, in milliseconds (at least 9 samples each)
+    /// Time per case and size, in milliseconds, from 1 to 60000 (at least 9 samples each)
     #[arg(long, default_value_t = 400)]
     pub budget_ms: u64,
     /// Print JSON instead of a table
@@ -41,22 +36,21 @@ struct StorebwReport {
 }
 
 pub fn run(args: StorebwArgs) -> CmdResult {
-    if args.sizes.is_empty() || args.sizes.iter().any(|&s| s == 0 || s % PAGE != 0) {
-        return Err("--sizes needs non-zero multiples of 4K".into());
+    // Checked before the GPU is opened: on a machine without one, a bad argument is still
+    // reported as such. Each case keeps its own crew of threads for the run.
+    sizes_in_range("sizes", &args.sizes, PAGE, MAX_COPY_SIZE)?;
+    if let Some(s) = args.sizes.iter().find(|&&s| s % PAGE != 0) {
+        return Err(format!("--sizes {}: must be a multiple of 4K", hsize(*s)).into());
     }
-    if args.threads.is_empty() || args.threads.iter().any(|&t| t == 0 || t > MAX_THREADS) {
-        return Err(format!("--threads needs counts from 1 to {MAX_THREADS}").into());
-    }
-    if args.budget_ms == 0 || args.budget_ms > 60_000 {
-        return Err("--budget-ms must be from 1 to 60000".into());
-    }
+    in_range("threads", &args.threads, 1, MAX_COPY_THREADS)?;
+    let budget = budget_ms(args.budget_ms)?;
     let be = gpu::open(args.gpu)?;
     let max = *args.sizes.iter().max().expect("checked non-empty");
     let buf = be.alloc(max, PAGE)?;
     let cfg = CeilingConfig {
         sizes: args.sizes.clone(),
         cases: write_ceiling::cases(&args.threads),
-        budget: Duration::from_millis(args.budget_ms),
+        budget,
         samples: 101,
     };
     if !args.json {
