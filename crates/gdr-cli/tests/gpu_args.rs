@@ -2,20 +2,14 @@
 //! (as where this test runs) a bad argument must be reported as a bad argument, in one line,
 //! not as a missing driver. On a GPU host the same runs end at the same line.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 mod common;
 
 /// Runs `gdr ARGS`, failing the test past 20 s (a run that got past its checks on a GPU).
 fn gdr(args: &[&str]) -> Output {
-    let mut child = Command::new(common::gdr_bin())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("gdr runs");
+    let mut child = common::spawn_gdr(args, false);
     let start = Instant::now();
     while child.try_wait().unwrap().is_none() {
         if start.elapsed() > Duration::from_secs(20) {

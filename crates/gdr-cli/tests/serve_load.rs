@@ -22,13 +22,7 @@ struct Run {
 #[allow(clippy::zombie_processes)]
 fn gdr(args: &[&str], limit: Duration) -> Run {
     let start = Instant::now();
-    let mut child = Command::new(common::gdr_bin())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("gdr runs");
+    let mut child = common::spawn_gdr(args, true);
     let pid = child.id() as libc::pid_t;
     let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
     let readers = (

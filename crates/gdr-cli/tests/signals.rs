@@ -3,7 +3,7 @@
 //! Each run is bounded: a process still running past its limit is killed and the test fails.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus};
 use std::sync::mpsc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -21,13 +21,7 @@ struct Running {
 }
 
 fn start(args: &[&str]) -> Running {
-    let mut child = Command::new(common::gdr_bin())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("gdr runs");
+    let mut child = common::spawn_gdr(args, true);
     let (tx, lines) = mpsc::channel();
     let err = child.stderr.take().unwrap();
     std::thread::spawn(move || {
