@@ -66,15 +66,15 @@ run_pair() {
   # Two GPUs: the server's process sees only GDR_UCX_SERVER_GPU, the client's only
   # GDR_UCX_CLIENT_GPU (unset: both see every GPU and use the first).
   local gs=() gc=()
-  [ -n "${GDR_UCX_SERVER_GPU:-}" ] && gs=(CUDA_VISIBLE_DEVICES=$GDR_UCX_SERVER_GPU)
-  [ -n "${GDR_UCX_CLIENT_GPU:-}" ] && gc=(CUDA_VISIBLE_DEVICES=$GDR_UCX_CLIENT_GPU)
+  [ -n "${GDR_UCX_SERVER_GPU:-}" ] && gs=("CUDA_VISIBLE_DEVICES=$GDR_UCX_SERVER_GPU")
+  [ -n "${GDR_UCX_CLIENT_GPU:-}" ] && gc=("CUDA_VISIBLE_DEVICES=$GDR_UCX_CLIENT_GPU")
   env ${e[@]+"${e[@]}"} ${gs[@]+"${gs[@]}"} timeout 120 ${pre_s[@]+"${pre_s[@]}"} "${sargs[@]}" >"$out/$log.server" 2>&1 &
   local srv=$!
   # The client starts once the server listens (ucx_perftest's client does not retry, and its
   # server takes the first connection as its client, so the port is only looked at).
-  local hex i
+  local hex
   hex=$(printf '%04X' "$port")
-  for i in $(seq 200); do
+  for _ in $(seq 200); do
     awk -v p=":$hex" '$2 ~ p"$" && $4 == "0A" {f = 1} END {exit !f}' /proc/net/tcp 2>/dev/null && break
     kill -0 $srv 2>/dev/null || break
     sleep 0.05
@@ -265,6 +265,12 @@ with open(f"{out}/ucx.md", "a") as md:
         for name, v in sorted(table.items()):
             cell = lambda k: f"{v[k][0]:.2f} ({v[k][1]:.2f})" if k in v else "-"
             md.write(f"| {name} | " + " | ".join(cell(k) for k in cols) + " |\n")
+        absent = {k[0] for v in table.get("cuMemcpyAsync", {}) for k in [v]}
+        ipc = {k[0] for v in table.get("cuMemcpyDtoDAsync_v2", {}) for k in [v]}
+        if "nogdr" in absent and "nogdr" not in ipc:
+            md.write("\nNote: gdr absent, UCX copied through host memory (cuMemcpyAsync), not "
+                     "cuda_ipc: with the counting preload it does not share the driver's memory "
+                     "(cause not found), so those columns are no baseline.\n")
 EOF
     ok "calls: driver calls per message in $out/ucx.md"
   else

@@ -38,7 +38,8 @@ ok() { pass=$((pass+1)); echo "ok $*"; }
 bad() { fail=$((fail+1)); echo "FAIL $*"; }
 if ! python3 -c 'import cuda.core, pynvml' 2>/dev/null && [ -n "$extra" ]; then
   # After the site: the host's own copies, where it has them, stay first.
-  export PYTHONPATH=$PYTHONPATH:$(cd "$extra" && pwd)
+  extra=$(cd "$extra" && pwd)
+  export PYTHONPATH=$PYTHONPATH:$extra
 fi
 
 # UCXX loads this UCX, with gdr_copy, under gdr run.
@@ -66,11 +67,17 @@ for round in $(seq "${GDR_UCXX_ROUNDS:-2}"); do
         runucx) read -r -a envs <<<"$ucx_env" ;;
       esac
       log="$out/lat-$st-$s-$round.log"
-      env ${envs[@]+"${envs[@]}"} timeout "${GDR_UCXX_TIMEOUT:-120}" ${pre[@]+"${pre[@]}"} python3 -m ucxx.benchmarks.send_recv \
+      tag="ucxx-gpu-$$-$st-$s-$round"
+      env GDR_UCXX_TAG="$tag" ${envs[@]+"${envs[@]}"} timeout "${GDR_UCXX_TIMEOUT:-120}" ${pre[@]+"${pre[@]}"} python3 -m ucxx.benchmarks.send_recv \
         -o cupy --backend ucxx-core --reuse-alloc -s 127.0.0.1 -n "$s" \
         --n-iter "${GDR_UCXX_ITERS:-2000}" --n-warmup-iter 200 --no-detailed-report \
         -d "${GDR_UCXX_SERVER_GPU:-0}" -e "${GDR_UCXX_CLIENT_GPU:-0}" >"$log" 2>&1
-      pkill -9 -f 'multiprocessing.spawn' 2>/dev/null
+      # A run past its bound leaves the benchmark's spawned server and client behind: they
+      # carry this run's tag in their environment, so only they are killed.
+      for e in /proc/[0-9]*/environ; do
+        grep -qz "^GDR_UCXX_TAG=$tag\$" "$e" 2>/dev/null || continue
+        p=${e#/proc/}; kill -9 "${p%/environ}" 2>/dev/null
+      done
       # `Latency (median)  12345 ns`
       v=$(awk '/Latency \(median\)/ {print $(NF-1) / 1000}' "$log")
       echo -e "$s\t$st\t${v:-failed}" >>"$out/lat.tsv"

@@ -65,6 +65,10 @@ static double median(double *v, int n) {
 static void measure(const char *kind, CUdeviceptr dst, CUdeviceptr src, size_t size, int iters,
                     CUstream s) {
     double *launch = malloc(sizeof(double) * iters), *whole = malloc(sizeof(double) * iters);
+    if (!launch || !whole) {
+        fprintf(stderr, "vmm_copy_cost: out of host memory for %d samples\n", iters);
+        exit(1);
+    }
     for (int i = 0; i < iters / 10; i++) { /* warm-up */
         CK(cuMemcpyDtoDAsync(dst, src, size, s));
         CK(cuStreamSynchronize(s));
