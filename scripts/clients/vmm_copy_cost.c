@@ -12,14 +12,24 @@
  *             (uct_cuda_ipc_open_memhandle_vmm)
  * Then the same across two processes, as UCX runs (x-legacy: the exporter's cuMemAlloc memory
  * opened with cuIpcOpenMemHandle; x-imported: its cuMemCreate memory imported from a POSIX fd
- * sent over a socket), which comes first in the output.
+ * sent over a socket; x-imp>vmm: the same into cuMemCreate memory of the importer), which
+ * comes first in the output.
  * legacy>vmm and imp>vmm copy the same into cuMemCreate memory of the receiver's GPU (what gdr's
  * allocator gives a receiver under `gdr run`).
  * For each: the median time of the launch call alone, and of launch + cuStreamSynchronize.
  * VCC_RDMA=1 makes the cuMemCreate memory GPUDirect RDMA capable, as gdr's allocator makes it.
+ * VCC_SYNC_MEMOPS=1 sets CU_CTX_SYNC_MEMOPS on every context used, as UCX's cuda_copy memory
+ * domain does when it first detects a CUDA buffer (uct_cuda_copy_sync_memops).
+ * VCC_SPLIT=1 runs only the part across processes, the exporter seeing GPU 0 alone
+ * (CUDA_VISIBLE_DEVICES=0) and the importer GPU 1 alone, as MPI launchers and ucx-gpu.sh place
+ * ranks; VCC_SPLIT=2 the same with both GPUs visible to each, its own first ("0,1", "1,0").
+ * VCC_GDR=open opens libgdrapi in each process (a Vulkan device beside CUDA, as under
+ * `gdr run`); VCC_GDR=pin also pins and maps every cuMemCreate buffer through it (each imported
+ * into Vulkan and mapped for the CPU, as the allocator's probe and UCX's gdr_copy do).
  * Usage: vmm_copy_cost [SIZE [ITERS]]   (defaults 4096, 20000). Build: cc -O2 vmm_copy_cost.c
  * -I$CUDA/include -lcuda. Prints one line per kind; exits 1 on a driver error. */
 #include <cuda.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +54,69 @@
 static unsigned char rdma_capable(void) {
     const char *v = getenv("VCC_RDMA");
     return v && v[0] == '1';
+}
+
+/* VCC_GDR: 0 nothing, 1 open libgdrapi, 2 open it and pin + map every cuMemCreate buffer. */
+static int gdr_mode(void) {
+    const char *v = getenv("VCC_GDR");
+    if (!v || !*v || !strcmp(v, "0")) {
+        return 0;
+    }
+    return !strcmp(v, "pin") ? 2 : 1;
+}
+
+typedef struct {
+    unsigned long h;
+} vcc_mh;
+
+/* libgdrapi opened once per process (dlopen: the program runs without it when VCC_GDR is
+ * unset); with VCC_GDR=pin, `[p, p + len)` pinned and mapped through it, kept until exit. */
+static void gdr_touch(CUdeviceptr p, size_t len) {
+    static void *g;
+    static int (*pin)(void *, unsigned long, size_t, unsigned long long, unsigned, vcc_mh *);
+    static int (*map)(void *, vcc_mh, void **, size_t);
+    int mode = gdr_mode();
+    if (!mode) {
+        return;
+    }
+    if (!g) {
+        void *lib = dlopen("libgdrapi.so.2", RTLD_NOW);
+        void *(*open_)(void) = lib ? (void *(*)(void))dlsym(lib, "gdr_open") : NULL;
+        pin = lib ? dlsym(lib, "gdr_pin_buffer") : NULL;
+        map = lib ? dlsym(lib, "gdr_map") : NULL;
+        g = open_ ? open_() : NULL;
+        if (!g || !pin || !map) {
+            fprintf(stderr, "vmm_copy_cost: VCC_GDR: libgdrapi did not open (%s)\n",
+                    lib ? "gdr_open" : dlerror());
+            exit(1);
+        }
+    }
+    if (mode == 2 && p) {
+        vcc_mh mh;
+        void *va = NULL;
+        int r = pin(g, p, len, 0, 0, &mh);
+        if (r == 0) {
+            r = map(g, mh, &va, len);
+        }
+        if (r != 0) {
+            fprintf(stderr, "vmm_copy_cost: VCC_GDR=pin: pin/map of %zu B failed: %d\n", len, r);
+            exit(1);
+        }
+    }
+}
+
+/* VCC_SPLIT: 0 every GPU visible to both processes; 1 one GPU each; 2 both, each its own first. */
+static int split_mode(void) {
+    const char *v = getenv("VCC_SPLIT");
+    return v ? atoi(v) : 0;
+}
+
+/* VCC_SYNC_MEMOPS=1: the current context made to synchronise every memory operation. */
+static void sync_memops(void) {
+    const char *v = getenv("VCC_SYNC_MEMOPS");
+    if (v && v[0] == '1') {
+        CK(cuCtxSetFlags(CU_CTX_SYNC_MEMOPS));
+    }
 }
 
 static double now_us(void) {
@@ -157,7 +230,7 @@ int main(int argc, char **argv) {
     }
     /* Across processes first: fork() comes before this process initializes CUDA. */
     int rc = across_processes(size, iters);
-    return rc ? rc : in_process(size, iters);
+    return rc || split_mode() ? rc : in_process(size, iters);
 }
 
 static int in_process(size_t size, int iters) {
@@ -175,6 +248,7 @@ static int in_process(size_t size, int iters) {
 
     /* The sender's memory, on GPU 0. */
     CK(cuCtxSetCurrent(c0));
+    sync_memops();
     size_t len = granules(size);
     CUdeviceptr legacy;
     CK(cuMemAlloc(&legacy, len));
@@ -187,6 +261,7 @@ static int in_process(size_t size, int iters) {
     /* The receiver's side: its buffers (the driver's, and cuMemCreate memory as gdr's allocator
      * gives the receiver), its stream, and the imported view of the VMM memory. */
     CK(cuCtxSetCurrent(c1));
+    sync_memops();
     if (n > 1) {
         CUresult r = cuCtxEnablePeerAccess(c0, 0);
         if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) {
@@ -196,6 +271,8 @@ static int in_process(size_t size, int iters) {
     CUdeviceptr dst;
     CK(cuMemAlloc(&dst, len));
     CUdeviceptr vdst = vmm_alloc(d[1], len, &d[1], 1, &hd);
+    gdr_touch(vmm, len);
+    gdr_touch(vdst, len);
     CUstream s;
     CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     int fd = -1;
@@ -239,6 +316,7 @@ static void exporter(int sock, size_t len) {
     CUcontext c0;
     CK(cuDevicePrimaryCtxRetain(&c0, d0));
     CK(cuCtxSetCurrent(c0));
+    sync_memops();
     CUdeviceptr legacy;
     CK(cuMemAlloc(&legacy, len));
     CK(cuMemsetD8(legacy, 1, len));
@@ -246,6 +324,7 @@ static void exporter(int sock, size_t len) {
     CUdeviceptr vmm = vmm_alloc(d0, len, &d0, 1, &h);
     CK(cuMemsetD8(vmm, 2, len));
     CK(cuCtxSynchronize());
+    gdr_touch(vmm, len);
     CUipcMemHandle ipc;
     CK(cuIpcGetMemHandle(&ipc, legacy));
     int fd = -1;
@@ -284,7 +363,13 @@ static int across_processes(size_t size, int iters) {
     }
     if (child == 0) {
         close(sv[0]);
+        if (split_mode()) {
+            setenv("CUDA_VISIBLE_DEVICES", split_mode() == 2 ? "0,1" : "0", 1);
+        }
         exporter(sv[1], len);
+    }
+    if (split_mode()) {
+        setenv("CUDA_VISIBLE_DEVICES", split_mode() == 2 ? "1,0" : "1", 1);
     }
     close(sv[1]);
     CUipcMemHandle ipc;
@@ -302,21 +387,27 @@ static int across_processes(size_t size, int iters) {
     int n;
     CK(cuDeviceGetCount(&n));
     CUdevice d1;
-    CK(cuDeviceGet(&d1, n - 1));
+    CK(cuDeviceGet(&d1, split_mode() ? 0 : n - 1)); /* split: its own GPU comes first */
     CUcontext c1;
     CK(cuDevicePrimaryCtxRetain(&c1, d1));
     CK(cuCtxSetCurrent(c1));
-    printf("across processes: exporter GPU 0, importer GPU %d\n", n - 1);
+    sync_memops();
+    printf("across processes: exporter GPU 0, importer GPU %d (VCC_SPLIT=%d)\n",
+           split_mode() ? 1 : n - 1, split_mode());
     CUdeviceptr legacy;
     CK(cuIpcOpenMemHandle(&legacy, ipc, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
     CUdeviceptr imported = import_fd(fd, len, d1);
     CUdeviceptr dst;
     CK(cuMemAlloc(&dst, len));
+    CUmemGenericAllocationHandle hd;
+    CUdeviceptr vdst = vmm_alloc(d1, len, &d1, 1, &hd);
+    gdr_touch(vdst, len);
     CUstream s;
     CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     for (int round = 0; round < 2; round++) {
         measure("x-legacy", dst, legacy, size, iters, s);
         measure("x-imported", dst, imported, size, iters, s);
+        measure("x-imp>vmm", vdst, imported, size, iters, s);
     }
     unsigned char got[2] = {copied_byte(dst, legacy, size, s), copied_byte(dst, imported, size, s)};
     CK(cuIpcCloseMemHandle(legacy));
