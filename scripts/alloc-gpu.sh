@@ -55,6 +55,9 @@ if want bench; then
     for r in 1 2; do
       step "alloc_bench-driver-$r" sh -c "'$out/alloc_bench' > '$out/alloc-bench-driver-$r.json'"
       step "alloc_bench-pool-$r" sh -c "'$gdr' run -q -- '$out/alloc_bench' > '$out/alloc-bench-pool-$r.json'"
+      # The same with the probe measured in the process (no probe cache): the first
+      # allocation's cost before the cache.
+      step "alloc_bench-probe-$r" sh -c "GDR_ALLOC_PROBE=always '$gdr' run -q -- '$out/alloc_bench' > '$out/alloc-bench-probe-$r.json'"
     done
     python3 - "$out" <<'EOF' | tee "$out/alloc-bench.md"
 import json, sys, statistics
@@ -67,8 +70,8 @@ def load(kind):
         except (OSError, ValueError):
             pass
     return runs
-d, p = load("driver"), load("pool")
-if not d or not p:
+d, p, q = load("driver"), load("pool"), load("probe")
+if not d or not p or not q:
     sys.exit("alloc-bench: missing runs")
 def med(runs, size, key):
     return statistics.median(next(x[key] for x in r["sizes"] if x["size"] == size) for r in runs)
@@ -77,12 +80,12 @@ def human(n):
         if n >= 1 << s:
             return f"{n >> s} {unit}"
     return f"{n} B"
-print("| size | cudaMalloc+cudaFree, driver (us) | with gdr's allocator (us) | ratio | alloc / free with (us) | first cudaMalloc driver / with (us) |")
-print("|---|---|---|---|---|---|")
+print("| size | cudaMalloc+cudaFree, driver (us) | with gdr's allocator (us) | ratio | alloc / free with (us) | first cudaMalloc driver / with (us) | first with, probe measured (GDR_ALLOC_PROBE=always) (us) |")
+print("|---|---|---|---|---|---|---|")
 for row in d[0]["sizes"]:
     s = row["size"]
     a, b = med(d, s, "pair_us"), med(p, s, "pair_us")
-    print(f"| {human(s)} | {a:.2f} | {b:.2f} | {b / a:.2f}x | {med(p, s, 'alloc_us'):.2f} / {med(p, s, 'free_us'):.2f} | {med(d, s, 'first_us'):.0f} / {med(p, s, 'first_us'):.0f} |")
+    print(f"| {human(s)} | {a:.2f} | {b:.2f} | {b / a:.2f}x | {med(p, s, 'alloc_us'):.2f} / {med(p, s, 'free_us'):.2f} | {med(d, s, 'first_us'):.0f} / {med(p, s, 'first_us'):.0f} | {med(q, s, 'first_us'):.0f} |")
 bd = statistics.median(r["burst"]["bytes_per_allocation"] for r in d)
 bp = statistics.median(r["burst"]["bytes_per_allocation"] for r in p)
 td = statistics.median(r["burst"]["seconds"] for r in d)

@@ -1,7 +1,7 @@
 //! The process's allocator: its settings, its pool, which GPUs it serves, and its messages.
 
 use crate::real::{self, call_real, CUresult, CUDA_SUCCESS};
-use gdr_alloc::{Config, Pool, VmmSource};
+use gdr_alloc::{Config, Pool, ProbeCache, Probed, VmmSource};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -137,8 +137,9 @@ pub fn current_device() -> Option<c_int> {
 }
 
 impl Allocator {
-    /// Whether allocations on `device` are served; probes the GPU the first time (slow: a
-    /// chunk is made, imported into Vulkan and mapped) and says once why not.
+    /// Whether allocations on `device` are served; probes the GPU the first time (a chunk made,
+    /// imported into Vulkan and mapped: slow, unless the probe cache of an earlier process
+    /// answers, `GDR_ALLOC_PROBE`) and says once why not.
     pub fn serves(&self, device: c_int) -> Result<(), String> {
         if !self.config.serves_gpu(device) {
             return Err(format!("GPU {device} is not in GDR_ALLOC_GPUS"));
@@ -151,7 +152,9 @@ impl Allocator {
         {
             return r.clone();
         }
-        let r = self.pool.source().probe(device);
+        let cache = self.config.probe_cache.then(ProbeCache::of_process);
+        let probed = self.pool.source().probe(device, cache.as_ref());
+        let r = probed.clone().map(drop);
         if r.is_ok() {
             let mut ctx: *mut c_void = std::ptr::null_mut();
             if call_real!(ctx_get_current(&mut ctx)) == CUDA_SUCCESS && !ctx.is_null() {
@@ -162,13 +165,19 @@ impl Allocator {
                     .or_insert(ctx as usize);
             }
         }
-        match &r {
-            Ok(()) => say_once(
+        match &probed {
+            Ok(how) => say_once(
                 2,
                 &format!("gpu{device}"),
                 &format!(
                     "GPU {device}: serving cudaMalloc/cuMemAlloc from POSIX-fd cuMemCreate \
-                     chunks, mappable for the CPU through Vulkan"
+                     chunks, mappable for the CPU through Vulkan ({})",
+                    match how {
+                        Probed::Measured => "probed",
+                        Probed::Cached =>
+                            "probe cached by an earlier process; Vulkan opens at \
+                                           the first pin",
+                    }
                 ),
             ),
             Err(why) => say_once(

@@ -9,6 +9,7 @@
 //! | `GDR_ALLOC_EXCLUDE` | comma-separated substrings of shared-object file names: a driver call made from a matching object passes through | none |
 //! | `GDR_ALLOC_CACHE` | bytes of empty chunks kept for reuse; a chunk emptied beyond that goes back to the driver | 4G |
 //! | `GDR_ALLOC_LOG` | 0 silent, 1 reasons and errors (once each), 2 every call | 1 |
+//! | `GDR_ALLOC_PROBE` | `cached`: a GPU's successful probe is kept in gdr's cache directory and trusted by later processes, which open Vulkan at their first pin instead of their first allocation; `always`: every process probes, and nothing is read or written | `cached` |
 
 use std::collections::BTreeSet;
 
@@ -33,6 +34,9 @@ pub struct Config {
     /// Messages on stderr (`GDR_ALLOC_LOG`): 0 none, 1 reasons and errors (once each), 2 every
     /// call.
     pub log: u8,
+    /// Whether a GPU's probe result is read from and written to the probe cache
+    /// (`GDR_ALLOC_PROBE=cached`, the default) or measured in every process (`always`).
+    pub probe_cache: bool,
 }
 
 impl Default for Config {
@@ -45,6 +49,7 @@ impl Default for Config {
             exclude: Vec::new(),
             cache: DEFAULT_CACHE,
             log: 1,
+            probe_cache: true,
         }
     }
 }
@@ -162,6 +167,13 @@ impl Config {
                 _ => return Err(bad("GDR_ALLOC_LOG", &v, "expected 0, 1 or 2")),
             };
         }
+        if let Some(v) = get("GDR_ALLOC_PROBE") {
+            c.probe_cache = match v.trim().to_ascii_lowercase().as_str() {
+                "" | "cached" => true,
+                "always" => false,
+                _ => return Err(bad("GDR_ALLOC_PROBE", &v, "expected cached or always")),
+            };
+        }
         Ok(c)
     }
 
@@ -213,6 +225,7 @@ mod tests {
             ("GDR_ALLOC_EXCLUDE", "libnccl, ,libucs"),
             ("GDR_ALLOC_CACHE", "1G"),
             ("GDR_ALLOC_LOG", "2"),
+            ("GDR_ALLOC_PROBE", "Always"),
         ])
         .unwrap();
         assert!(!c.serves_gpu(0) && c.serves_gpu(1) && c.serves_gpu(3));
@@ -222,6 +235,9 @@ mod tests {
         assert!(c.excludes_caller("/opt/x/libnccl.so.2"));
         assert_eq!(c.cache, 1 << 30);
         assert_eq!(c.log, 2);
+        assert!(!c.probe_cache);
+        assert!(cfg(&[]).unwrap().probe_cache, "cached by default");
+        assert!(cfg(&[("GDR_ALLOC_PROBE", "cached")]).unwrap().probe_cache);
         let off = cfg(&[("GDR_ALLOC", "off")]).unwrap();
         assert!(!off.serves_gpu(0));
         assert!(cfg(&[("GDR_ALLOC_GPUS", "all")]).unwrap().gpus.is_none());
@@ -237,6 +253,7 @@ mod tests {
             ("GDR_ALLOC_MAX_SIZE", "99999999999999999999"),
             ("GDR_ALLOC_CACHE", "1Q"),
             ("GDR_ALLOC_LOG", "3"),
+            ("GDR_ALLOC_PROBE", "never"),
         ] {
             let e = cfg(&[(var, val)]).unwrap_err();
             assert_eq!(e.var, var, "{e}");

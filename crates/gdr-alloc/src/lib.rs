@@ -9,6 +9,8 @@
 //!   memory freed while pinned out of reuse until the unpin;
 //! - [`VmmSource`]: the chunks as CUDA sees them (POSIX-fd `cuMemCreate`, reserved and mapped
 //!   for the GPU and its peers) and their CPU mappings (Vulkan import, [`gdr::bar::MappedImport`]);
+//! - [`ProbeCache`]: a GPU's successful probe kept between processes, so that only the first
+//!   process on a machine opens Vulkan at its first allocation;
 //! - [`Config`]: the environment switches (`GDR_ALLOC*`).
 //!
 //! The preloadable library `libgdr_alloc.so` (crate `gdr-alloc-preload`) puts this pool behind
@@ -75,6 +77,7 @@
 
 mod config;
 mod pool;
+mod probe_cache;
 mod source;
 
 pub use config::{parse_size, Config, ConfigError, DEFAULT_CACHE};
@@ -82,4 +85,5 @@ pub use pool::{
     AllocError, Block, ChunkSource, PinFailure, Pool, PoolPinned, PoolUnpinError, SourceError,
     Stats, ALIGN, LARGE_ALIGN, LARGE_CHUNK, LARGE_CLASS_MIN, SMALL_CLASS_MAX, VIEW_PAGE,
 };
-pub use source::VmmSource;
+pub use probe_cache::{ProbeCache, ProbeKey, VULKAN_DRIVER_VARS};
+pub use source::{Probed, VmmSource};

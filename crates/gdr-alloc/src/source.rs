@@ -2,6 +2,7 @@
 //! a Vulkan import.
 
 use crate::pool::{ChunkSource, SourceError};
+use crate::probe_cache::{ProbeCache, ProbeKey};
 use gdr::bar::{MappedImport, VulkanBackend};
 use gdr::cuda::{self, vmm::VmmBuffer, Context, CudaError, CurrentContextGuard, Device};
 use std::collections::HashMap;
@@ -16,6 +17,20 @@ struct Gpu {
     granularity: usize,
     /// The Vulkan side, opened at the first mapping.
     vulkan: OnceLock<Result<VulkanBackend, String>>,
+    /// Set when the probe was answered by the probe cache: the entry that said so, removed if
+    /// Vulkan then fails to open.
+    cached_by: OnceLock<(ProbeCache, ProbeKey)>,
+}
+
+/// How [`VmmSource::probe`] decided that a GPU can be served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probed {
+    /// A chunk was made, imported into Vulkan and mapped (and the success cached, where a cache
+    /// was given and could be written).
+    Measured,
+    /// The probe cache held a success for this GPU, driver and Vulkan setup: Vulkan is opened at
+    /// the first mapping instead.
+    Cached,
 }
 
 /// Chunks of CUDA VMM memory with a POSIX-fd handle; mappings through Vulkan.
@@ -68,6 +83,7 @@ impl VmmSource {
             peers,
             granularity,
             vulkan: OnceLock::new(),
+            cached_by: OnceLock::new(),
         });
         let mut gpus = self.gpus.lock().unwrap_or_else(|p| p.into_inner());
         Ok(gpus.entry(ordinal).or_insert(g).clone())
@@ -91,8 +107,10 @@ impl VmmSource {
     }
 
     /// Whether GPU `ordinal` can give mappable chunks: VMM with POSIX-fd handles, and one chunk
-    /// made, imported into Vulkan and mapped. `Err` says why not.
-    pub fn probe(&self, ordinal: i32) -> Result<(), String> {
+    /// made, imported into Vulkan and mapped. With a `cache`, a success recorded there for this
+    /// GPU, driver and Vulkan setup stands for the last step (module `probe_cache`), and a
+    /// measured success is recorded. `Err` says why not.
+    pub fn probe(&self, ordinal: i32, cache: Option<&ProbeCache>) -> Result<Probed, String> {
         let gpu = self.gpu(ordinal).map_err(|e| e.to_string())?;
         let attr = |a, what: &str| match gpu.device.attribute(a) {
             Ok(0) => Err(format!("GPU {ordinal} does not support {what}")),
@@ -107,13 +125,28 @@ impl VmmSource {
             cuda::Attribute::HandleTypePosixFdSupported,
             "POSIX-fd handles for cuMemCreate memory",
         )?;
+        let key = match cache {
+            Some(_) => gpu.device.uuid().ok().and_then(ProbeKey::for_gpu),
+            None => None,
+        };
+        if let (Some(cache), Some(key)) = (cache, &key) {
+            if cache.holds(key) {
+                let _ = gpu.cached_by.set((cache.clone(), key.clone()));
+                return Ok(Probed::Cached);
+            }
+        }
         let chunk = self
             .create(ordinal, gpu.granularity)
             .map_err(|e| e.to_string())?
             .1;
         self.map(ordinal, &chunk)
             .map(drop)
-            .map_err(|e| format!("its memory cannot be mapped for the CPU: {e}"))
+            .map_err(|e| format!("its memory cannot be mapped for the CPU: {e}"))?;
+        if let (Some(cache), Some(key)) = (cache, &key) {
+            // Not kept (no writable directory): the next process probes too.
+            let _ = cache.store(key);
+        }
+        Ok(Probed::Measured)
     }
 }
 
@@ -134,7 +167,12 @@ impl ChunkSource for VmmSource {
 
     fn map(&self, device: i32, chunk: &VmmBuffer) -> Result<(*mut u8, MappedImport), SourceError> {
         let gpu = self.gpu(device)?;
-        let be = Self::vulkan(&gpu)?;
+        let be = Self::vulkan(&gpu).inspect_err(|_| {
+            // The cache said this would work and it did not: the next process probes.
+            if let Some((cache, key)) = gpu.cached_by.get() {
+                cache.forget(key);
+            }
+        })?;
         let fd = chunk.export_fd().map_err(failed)?;
         let m = be
             .import_mapped(fd, chunk.alloc_size())

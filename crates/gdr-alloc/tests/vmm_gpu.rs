@@ -4,7 +4,7 @@
 //! `skipped: no GPU` (and fails under GDR_REQUIRE_GPU=1).
 
 use gdr::cuda::{self, DeviceMemory};
-use gdr_alloc::{Pool, VmmSource, DEFAULT_CACHE};
+use gdr_alloc::{Pool, ProbeCache, Probed, VmmSource, DEFAULT_CACHE};
 use rand::RngCore;
 
 /// A range of pool memory as the driver's copy calls take it.
@@ -23,7 +23,7 @@ impl DeviceMemory for Range {
 fn pool(name: &str) -> Option<(gdr::cuda::Context, Pool<VmmSource>)> {
     let ctx = gdr_testing::gpu_context(name)?;
     let src = VmmSource::new();
-    if let Err(why) = src.probe(0) {
+    if let Err(why) = src.probe(0, None) {
         return gdr_testing::skip_or_fail(name, &format!("GPU 0 cannot serve the pool: {why}"));
     }
     Some((ctx, Pool::new(src, DEFAULT_CACHE)))
@@ -208,4 +208,56 @@ fn freed_while_pinned_stays_readable_and_idle_chunks_go_back() {
         "the driver got the memory back: free {free_before} -> {free_after}, released {released}"
     );
     assert_eq!(p.stats().chunks, 0);
+}
+
+/// The probe cache: the first probe measures and records, a second source (another process's,
+/// in effect) is answered by the record, and its pool then opens Vulkan at the first pin and
+/// moves bytes through it.
+#[test]
+fn a_cached_probe_serves_at_once_and_maps_at_the_first_pin() {
+    let name = "a_cached_probe_serves_at_once_and_maps_at_the_first_pin";
+    let Some(_ctx) = gdr_testing::gpu_context(name) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("gdr-probe-gpu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cache = ProbeCache::new(vec![dir.clone()], Some(dir.clone()));
+    let first = VmmSource::new();
+    match first.probe(0, Some(&cache)) {
+        Ok(p) => assert_eq!(p, Probed::Measured, "an empty cache cannot answer"),
+        Err(why) => {
+            std::fs::remove_dir_all(&dir).unwrap();
+            gdr_testing::skip_or_fail::<()>(name, &format!("GPU 0 cannot serve the pool: {why}"));
+            return;
+        }
+    }
+    let entries = std::fs::read_dir(&dir).unwrap().count();
+    assert_eq!(entries, 1, "the success was recorded");
+    let second = VmmSource::new();
+    let t0 = std::time::Instant::now();
+    assert_eq!(second.probe(0, Some(&cache)).unwrap(), Probed::Cached);
+    let probe_time = t0.elapsed();
+    assert!(
+        probe_time.as_millis() < 20,
+        "a cached probe took {probe_time:?}"
+    );
+    let p = Pool::new(second, DEFAULT_CACHE);
+    let n = 100_000;
+    let a = p.alloc(0, n as u64).unwrap();
+    let pin = p.pin(a, n as u64).unwrap();
+    p.map(pin.id).unwrap();
+    let cpu = pin.cpu.wrapping_add((a - pin.base) as usize);
+    let data = random(n);
+    // SAFETY: [cpu, cpu + n) lies in the chunk's live mapping (the pin holds it).
+    unsafe { gdr::copy::copy_to_mapping(cpu, &data) };
+    let mut back = vec![0xeeu8; n];
+    cuda::memcpy_dtoh(&mut back, &Range(a, n), 0).unwrap();
+    assert!(
+        back == data,
+        "bytes written through the mapping reached the GPU"
+    );
+    p.unmap(pin.id).unwrap();
+    p.unpin(pin.id).unwrap();
+    p.free(a).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -531,7 +531,10 @@ fn owned_by_me(dir: &std::path::Path) -> std::io::Result<()> {
 /// This process's cache directories, decided at the first use of the cache.
 static DIRS: std::sync::OnceLock<CacheDirs> = std::sync::OnceLock::new();
 
-fn cache_dirs() -> &'static CacheDirs {
+/// This process's cache directories ([`CacheDirs::choose`] over [`preferred_cache_dir`] and a
+/// directory of this user's under the temporary directory), decided at the first call. Also
+/// where gdr's allocator keeps its probe results.
+pub fn cache_dirs() -> &'static CacheDirs {
     DIRS.get_or_init(|| {
         // SAFETY: getuid has no preconditions and cannot fail.
         let uid = unsafe { libc::getuid() };
