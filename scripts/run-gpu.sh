@@ -125,7 +125,7 @@ if [ "${2:-}" != "--tests-only" ]; then
   fi
   # The network server against its host-centric baseline (writes $out/serve/summary.json).
   if ! want serve; then :
-  elif timeout 480 bash "$here/serve-bench.sh" "$out/serve" "$g" >"$out/serve.log" 2>&1; then
+  elif timeout 570 bash "$here/serve-bench.sh" "$out/serve" "$g" >"$out/serve.log" 2>&1; then
     pass=$((pass+1)); echo "bench serve: ok"
   else
     fail=$((fail+1)); echo "bench serve: FAILED ($(tail -1 "$out/serve.log"))"

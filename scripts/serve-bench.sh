@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The gdr serve measurements on a GPU host, from the bundle; about 2-5 minutes.
+# The gdr serve measurements on a GPU host, from the bundle; about 3-6 minutes.
 # Usage: scripts/serve-bench.sh OUTDIR [GDR]   (GDR: the gdr binary, default bundle/gdr, or ./gdr
 # next to this script). Writes per-run JSON (server totals, load report) and summary.json with
 # the ratios the targets are about:
@@ -17,8 +17,9 @@
 # SERVE_ROUNDS (default 3: the low-load and the peak comparisons each run that many rounds,
 # the GPU mode and host-centric alternated; summary.json gives the median of each mode over its
 # rounds, the ratio of the medians, and every round beside them),
-# SERVE_ONLY (space-separated parts to run: low profile peak floor million heavy sockperf;
-# default all). "floor" runs echo (no compute, LeNet's 784-byte request) at low load and at
+# SERVE_ONLY (space-separated parts to run: low profile peak floor million sweep heavy sockperf;
+# default all); "sweep" runs the million run at each rate of SERVE_SWEEP_RATES (default 200k-700k
+# in steps of 100k). "floor" runs echo (no compute, LeNet's 784-byte request) at low load and at
 # peak in the GPU mode: the server's path without the app, whose figures bound the ratios
 # (summary.json "floor").
 set -uo pipefail
@@ -145,6 +146,12 @@ want floor && run_peak "echo-peak-gpu-queue" "--app echo --mode gpu-queue --max-
   --app echo --size 784 --outstanding 64 --threads "$PEAK_THREADS" --duration 6 --verify
 want million && run "million-gpu-queue" "--app lenet --mode gpu-queue" \
   --app lenet --rate 400000 --requests 1000000 --threads 4 --duration 60 --timeout-ms 2000
+# Where the million run starts to shed: 10^6 LeNet requests at each rate of SERVE_SWEEP_RATES,
+# one server each (summary.json "sweep": answered, shed and lost per rate, and the knee).
+want sweep && for rate in ${SERVE_SWEEP_RATES:-200000 300000 400000 500000 600000 700000}; do
+  run "sweep-$rate" "--app lenet --mode gpu-queue" \
+    --app lenet --rate "$rate" --requests 1000000 --threads 4 --duration 60 --timeout-ms 2000
+done
 if [ "$ngpu" -ge 2 ] && want heavy; then
   for gpus in 0 0,1; do
     run "heavy-gpus-${gpus/,/-}" "--app lenet --work $HEAVY --mode gpu-queue --gpus $gpus --max-in-flight 512" \
@@ -188,7 +195,7 @@ if want sockperf; then
 fi
 
 python3 - "$out" <<'PY'
-import json, os, re, statistics, sys
+import glob, json, os, re, statistics, sys
 out = sys.argv[1]
 def j(name):
     try:
@@ -291,6 +298,21 @@ if m:
                     "client_drops": m["client_drops"],
                     "sent_eq_answered_plus_lost": m["sent"] == answered + m["lost"],
                     "lost_eq_counted_drops": m["lost"] == drops + m["client_drops"]}
+sweep = []
+for name in sorted(glob.glob(os.path.join(out, "sweep-*.load.json"))):
+    rate = os.path.basename(name)[len("sweep-"):-len(".load.json")]
+    w = j(os.path.basename(name))
+    if not w or not rate.isdigit():
+        continue
+    srv = w.get("server") or {}
+    sweep.append({"rate": int(rate), "sent": w["sent"], "answered": w["ok"] + sum(w["errors"].values()),
+                  "lost": w["lost"], "shed": srv.get("shed", 0),
+                  "server_drops": sum(srv.get(k, 0) for k in ("shed", "kernel_drops", "bad_dropped", "send_failed", "abandoned")),
+                  "client_drops": w["client_drops"], "achieved_rps": w.get("throughput_rps")})
+if sweep:
+    sweep.sort(key=lambda r: r["rate"])
+    lossless = [r["rate"] for r in sweep if r["lost"] == 0]
+    s["sweep"] = {"runs": sweep, "highest_lossless_rate": max(lossless) if lossless else None}
 h1, h2 = j("heavy-gpus-0.load.json"), j("heavy-gpus-0-1.load.json")
 if h1 and h2:
     s["two_gpu_rps"] = {"one": h1["throughput_rps"], "two": h2["throughput_rps"]}
