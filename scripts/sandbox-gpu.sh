@@ -108,6 +108,12 @@ for n in /dev/nvidia[0-9]* /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools;
 done
 echo "sandbox: device nodes: ${nodes[*]:-none}"
 
+# The host's python3 (often a virtual environment's, such as PyTorch's, outside the usual
+# PATH): its directory comes first in the sandbox's PATH, so the tests get its NumPy, PyTorch
+# and CuPy, as a container built on that image would.
+py_dir=$(dirname "$(command -v python3 2>/dev/null || echo /usr/bin/python3)")
+case $py_dir in /usr/bin|/bin|/usr/local/bin) py_dir="" ;; esac
+
 # sb SECONDS [--no-uvm] [--ro-home] -- NAME=VALUE... CMD...: runs CMD in the sandbox with only
 # the environment given (PATH, HOME, LANG and GDR_REQUIRE_GPU are always set), killed after
 # SECONDS (bwrap's --die-with-parent takes the sandbox with it).
@@ -128,8 +134,8 @@ sb() {
     args+=(--dev-bind "$n" "$n")
   done
   [ "$ro_home" = 0 ] || args+=(--remount-ro /tmp/home)
-  local envs=(PATH=/tmp/gdr/bin:/usr/local/bin:/usr/bin:/bin HOME=/tmp/home LANG=C.UTF-8
-    GDR_REQUIRE_GPU=1)
+  local envs=(PATH="/tmp/gdr/bin${py_dir:+:$py_dir}:/usr/local/bin:/usr/bin:/bin" HOME=/tmp/home
+    LANG=C.UTF-8 GDR_REQUIRE_GPU=1)
   [ -z "${VK_DRIVER_FILES:-}" ] || envs+=(VK_DRIVER_FILES="$VK_DRIVER_FILES")
   local setpriv_to=(setpriv --reuid "$uid" --regid "$uid" --clear-groups)
   case $mode in
@@ -181,10 +187,10 @@ echo "sandbox: mode $mode: $how"
 # shellcheck disable=SC2016 # expanded by the sandbox's shell
 if sb 60 -- sh -c 'echo "uid $(id -u)"; grep ^CapEff /proc/self/status
   touch /sandbox-probe 2>/dev/null && echo "root writable"
-  echo "dev $(ls /dev | grep nvidia | sort | paste -sd,)"
+  echo "dev $(ls /dev | grep nvidia | LC_ALL=C sort | paste -sd,)"
   echo "net $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d " " | paste -sd,)"
   echo "pid $$"' >"$out/isolation.log" 2>&1; then
-  want_dev=$(for n in "${nodes[@]}"; do basename "$n"; done | sort | paste -sd,)
+  want_dev=$(for n in "${nodes[@]}"; do basename "$n"; done | LC_ALL=C sort | paste -sd,)
   bad=()
   grep -qx "uid $uid" "$out/isolation.log" || bad+=("not uid $uid")
   grep -q '^CapEff:[[:space:]]*0*$' "$out/isolation.log" || bad+=("capabilities left")

@@ -7,6 +7,7 @@ use gdr::bar::{MappedImport, VulkanBackend};
 use gdr::cuda::{self, vmm::VmmBuffer, Context, CudaError, CurrentContextGuard, Device};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// What the source knows of one GPU.
 struct Gpu {
@@ -15,8 +16,10 @@ struct Gpu {
     /// them too, as `cudaMalloc` memory is once peer access is enabled.
     peers: Vec<Device>,
     granularity: usize,
-    /// The Vulkan side, opened at the first mapping.
-    vulkan: OnceLock<Result<VulkanBackend, String>>,
+    /// The Vulkan side, opened at the first mapping ([`VmmSource::vulkan`]).
+    vulkan: OnceLock<VulkanBackend>,
+    /// The last failure to open it, and when: retried after [`VULKAN_RETRY`].
+    vulkan_failed: Mutex<Option<(Instant, SourceError)>>,
     /// Set when the probe was answered by the probe cache: the entry that said so, removed if
     /// Vulkan then fails to open.
     cached_by: OnceLock<(ProbeCache, ProbeKey)>,
@@ -37,6 +40,24 @@ pub enum Probed {
 #[derive(Default)]
 pub struct VmmSource {
     gpus: Mutex<HashMap<i32, Arc<Gpu>>>,
+}
+
+/// How long a failure to open Vulkan (other than for want of memory) stands before a mapping
+/// tries again.
+const VULKAN_RETRY: Duration = Duration::from_secs(1);
+
+/// Free device memory below which a failure to open Vulkan is taken for the full device's.
+const LOW_DEVICE_MEMORY: usize = 512 << 20;
+
+/// A Vulkan failure as the pool sees it: out of device memory, or anything else.
+fn failed_bar(e: gdr::bar::BarError) -> SourceError {
+    match e {
+        gdr::bar::BarError::OutOfMemory { .. } => SourceError::OutOfMemory,
+        e => SourceError::Failed {
+            code: None,
+            what: e.to_string(),
+        },
+    }
 }
 
 fn failed(e: CudaError) -> SourceError {
@@ -83,27 +104,61 @@ impl VmmSource {
             peers,
             granularity,
             vulkan: OnceLock::new(),
+            vulkan_failed: Mutex::new(None),
             cached_by: OnceLock::new(),
         });
         let mut gpus = self.gpus.lock().unwrap_or_else(|p| p.into_inner());
         Ok(gpus.entry(ordinal).or_insert(g).clone())
     }
 
+    /// The GPU's Vulkan side, opened at the first call. A failure is not kept for good: the
+    /// first pin may come when the device is full (a program that allocated everything it
+    /// could, then pins), where opening Vulkan fails and works again once memory is freed. A
+    /// failure with less than [`LOW_DEVICE_MEMORY`] free counts as out of memory and the next
+    /// call tries again; after any other, the next try waits [`VULKAN_RETRY`], and calls in
+    /// between return that failure.
     fn vulkan(gpu: &Gpu) -> Result<&VulkanBackend, SourceError> {
-        gpu.vulkan
-            .get_or_init(|| {
-                // Opening the backend retains and binds the GPU's primary context; the calling
-                // thread is the program's, so its current context is put back.
-                let _current = CurrentContextGuard::save().ok();
-                Context::new(gpu.device)
-                    .map_err(|e| e.to_string())
-                    .and_then(|ctx| VulkanBackend::new(&ctx).map_err(|e| e.to_string()))
+        if let Some(be) = gpu.vulkan.get() {
+            return Ok(be);
+        }
+        let mut last_failure = gpu.vulkan_failed.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(be) = gpu.vulkan.get() {
+            return Ok(be); // opened by another thread while this one waited
+        }
+        if let Some((when, e)) = &*last_failure {
+            if *e != SourceError::OutOfMemory && when.elapsed() < VULKAN_RETRY {
+                return Err(e.clone());
+            }
+        }
+        let opened = {
+            // Opening the backend retains and binds the GPU's primary context; the calling
+            // thread is the program's, so its current context is put back.
+            let _current = CurrentContextGuard::save().ok();
+            Context::new(gpu.device).map_err(failed).and_then(|ctx| {
+                VulkanBackend::new(&ctx).map_err(|e| {
+                    // Whatever Vulkan calls it, a failure with the device (nearly) full is the
+                    // full device's: tried again at the next mapping, and the cache stands.
+                    let full = ctx
+                        .mem_info()
+                        .is_ok_and(|(free, _)| free < LOW_DEVICE_MEMORY);
+                    if full {
+                        SourceError::OutOfMemory
+                    } else {
+                        failed_bar(e)
+                    }
+                })
             })
-            .as_ref()
-            .map_err(|e| SourceError::Failed {
-                code: None,
-                what: e.clone(),
-            })
+        };
+        match opened {
+            Ok(be) => {
+                *last_failure = None;
+                Ok(gpu.vulkan.get_or_init(|| be))
+            }
+            Err(e) => {
+                *last_failure = Some((Instant::now(), e.clone()));
+                Err(e)
+            }
+        }
     }
 
     /// Whether GPU `ordinal` can give mappable chunks: VMM with POSIX-fd handles, and one chunk
@@ -167,22 +222,19 @@ impl ChunkSource for VmmSource {
 
     fn map(&self, device: i32, chunk: &VmmBuffer) -> Result<(*mut u8, MappedImport), SourceError> {
         let gpu = self.gpu(device)?;
-        let be = Self::vulkan(&gpu).inspect_err(|_| {
-            // The cache said this would work and it did not: the next process probes.
-            if let Some((cache, key)) = gpu.cached_by.get() {
-                cache.forget(key);
+        let be = Self::vulkan(&gpu).inspect_err(|e| {
+            // The cache said this would work and it did not (for another reason than a full
+            // device, which passes): the next process probes.
+            if *e != SourceError::OutOfMemory {
+                if let Some((cache, key)) = gpu.cached_by.get() {
+                    cache.forget(key);
+                }
             }
         })?;
         let fd = chunk.export_fd().map_err(failed)?;
         let m = be
             .import_mapped(fd, chunk.alloc_size())
-            .map_err(|e| match e {
-                gdr::bar::BarError::OutOfMemory { .. } => SourceError::OutOfMemory,
-                e => SourceError::Failed {
-                    code: None,
-                    what: e.to_string(),
-                },
-            })?;
+            .map_err(failed_bar)?;
         Ok((m.host_ptr(), m))
     }
 }

@@ -94,8 +94,12 @@ pub(crate) fn init(vulkan: Option<&VulkanBackend>) {
                 None
             }
         });
-        if let Some(note) = gdr::bar::auto::take_cache_note() {
-            log!(Level::Warn, "copies: {note}");
+        // Taken only where this log shows it: a program that links libgdrapi (the gdr CLI, for
+        // its C API column) says the note itself otherwise.
+        if crate::log::enabled(Level::Warn) {
+            if let Some(note) = gdr::bar::auto::take_cache_note() {
+                log!(Level::Warn, "copies: {note}");
+            }
         }
         let copier = match cached {
             Some(c) => {

@@ -70,10 +70,14 @@ static LIBNVRTC: LibrarySpec = LibrarySpec {
 
 static API: OnceLock<Result<Api, NvrtcError>> = OnceLock::new();
 
+/// Where NVRTC is looked for: `GDR_NVRTC` alone when it is set (a path the user chose that
+/// cannot be used is an error to report, not a reason to take another NVRTC), else the usual
+/// names and CUDA's directories.
 fn candidates() -> Vec<String> {
     let mut out = Vec::new();
     if let Ok(p) = std::env::var("GDR_NVRTC") {
         out.push(p);
+        return out;
     }
     let names = ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];
     let mut dirs = vec![];
