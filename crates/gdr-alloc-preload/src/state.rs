@@ -166,20 +166,22 @@ impl Allocator {
             }
         }
         match &probed {
-            Ok(how) => say_once(
-                2,
-                &format!("gpu{device}"),
-                &format!(
-                    "GPU {device}: serving cudaMalloc/cuMemAlloc from POSIX-fd cuMemCreate \
-                     chunks, mappable for the CPU through Vulkan ({})",
-                    match how {
-                        Probed::Measured => "probed",
-                        Probed::Cached =>
-                            "probe cached by an earlier process; Vulkan opens at \
-                                           the first pin",
+            Ok(how) => {
+                let how = match how {
+                    Probed::Measured => "probed",
+                    Probed::Cached => {
+                        "probe cached by an earlier process; Vulkan opens at the first pin"
                     }
-                ),
-            ),
+                };
+                say_once(
+                    2,
+                    &format!("gpu{device}"),
+                    &format!(
+                        "GPU {device}: serving cudaMalloc/cuMemAlloc from POSIX-fd cuMemCreate \
+                         chunks, mappable for the CPU through Vulkan ({how})"
+                    ),
+                )
+            }
             Err(why) => say_once(
                 1,
                 &format!("gpu{device}"),
