@@ -161,7 +161,7 @@ fn semantics_program() {
 }
 
 /// The benchmark of a copy call's own cost runs to its end (few rounds; its figures are read
-/// from the bundle's run, docs/results/2026-11-26-c-copies.md).
+/// from the bundle's run).
 #[test]
 fn copy_overhead_program() {
     gpu_program_with(

@@ -489,7 +489,7 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_words(gdr_mq_worker &w, gdr_mq_ba
     // lanes j >= 1 read the header units of slot next + j, one more round trip. Every poll
     // used to read all 31 of them (62 loads on as many lines), which made a poll well over
     // twice one L2 round trip; this shortens it, and a request waits half a poll on average
-    // before it is seen (measured in docs/results/2026-11-24-mq.md, "Later changes").
+    // before it is seen.
     const bool peek = w.lane == 31u && look_lanes > 1u;
     const uint4 *slot1 = (const uint4 *)gdr_mq_rx_slot(w, w.next + 1u);
     uint4 u[GDR_MQ_LONE_ROUNDS], h0 = make_uint4(0, 0, 0, 0), h1 = h0;
@@ -645,9 +645,8 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_words(gdr_mq_worker &w, gdr_mq_ba
 // seeing a lone request and issuing its response stores is on the round trip, and the
 // general path has many of them (its poll alone is over twice one L2 round trip). This loop
 // roughly halves the worker's profiled stages for a lone 64-byte echo and shortens the round
-// trip from the host (clock marks in a copy of the worker fed by a GPU producer, and `gdr mq
-// bench`: docs/results/2026-11-24-mq.md, "Later changes"; docs/mq.md, "The lone-message
-// loop"). It does only what a lone message needs:
+// trip from the host (docs/mq.md, "The lone-message loop"). It does only what a lone message
+// needs:
 //   - one load instruction a poll: lane j < 30 reads unit j of slot `next`, lanes 30 and 31
 //     the two header units of slot next + 1 (when that one is here too, a batch follows and
 //     the general path takes over);
@@ -874,9 +873,8 @@ __device__ __forceinline__ gdr_u32 gdr_mq_recv_header_hook(gdr_mq_worker &w, gdr
         // One message (uniform): lane j loads 16 bytes j (and j + 32, ...) of the slot, one
         // coalesced load instruction per 512 bytes, all in one round trip, and the lanes
         // store the request to the warp's buffer. In host memory this replaces lane 0's
-        // eight loads, which went over PCIe one after another, eight round trips (measured in
-        // docs/results/2026-11-22-mq.md, "What we tried"); in GPU memory it hands the handler
-        // its request in shared memory instead of in L2.
+        // eight loads, which go over PCIe one after another, eight round trips; in GPU memory
+        // it hands the handler its request in shared memory instead of in L2.
         const unsigned char *slot = gdr_mq_rx_slot(w, first);
         bool moved;
         // Found by its header: every lane's acquire covers the slot; the hook may move it.

@@ -116,7 +116,7 @@ __device__ unsigned int handle(const unsigned char *req, unsigned int len,
             if (base + k < words) d[base + k] = r[k];
     }
     // The tail: 8, then 4, then single bytes (a byte loop over up to 15 bytes was a
-    // noticeable part of a lone message's round trip; docs/results/2026-11-22-mq.md), behind
+    // noticeable part of a lone message's round trip), behind
     // one test so whole units pay for one branch only.
     unsigned int i = words * 16u;
     if (i < n) {
@@ -160,7 +160,7 @@ __device__ unsigned int handle(const unsigned char *req, unsigned int len,
 
     /// The program for workers of queues in one RX format: `gdr_mq_recv` then carries the
     /// code of that format only (`GDR_MQ_RX_FORMAT_ONLY`). A smaller kernel that compiles
-    /// sooner, with the same round trip (docs/results/2026-11-24-mq.md, "Later changes").
+    /// sooner, with the same round trip.
     pub fn program_for(&self, rx_words: bool) -> String {
         format!(
             "#define GDR_MQ_RX_FORMAT_ONLY {}\n{}",

@@ -15,7 +15,7 @@ pub const SLOT_HEADER_SIZE: usize = 16;
 /// written, and a CPU thread sends and receives fewer lines per message. Padded to 64 bytes,
 /// a 64-byte message's 80-byte slot left a partial line behind every request, which write
 /// combining flushed on its own; packing shortened the CPU thread's sending, the limit of one
-/// queue's rate (measured in docs/results/2026-11-24-mq.md, "Later changes").
+/// queue's rate.
 pub const SLOT_ALIGN: usize = 16;
 /// Bytes before the first RX slot: the doorbell line, padded so that slot writes and doorbell
 /// writes never share a 128-byte (adjacent-line prefetch) pair.

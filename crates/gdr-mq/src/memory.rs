@@ -284,9 +284,9 @@ impl Region {
     /// Copies `src` to `off` unfenced ([`MappedMemory::write_at_unfenced`]): the caller
     /// publishes with [`publish_fence`](Self::publish_fence) before the store that hands the
     /// bytes over, one fence for every piece staged (a fence per piece made the fence, not the
-    /// stores, the cost of a small message: docs/mq.md, "Placements", and
-    /// docs/results/2026-11-23-restructuring.md). The caller must own those bytes under the
-    /// ring protocol: the other side reads them only after a later release store it acquires.
+    /// stores, the cost of a small message: docs/mq.md, "Placements"). The caller must own
+    /// those bytes under the ring protocol: the other side reads them only after a later
+    /// release store it acquires.
     ///
     /// # Panics
     /// When the bytes are outside the region (a protocol bug, not an input error).

@@ -27,9 +27,9 @@
 // gdr_mq_send reads back (every lane a 16-byte piece). Each of those store-then-load pairs is
 // a shared memory round trip, a fraction of an L2 one. Through global scratch each was a store
 // that empties the L1 line and a load that goes to L2 again; through lane-local memory the
-// profile still showed about an L2 round trip for each (docs/results/2026-11-22-mq.md, "What
-// we tried"). In a batch, each lane's short request goes to a lane-local array and its
-// response to the lane's global scratch (the coalesced TX stores read other lanes' responses).
+// profile still showed about an L2 round trip for each. In a batch, each lane's short request
+// goes to a lane-local array and its response to the lane's global scratch (the coalesced TX
+// stores read other lanes' responses).
 extern "C" __global__ void gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32 nqueues,
                                          gdr_u32 blocks_per_queue, gdr_u64 idle_ns) {
     const gdr_u32 q = blockIdx.x / blocks_per_queue;
@@ -44,7 +44,7 @@ extern "C" __global__ void gdr_mq_worker(const gdr_mq_queue_desc *descs, gdr_u32
     const bool has_shared = wib < GDR_MQ_SHARED_WARPS;
     w.head_copy = 1;
     // The warp's buffers as generic pointers, made once: inside the loop each took two
-    // special-register reads on the lone message's path (docs/results/2026-11-22-mq.md).
+    // special-register reads on the lone message's path.
     unsigned char *const my_lone_resp = has_shared ? (unsigned char *)lone_resp[wib] : 0;
     uint4 *const my_lone_req = has_shared ? lone_req[wib] : 0;
     if (has_shared) {

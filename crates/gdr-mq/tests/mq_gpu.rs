@@ -651,8 +651,8 @@ fn device_compiler_sees_the_host_layout() {
 
 /// The test handlers compile into full worker programs (no GPU needed, only NVRTC; skipped
 /// without it) in bounded time. The bound is loose: NVRTC versions and hosts differ several
-/// times over for these programs (both RX formats and the lone-message loop in one program;
-/// the echo worker's compile time is in docs/results/2026-11-24-mq.md, "Later changes").
+/// times over for these programs (both RX formats and the lone-message loop in one
+/// program).
 #[test]
 fn test_handlers_compile_with_nvrtc() {
     let name = "test_handlers_compile_with_nvrtc";

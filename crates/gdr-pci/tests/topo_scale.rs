@@ -21,7 +21,7 @@ use topo_common::{assert_warned, small_machine};
 const DEVICES: usize = MAX_DIR_ENTRIES;
 /// The bound for `gdr topo` as shipped, its time going mostly to the 16384 directory reads: an
 /// optimized build takes about 1.3 s on the build machine but 1.7-2.2 s on the GPU hosts' VMs
-/// (2026-11-26: 2.03 and 2.12 s, over a 2 s bound), whose file systems are slower. Quadratic
+/// (2.03 and 2.12 s in two runs there, over a 2 s bound), whose file systems are slower. Quadratic
 /// judging took 21.5 s for 2000 devices, so 5 s still fails by far for it. The unoptimized
 /// build of `cargo test` is several times slower and gets a looser bound on the same terms.
 const TIME_CAP: Duration = if cfg!(debug_assertions) {

@@ -134,8 +134,8 @@ fn cluster_refusal(
 /// The cluster sizes [`GpuShape::cluster`] 0 tries, in order: 8 blocks a request where the
 /// app has a cluster form and the rest of the shape and the GPU allow one, then 4 (when the
 /// GPU cannot hold that many clusters of 8 at once), then 1. The order is that of LeNet's
-/// server-side latency, lowest over 8 SMs, then 4, then one (the runs are in
-/// docs/results/2026-11-24-serve.md; docs/serve.md, "Clusters", says why).
+/// server-side latency, lowest over 8 SMs, then 4, then one (docs/serve.md, "Clusters", says
+/// why).
 pub fn auto_cluster(ctx: &Context, app: &App, shape: &GpuShape) -> Result<Vec<u32>, ServeError> {
     let mut sizes = Vec::new();
     for c in [8, 4] {

@@ -196,8 +196,8 @@ fn auto_copier_contests_copy_exactly() {
 
 /// The auto copier follows a contender that is faster in a steady stream: with the copy engine
 /// rated as slow as the one-thread mapping, a stream of 64 KiB reads moves to the copy engine
-/// (several times faster than reading 64 KiB through a BAR on one thread:
-/// docs/results/2026-11-24-copies.md), and the bytes are right.
+/// (several times faster than reading 64 KiB through a BAR on one thread), and the bytes are
+/// right.
 #[test]
 fn auto_copier_moves_to_a_faster_contender() {
     use gdr::bar::auto::{read_on, AutoCopier, Calibration, Direction, Path, Point, CLASSES};

@@ -143,8 +143,8 @@ pub struct GpuLoop {
 
 impl GpuLoop {
     /// The loop `gdr pplat` reports: the watchdog's timer read on every poll and a fence after
-    /// every answer. Timed beside [`GpuLoop::LEAN`] (docs/results/2026-11-26-pplat.md), it
-    /// ties where the flag is in GPU memory and is faster where the GPU polls host memory:
+    /// every answer. Timed beside [`GpuLoop::LEAN`], it ties where the flag is in GPU memory
+    /// and is faster where the GPU polls host memory:
     /// there, without the fence, the next poll's PCIe read leaves at once, before the CPU can
     /// have written the next flag, and the new value waits for the read after it.
     pub const TIMER_EACH_POLL_FENCED: GpuLoop = GpuLoop {

@@ -121,8 +121,8 @@ extern "C" __global__ void gdr_pingpong_pollers(volatile unsigned int *flag,
 // answer that has its round. Nothing is shared between the blocks, so no claim: each block
 // answers every round it sees, skipping to the newest flag when it falls behind, and the
 // blocks' PCIe reads of host memory come from different SMs. (Pollers that are warps of one
-// block, on one flag or on a flag line each, were slower than one poller where the flag is
-// in host memory: docs/results/2026-11-26-pplat.md.)
+// block, on one flag or on a flag line each, are slower than one poller where the flag is
+// in host memory.)
 extern "C" __global__ void gdr_pingpong_blocks(volatile unsigned int *flag,
                                                volatile unsigned int *answer, unsigned int rounds,
                                                unsigned long long timeout_ns,

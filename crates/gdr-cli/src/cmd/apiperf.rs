@@ -3,7 +3,7 @@
 //!
 //! Rows (each op timed separately, median and min of `--iters` runs; the cache hit, a lookup
 //! too short to time one at a time, is timed in batches of 1000 and reported per call; the
-//! figures are in docs/results/2026-11-22-apiperf.md):
+//! current figures are in docs/perf.md#pinning-export-registration-cache-gdr-apiperf):
 //! - `dmabuf`: export (`cuMemGetHandleForAddressRange`) and close of the fd.
 //! - `vulkan-alloc`: a dedicated Vulkan allocation, mapped and imported into CUDA (this
 //!   backend's pin+map: new memory, not an existing range), and its free.

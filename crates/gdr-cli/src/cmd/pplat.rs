@@ -145,8 +145,8 @@ pub fn measure(
             us: s,
         });
     }
-    // The host-centric loop is several times slower per round (the ratio is in
-    // docs/results/2026-11-24-pplat.md): fewer rounds give the same confidence.
+    // The host-centric loop is several times slower per round (docs/perf.md#ping-pong-gdr-pplat):
+    // fewer rounds give the same confidence.
     let hc_rounds = (rounds / 4).max(100);
     let hc = host_centric(be.context(), warmup.min(200), hc_rounds, false)?;
     let graph = host_centric(be.context(), warmup.min(200), hc_rounds, true)?;

@@ -52,7 +52,7 @@ pub struct RunArgs {
     command: Vec<OsString>,
 }
 
-/// What `--ucx` sets (docs/ucx.md says why, results/2026-11-28-ucx.md what it gave). Within a
+/// What `--ucx` sets (docs/ucx.md says why and what it gives). Within a
 /// host, UCX sends a CUDA buffer eagerly only while gdrcopy's own cost figures for gdr_copy beat
 /// its rendezvous estimate, which puts the switch near 1 KiB. Eager messages cost the read of
 /// the bytes through BAR1, which wins one message at a time; a stream of them is held to the

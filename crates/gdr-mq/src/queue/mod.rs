@@ -154,8 +154,8 @@ pub(crate) fn init_rings(geo: &Geometry, rx: &Region, tx: &Region, first_index: 
 /// Packs a request into RX words (`rx_words` geometry): len, tag low, tag high, 0, then 4
 /// payload bytes per word (the last zero-padded), each word `(data, seq)`; `words` in all
 /// (more than the request needs pads with `(0, seq)`, which restamps the slot). Written in
-/// place into a buffer sized once (a push per word was a large part of a big request's send:
-/// docs/results/2026-11-22-mq.md, "What we tried").
+/// place into a buffer sized once (a push per word was a large part of a big request's
+/// send).
 fn pack_words(out: &mut Vec<u8>, seq: u32, tag: u64, msg: &[u8], words: usize) {
     // Whole 16-byte units (the GPU checks both words of each), then any restamp padding.
     let have = layout::TX_HEADER_WORDS + msg.len().div_ceil(4);

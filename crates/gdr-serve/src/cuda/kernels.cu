@@ -468,9 +468,8 @@ __device__ __forceinline__ void gdr_serve_cl_push(const unsigned char *req, unsi
 // blocks are told to leave, and never run the app on what was copied.
 // The payload copy's bytes and the header's make up gdr_serve_cl_go_bytes, as a push's do.
 // Why: a microbenchmark found this hand-over quicker than st.async stores of the same bytes,
-// and it starts one memory round trip sooner; in the worker it shortened the profiled
-// hand-over stage and the server-side p50 (docs/results/2026-11-24-serve.md, "Cluster
-// microbenchmarks" and "Attempts on the cluster worker").
+// and it starts one memory round trip sooner; in the worker it shortens the profiled
+// hand-over stage and the server-side p50 (docs/serve.md, "Clusters").
 __device__ __forceinline__ bool gdr_serve_cl_can_multicast(const gdr_mq_worker &w) {
     return !(w.q.flags & GDR_MQ_FLAG_RX_IN_HOST) &&
            GDR_MQ_SLOT_HEADER_SIZE + gdr_serve_cl_go_bytes() - 16u <= w.q.stride;

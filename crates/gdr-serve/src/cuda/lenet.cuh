@@ -404,9 +404,8 @@ __device__ unsigned int gdr_app_lenet(const gdr_serve_group &g, const unsigned c
 #if GDR_SERVE_CLUSTER > 1
 // ---- LeNet over a cluster of C blocks (GDR_SERVE_CLUSTER; serve.cuh) -----------------------
 // On one SM the app is bound by that SM: conv1 and conv2 by its FMA issue, fc1 by its
-// shared-memory bandwidth (123 KB of weights; the per-phase times on one SM are in
-// docs/results/2026-11-22-serve.md). Over C blocks each does 1/C of every layer and sends its
-// outputs to the blocks that read them:
+// shared-memory bandwidth (123 KB of weights). Over C blocks each does 1/C of every layer and
+// sends its outputs to the blocks that read them:
 //   image    every block's conv1 reads its own copy of the request's bytes (kernels.cu pushes it)
 //   conv1    block r: outputs [r*864/C, (r+1)*864/C) (channel, position) -> p1 of every block
 //   conv2    block r: output channels [r*16/C, (r+1)*16/C), the six input channels summed in

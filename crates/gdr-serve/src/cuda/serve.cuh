@@ -72,9 +72,8 @@ __device__ __forceinline__ uint4 gdr_serve_load16(const unsigned char *p) {
 // for the mbarrier's phase, which completes once it has armed it (arrive.expect_tx, the byte
 // count it expects) and that many bytes have landed. A one-way hand-off this way costs a
 // fraction of a cluster barrier with release semantics, which any plain remote store would
-// need before the reader may look, and whose fence alone is most of its cost (a throwaway
-// microbenchmark, not kept in the repository: docs/results/2026-11-24-serve.md, "Cluster
-// microbenchmarks").
+// need before the reader may look, and whose fence alone is most of its cost (docs/serve.md,
+// "Clusters").
 
 #ifndef GDR_SERVE_CLUSTER
 #define GDR_SERVE_CLUSTER 1
@@ -155,8 +154,8 @@ __device__ __forceinline__ void gdr_cl_put_all(const float *dst, float v,
 
 // A barrier of every thread of the cluster, with release/acquire: every block's mbarriers are
 // initialised before anyone stores to them, and no block exits while another may still write
-// to its shared memory. Slow: a release fence and a cluster-wide wait (the cost is in
-// docs/results/2026-11-24-serve.md, "Cluster microbenchmarks"); only at start and exit.
+// to its shared memory. Slow: a release fence and a cluster-wide wait; only at start and
+// exit.
 __device__ __forceinline__ void gdr_cl_sync_all() {
     asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
 }

@@ -277,9 +277,8 @@ fn median_times(
 /// the second times the same paths again, and each path is rated by the lower of its two
 /// medians ([`choose`]).
 /// A shared machine has slow spells that hit one path and not another (one calibration can
-/// time a path several times slower than the next does; docs/results/2026-11-24-copies.md has
-/// the runs); a slow spell only ever adds time, so the lower median of two passes far apart in
-/// time is the one that did not fall in it.
+/// time a path several times slower than the next does); a slow spell only ever adds time, so
+/// the lower median of two passes far apart in time is the one that did not fall in it.
 pub fn calibrate(be: &VulkanBackend, opts: &CalibrateOptions) -> Result<Calibration, BarError> {
     let max = opts
         .max_measured
@@ -350,8 +349,8 @@ pub fn calibrate(be: &VulkanBackend, opts: &CalibrateOptions) -> Result<Calibrat
     ];
     // Second pass and the choice ([`choose`]). Every path of the first pass is timed again,
     // beside the same others: a path's speed depends on what runs between its copies (8
-    // threads timed against mapping paths only came near 4; beside the copy engine, as in the
-    // first pass and in copylat, they fell clearly behind: docs/results/2026-11-24-copies.md).
+    // threads timed against mapping paths only come near 4; beside the copy engine, as in the
+    // first pass and in copylat, they fall clearly behind).
     let mut decide =
         |dir: Direction, classes: &[Vec<(Path, f64)>]| -> Result<Vec<Path>, BarError> {
             let mut best_per_class = Vec::with_capacity(CLASSES);
@@ -759,8 +758,8 @@ impl AutoCopier {
 
 /// Whether `path` can contend at run time: the copy engine and the one-thread mapping. A
 /// multi-thread path's choice stays calibration's: timed at run time beside other work, its
-/// periods did not hold (in copylat the copier rated 2 threads at 32 KiB slower than they ran,
-/// and moved to one thread, which was slower still: docs/results/2026-11-24-copies.md).
+/// periods do not hold (in copylat the copier rated 2 threads at 32 KiB slower than they ran,
+/// and moved to one thread, which was slower still; docs/perf.md#how-the-auto-copier-chooses).
 pub fn can_contend(path: Path) -> bool {
     matches!(path, Path::CopyEngine | Path::Mapping { threads: 1 })
 }

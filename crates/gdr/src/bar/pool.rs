@@ -4,7 +4,7 @@
 //! from chunks of POSIX-fd `cuMemCreate` memory and keeps one CPU mapping per chunk. A pin of
 //! its memory asks the allocator for that mapping instead of importing the allocation into
 //! Vulkan again, so such a pin costs a lookup instead of an import
-//! (docs/results/2026-11-26-alloc.md).
+//! (docs/alloc.md#results).
 //! The allocator is a separate shared library (preloaded into programs that are not rebuilt),
 //! so it is reached through its C ABI (`gdr_alloc.h`), found at run time:
 //! - in the process's global symbol scope (the library preloaded, or linked), or

@@ -98,7 +98,7 @@ pub fn time_interleaved<E>(
         // take longer than `min_batch` alone and leave this operation with shorter batches than
         // its neighbours. Without this, the auto copier's 2- and 4-thread 32-64 KiB writes,
         // third in copylat's list, timed slower than the same writes later in the list; with
-        // it, level (docs/results/2026-11-24-copies.md).
+        // it, level.
         let w = Instant::now();
         while w.elapsed() < WARM_UP {
             op()?;

@@ -3,10 +3,10 @@
 //! Calibration rates every path once per machine, but near a crossover the order of two paths
 //! does not always hold afterwards: an 8 KiB mapping read that calibration rated level with the
 //! copy engine ran steadily slower than it in a copylat run minutes later
-//! (docs/results/2026-11-24-copies.md). So where another path came within [`CONTEND_WITHIN`] of
-//! the chosen one, the class keeps a running estimate of each contender's per-call time and
-//! copies on the lowest. (The copier lets only the copy engine and the one-thread mapping
-//! contend: [`super::can_contend`].)
+//! (docs/perf.md#how-the-auto-copier-chooses). So where another path came within
+//! [`CONTEND_WITHIN`] of the chosen one, the class keeps a running estimate of each contender's
+//! per-call time and copies on the lowest. (The copier lets only the copy engine and the
+//! one-thread mapping contend: [`super::can_contend`].)
 //!
 //! - every [`TIME_EVERY`]th call of the current path is timed and feeds its estimate, so a path
 //!   that has become slower is left once its estimate passes a contender's;
@@ -20,13 +20,13 @@
 //! current path, 1 in a burst), all on the same path. That is what a stream of copies costs,
 //! and it is what a call's duration misses: a single-thread 32 KiB write returns well before
 //! the next one can follow (its posted writes drain after it returns and slow the next one), so
-//! timed by duration, 2 threads looked slower than one and the copier moved to one thread
-//! (docs/results/2026-11-24-copies.md). Time the caller spends between copies is in the period
-//! too, alike for every path. A sample counts only once calls on its path have run for
-//! [`STEADY_AFTER`] (after a switch or a pause the first calls find an idle link, cold caches
-//! or parked pool threads), and not when its period is over [`PAUSE_FACTOR`] times the
-//! estimate (the caller paused; the stream starts again from there). A program whose copies
-//! are always far apart never counts a sample, and keeps calibration's choice.
+//! timed by duration, 2 threads looked slower than one and the copier moved to one thread. Time
+//! the caller spends between copies is in the period too, alike for every path. A sample counts
+//! only once calls on its path have run for [`STEADY_AFTER`] (after a switch or a pause the
+//! first calls find an idle link, cold caches or parked pool threads), and not when its period
+//! is over [`PAUSE_FACTOR`] times the estimate (the caller paused; the stream starts again from
+//! there). A program whose copies are always far apart never counts a sample, and keeps
+//! calibration's choice.
 //!
 //! Estimates are exponentially smoothed and scaled to the class's base size (a 12 KiB copy in
 //! the 8 KiB class counts two thirds of its time), and a sample counts at most 1.25 times the

@@ -6,7 +6,7 @@
 //! write-combined CPU mapping of BAR1), and import the same memory into CUDA
 //! (`cuImportExternalMemory`), which gives a device pointer to the same bytes. Buffers are
 //! sub-allocated from blocks because a block of its own (`vkAllocateMemory`, `vkMapMemory`, the
-//! CUDA import) costs far more than a range of one (docs/results/2026-11-22-apiperf.md).
+//! CUDA import) costs far more than a range of one.
 //!
 //! The same device also imports existing `cuMemCreate` memory (exported as a POSIX fd) into
 //! that memory type and maps it: the Vulkan way of pinning, for the pin layer and for
