@@ -203,6 +203,10 @@ def j(name):
     except Exception as e:
         return None
 s = {}
+def server_drops(load):
+    """Requests the server counted as not answered (the load report's copy of its counters)."""
+    srv = load.get("server") or {}
+    return sum(srv.get(k, 0) for k in ("shed", "kernel_drops", "bad_dropped", "send_failed", "abandoned"))
 def ratio(a, b):
     return round(a / b, 3) if a and b else None
 def rounds(part, kind):
@@ -292,8 +296,7 @@ if el and eL:
 m = j("million-gpu-queue.load.json")
 if m:
     answered = m["ok"] + sum(m["errors"].values())
-    srv = m.get("server") or {}
-    drops = sum(srv.get(k, 0) for k in ("shed", "kernel_drops", "bad_dropped", "send_failed", "abandoned"))
+    drops = server_drops(m)
     s["million"] = {"sent": m["sent"], "answered": answered, "lost": m["lost"], "server_drops": drops,
                     "client_drops": m["client_drops"],
                     "sent_eq_answered_plus_lost": m["sent"] == answered + m["lost"],
@@ -306,8 +309,8 @@ for name in sorted(glob.glob(os.path.join(out, "sweep-*.load.json"))):
         continue
     srv = w.get("server") or {}
     sweep.append({"rate": int(rate), "sent": w["sent"], "answered": w["ok"] + sum(w["errors"].values()),
-                  "lost": w["lost"], "shed": srv.get("shed", 0),
-                  "server_drops": sum(srv.get(k, 0) for k in ("shed", "kernel_drops", "bad_dropped", "send_failed", "abandoned")),
+                  "lost": w["lost"], "shed": srv.get("shed", 0), "kernel_drops": srv.get("kernel_drops", 0),
+                  "server_drops": server_drops(w),
                   "client_drops": w["client_drops"], "achieved_rps": w.get("throughput_rps")})
 if sweep:
     sweep.sort(key=lambda r: r["rate"])

@@ -85,5 +85,5 @@ pub use pool::{
     AllocError, Block, ChunkSource, PinFailure, Pool, PoolPinned, PoolUnpinError, SourceError,
     Stats, ALIGN, LARGE_ALIGN, LARGE_CHUNK, LARGE_CLASS_MIN, SMALL_CLASS_MAX, VIEW_PAGE,
 };
-pub use probe_cache::{ProbeCache, ProbeKey, VULKAN_DRIVER_VARS};
+pub use probe_cache::{ProbeCache, ProbeKey};
 pub use source::{Probed, VmmSource};

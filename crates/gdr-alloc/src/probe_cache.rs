@@ -185,27 +185,10 @@ mod tests {
         )
     }
 
-    fn tempdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "gdr-probe-cache-{tag}-{}-{}",
-            std::process::id(),
-            rand_suffix()
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
-
-    fn rand_suffix() -> u64 {
-        use std::time::{SystemTime, UNIX_EPOCH};
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64
-    }
-
     #[test]
     fn a_stored_key_is_held_and_no_other() {
-        let d = tempdir("hold");
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().to_path_buf();
         let c = ProbeCache::new(vec![d.clone()], Some(d.clone()));
         let k = key("580.159.04", Some("/icd.json"));
         assert!(!c.holds(&k));
@@ -232,12 +215,12 @@ mod tests {
         assert_eq!(names.len(), 1, "{names:?}");
         c.forget(&k);
         assert!(!c.holds(&k));
-        std::fs::remove_dir_all(d).unwrap();
     }
 
     #[test]
     fn an_entry_with_other_contents_does_not_answer() {
-        let d = tempdir("collide");
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().to_path_buf();
         let c = ProbeCache::new(vec![d.clone()], Some(d.clone()));
         let k = key("580.159.04", None);
         // The same file name with another key inside (a hash collision, or a damaged file).
@@ -251,12 +234,12 @@ mod tests {
         std::fs::remove_file(d.join(k.file_name())).unwrap();
         std::fs::create_dir(d.join(k.file_name())).unwrap();
         assert!(!c.holds(&k));
-        std::fs::remove_dir_all(d).unwrap();
     }
 
     #[test]
     fn entries_are_found_in_every_read_directory_and_written_only_to_one() {
-        let (a, b) = (tempdir("read-a"), tempdir("read-b"));
+        let (ta, tb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (a, b) = (ta.path().to_path_buf(), tb.path().to_path_buf());
         let k = key("580.159.04", None);
         ProbeCache::new(vec![], Some(b.clone())).store(&k).unwrap();
         let c = ProbeCache::new(vec![a.clone(), b.clone()], None);
@@ -267,13 +250,12 @@ mod tests {
         assert!(!c.holds(&k2));
         c.forget(&k); // no writable directory: nothing removed
         assert!(c.holds(&k));
-        std::fs::remove_dir_all(a).unwrap();
-        std::fs::remove_dir_all(b).unwrap();
     }
 
     #[test]
     fn a_failed_store_leaves_no_temporary_file() {
-        let d = tempdir("fail");
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().to_path_buf();
         let k = key("580.159.04", None);
         // The entry's name taken by a non-empty directory: the rename fails.
         std::fs::create_dir(d.join(k.file_name())).unwrap();
@@ -285,7 +267,6 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 1, "only the blocking directory: {names:?}");
-        std::fs::remove_dir_all(d).unwrap();
     }
 
     #[test]

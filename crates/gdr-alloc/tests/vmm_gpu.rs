@@ -219,14 +219,13 @@ fn a_cached_probe_serves_at_once_and_maps_at_the_first_pin() {
     let Some(_ctx) = gdr_testing::gpu_context(name) else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("gdr-probe-gpu-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     let cache = ProbeCache::new(vec![dir.clone()], Some(dir.clone()));
     let first = VmmSource::new();
     match first.probe(0, Some(&cache)) {
         Ok(p) => assert_eq!(p, Probed::Measured, "an empty cache cannot answer"),
         Err(why) => {
-            std::fs::remove_dir_all(&dir).unwrap();
             gdr_testing::skip_or_fail::<()>(name, &format!("GPU 0 cannot serve the pool: {why}"));
             return;
         }
@@ -259,5 +258,4 @@ fn a_cached_probe_serves_at_once_and_maps_at_the_first_pin() {
     p.unmap(pin.id).unwrap();
     p.unpin(pin.id).unwrap();
     p.free(a).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
 }
