@@ -546,6 +546,9 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<LoadReport, ServeError
     let start = Instant::now();
     let results: Vec<Result<ThreadResult, ServeError>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..cfg.threads)
+            // A stop while the threads start (a thousand take a while on a busy machine)
+            // starts no more of them: those not started have sent nothing.
+            .take_while(|_| !stop.load(Ordering::Relaxed))
             .map(|t| {
                 let gen = gen.clone();
                 std::thread::Builder::new()
@@ -673,6 +676,9 @@ fn client_thread(
         }
         // Send.
         let mut sent_now = false;
+        // Set when a whole batch failed to go (a refused or unreachable target): the thread
+        // then waits before it tries again instead of spinning on the error.
+        let mut none_went = false;
         if sending {
             let want = match cfg.mode {
                 LoadMode::Closed { outstanding: n } => n.saturating_sub(outstanding.len()),
@@ -706,6 +712,7 @@ fn client_thread(
                 let (sent, failed) = tx.flush(fd, Duration::from_millis(50));
                 out.sent += sent as u64;
                 out.send_failed += failed as u64;
+                none_went = sent == 0 && failed > 0;
                 if let Some(e) = tx.last_error() {
                     out.send_error = Some(e.to_string());
                 }
@@ -765,11 +772,17 @@ fn client_thread(
             }
             batches.pop_front();
         }
-        if n == 0 && !sending {
-            // Waiting for the last answers: until one comes, or the next thing is due (the
-            // oldest batch's expiry, or the give-up after a stop), so that a thousand waiting
-            // threads sleep instead of waking every millisecond. At most 100 ms, so that a stop
-            // during the wait is seen soon.
+        // Closed loop with every slot taken, more threads than cores: nothing can be sent
+        // until an answer comes or a request expires. (A thread with a core to itself spins
+        // instead, so that it sees an answer without a wake-up's delay.)
+        let window_full = oversubscribed
+            && matches!(cfg.mode, LoadMode::Closed { outstanding: w } if outstanding.len() >= w);
+        if n == 0 && (!sending || window_full) {
+            // Waiting for answers: until one comes, or the next thing is due (the oldest
+            // batch's expiry, or the give-up after a stop), so that a thousand waiting threads
+            // sleep instead of waking every few milliseconds: woken that often, they alone keep
+            // a small machine's cores busy, and a stop then waits for hundreds of runnable
+            // threads. At most 100 ms, so that a stop during the wait is seen soon.
             let next_expiry = batches.front().map(|&(_, _, t0)| t0 + cfg.timeout);
             let due = match (next_expiry, give_up) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -781,6 +794,11 @@ fn client_thread(
                     .clamp(1, 100) as i32
             });
             net::wait_readable(fd, ms);
+        } else if n == 0 && none_went {
+            // Nothing could be sent: retrying at once would only spin on the error (and with
+            // a thousand threads keep every core busy, so that a stop waits for each of them
+            // to be scheduled). A retry every 10 ms is enough to see the target come back.
+            net::wait_readable(fd, 10);
         } else if n == 0 && oversubscribed {
             // More threads than cores: a thread that spun here would only take turns from the
             // others, and with hundreds of them runnable a stop would wait for every one to be
