@@ -16,6 +16,11 @@
 #          must give EINVAL (gdrapi.h), its own gdr_open a gdr_t that only closes, a store
 #          through the parent's mapping must fault in the child, and the parent's bytes and
 #          copies must be intact (rank_check exits 0).
+#   unload tests/c/unload.c (capi/c in a bundle), built without -lgdrapi: dlopen()s the
+#          installed libgdrapi.so.2, allocates and maps with it, dlclose()s it with everything
+#          held, then checks that the library is still loaded (-z nodelete), that the mapping
+#          kept its bytes and still reaches the GPU, and that the handle still frees, unmaps and
+#          closes; exits 0, and the GPU's BAR1 and memory use are back to the baseline after.
 # Every process is bounded (timeout; the kill case's wait 160 s). Last line:
 # `faults-gpu: N passed, M failed`. Needs cc, CUDA_HOME (default /usr/local/cuda), nvidia-smi and
 # libgdrapi installed; GDR_BIN names gdr (default the one beside this script); GPU_INDEX the
@@ -32,7 +37,7 @@ result() { # ok|FAILED, case, text
   if [ "$1" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
   echo "$1 $2: $3"
 }
-rl_build || { echo "faults-gpu: 0 passed, 3 failed"; exit 1; }
+rl_build || { echo "faults-gpu: 0 passed, 4 failed"; exit 1; }
 
 # The GPU's "BAR1 FB" figures (MiB) as the largest of three samples a second apart.
 baseline() {
@@ -135,6 +140,32 @@ if [ "$s" = 0 ]; then
 else
   why="exit $s"; [ "$s" = 124 ] && why="timed out (300 s)"
   result FAILED fork "$why: $(grep -m3 -E 'FAIL|rror' "$d/fork.log" | paste -sd'|')"
+fi
+
+# ---- unload ----
+d=$RL_OUT/unload
+rm -rf "$d" && mkdir -p "$d"
+src=$here/capi/c/unload.c
+[ -f "$src" ] || src=$here/../crates/gdr-capi/tests/c/unload.c
+prefix=${GDR_PREFIX:-/usr/local}
+cflags=$(pkg-config --cflags gdrapi 2>/dev/null) || cflags="-I$prefix/include"
+libdir=$(pkg-config --variable=libdir gdrapi 2>/dev/null) || libdir=$prefix/lib
+base=$(baseline)
+# shellcheck disable=SC2086 # cflags is a list of compiler words
+if timeout 120 cc -std=gnu11 -O2 -Wall -Wextra -Werror $cflags -o "$d/unload" "$src" -ldl \
+    >"$d/build.log" 2>&1; then
+  GDR_REQUIRE_GPU=1 timeout 120 "$d/unload" "$libdir/libgdrapi.so.2" >"$d/unload.log" 2>&1
+  s=$?
+  seen=$(back_to "$base" 60); back=$?
+  if [ "$s" = 0 ] && [ "$back" = 0 ] && grep -q 'unload: all checks passed' "$d/unload.log"; then
+    result ok unload "dlclose with a handle, an allocation and a mapping held: the library stayed loaded, the mapping kept its bytes and reached the GPU, the handle closed; BAR1/memory use (MiB) $base before, $seen after"
+  else
+    why="exit $s"; [ "$s" = 124 ] && why="timed out (120 s)"
+    [ "$back" = 0 ] || why="$why; BAR1/memory use (MiB) $seen after 60 s, baseline $base"
+    result FAILED unload "$why: $(grep -m3 -E 'FAIL|rror' "$d/unload.log" | paste -sd'|')"
+  fi
+else
+  result FAILED unload "build of $src: $(tail -3 "$d/build.log" | paste -sd'|')"
 fi
 
 echo "faults-gpu: $pass passed, $fail failed"

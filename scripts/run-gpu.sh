@@ -13,9 +13,10 @@
 # and `mpi` (mpi-gpu.sh: the OSU benchmarks through Open MPI) take OUTSIDE/ucx, OUTSIDE/ucxx,
 # OUTSIDE/ompi and OUTSIDE/osu, and run only when those exist. `ranks` (ranks-gpu.sh: 8 and 32
 # rank_check processes at once under `gdr run`; first-allocation time, device memory and BAR1 per
-# process), `faults` (faults-gpu.sh: kill -9 mid-copy, out of device memory, fork while mapped)
-# and `soak` (soak.sh: SOAK_MINUTES, default 8, of 8 x 4 threads of rank_check and 2 PyTorch
-# processes pinning tensors, sampled every 10 s) use clients/rank_check.c. The soak is not in the
+# process), `faults` (faults-gpu.sh: kill -9 mid-copy, out of device memory, fork while mapped,
+# dlclose of libgdrapi while mapped) and `soak` (soak.sh: SOAK_MINUTES, default 8, of 8 x 4
+# threads of rank_check and 2 PyTorch processes pinning tensors, sampled every 10 s) use
+# clients/rank_check.c. The soak is not in the
 # default set, since it alone takes most of a 10-minute call: ONLY=soak runs it. `sandbox`
 # (sandbox-gpu.sh: bubblewrap, the host's or gl/sandbox's .deb, as an unprivileged user with no
 # capabilities, a read-only root and only the GPU's device nodes; inside, `gdr check`, libgdrapi's

@@ -101,7 +101,9 @@ extern "C" {
 struct gdr;
 typedef struct gdr *gdr_t;
 
-/* NULL when no GPU is usable or no backend works here (the log says which and why). */
+/* NULL when no GPU is usable or no backend works here (the log says which and why).
+ * Once loaded, the library stays loaded for the life of the process (it is linked with
+ * -z nodelete): a dlclose() does not unload it, so handles and mappings stay valid. */
 gdr_t gdr_open(void);
 /* Unmaps and unpins everything still held through g, frees gdr_alloc_mapped memory, closes g. */
 int gdr_close(gdr_t g);

@@ -56,6 +56,11 @@ fn staged_library() -> TempDir {
 /// Compiles `tests/c/<src>` with `compiler` (gcc as C99, g++ as C++11) into a staging folder of
 /// its own; the program is valid while the folder lives.
 fn build(src: &str, cxx: bool) -> (TempDir, PathBuf) {
+    build_linked(src, cxx, true)
+}
+
+/// [`build`], linked with `-lgdrapi` or, for a program that loads the library itself, not.
+fn build_linked(src: &str, cxx: bool, link_gdrapi: bool) -> (TempDir, PathBuf) {
     let staged = staged_library();
     let dir = staged.path();
     let stem = Path::new(src).file_stem().unwrap().to_str().unwrap();
@@ -78,7 +83,7 @@ fn build(src: &str, cxx: bool) -> (TempDir, PathBuf) {
         .arg(&exe)
         .arg("-L")
         .arg(dir)
-        .args(["-lgdrapi", "-ldl"])
+        .args(if link_gdrapi { &["-lgdrapi", "-ldl"][..] } else { &["-ldl"][..] })
         .arg(format!("-Wl,-rpath,{}", dir.display()))
         .output()
         .unwrap_or_else(|e| {
@@ -144,6 +149,22 @@ fn gpu_program_with(test: &str, src: &str, args: &[&str], env: &[(&str, &str)], 
         return;
     }
     assert!(text.contains(passed), "{text}");
+}
+
+/// A client that dlclose()s the library while it holds a handle, an allocation and a mapping:
+/// the library stays loaded (it is linked with `-z nodelete`), and the mapping and the handle
+/// keep working. Without a GPU only the first half is checked.
+#[test]
+fn unloading_the_library_keeps_its_mappings() {
+    let (dir, exe) = build_linked("unload.c", false, false);
+    let lib = dir.path().join("libgdrapi.so.2");
+    let text = run_with(&exe, &[lib.to_str().unwrap()], &[]);
+    if let Some(line) = text.lines().find(|l| l.contains(": skipped: ")) {
+        assert!(text.contains("stayed loaded"), "{text}");
+        gdr_testing::skip_or_fail::<()>("unloading_the_library_keeps_its_mappings", line);
+        return;
+    }
+    assert!(text.contains("unload: all checks passed"), "{text}");
 }
 
 #[test]
