@@ -128,3 +128,42 @@ fn a_bad_setting_is_named_once_and_everything_passes_through() {
         "{lines:?}"
     );
 }
+
+/// The library hands out memory and, through libgdrapi, mappings of it; a client that loads it
+/// with dlopen (PyTorch's and CuPy's pluggable allocators do) and dlclose()s it must not unmap
+/// the code that frees them: it is linked with `-z nodelete` and stays loaded.
+#[test]
+fn a_dlclose_leaves_the_library_loaded() {
+    let dir = tempfile::Builder::new()
+        .prefix("gdr-alloc-unload-")
+        .tempdir()
+        .unwrap();
+    let exe = dir.path().join("stays_loaded");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/stays_loaded.c");
+    cc(
+        &[
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-o",
+            exe.to_str().unwrap(),
+            src.to_str().unwrap(),
+            "-ldl",
+        ],
+        "stays_loaded.c",
+    );
+    let out = Command::new(&exe)
+        .arg(library())
+        .arg("gdr_alloc_abi_version")
+        .env_remove("GDR_ALLOC_LOG")
+        .output()
+        .expect("run stays_loaded");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("stayed loaded after dlclose"), "{text}");
+}
