@@ -30,7 +30,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # This UCX (libucp.so.0 before the wheel's own, which has no CUDA), the OSU's CUDA runtime.
 export LD_LIBRARY_PATH=$ucx/lib:$osu:$ompi/lib:/usr/local/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 unset UCX_TLS
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+# The GPUs the ranks may use: CUDA_VISIBLE_DEVICES's entries when it is set, else every GPU.
+if [ -n "${CUDA_VISIBLE_DEVICES+x}" ]; then
+  gpus=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
+else
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+fi
 pass=0; fail=0
 ok() { pass=$((pass+1)); echo "ok $*"; }
 bad() { fail=$((fail+1)); echo "FAIL $*"; }

@@ -56,7 +56,13 @@ PEAK_THREADS=${PEAK_THREADS:-$(( pl > 0 ? pl : 1 ))}
 ROUNDS=${SERVE_ROUNDS:-3}
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "SERVE_ROUNDS must be a positive integer, not '$ROUNDS'"; exit 2; }
 export PEAK_SERVE_THREADS=$PT
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); ngpu=${ngpu:-0}
+# The GPUs this process may use: CUDA_VISIBLE_DEVICES's entries when it is set (one GPU of a
+# larger host), else every GPU nvidia-smi lists.
+if [ -n "${CUDA_VISIBLE_DEVICES+x}" ]; then
+  ngpu=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
+else
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); ngpu=${ngpu:-0}
+fi
 port=9400
 pid=
 echo "gdr: $g; server cores $SCPUS ($T threads), load cores $LCPUS, $ngpu GPU(s); peak runs: server cores $PSCPUS ($PT threads), load cores $PLCPUS ($PEAK_THREADS load threads); $ROUNDS rounds"

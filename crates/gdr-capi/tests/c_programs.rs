@@ -83,7 +83,11 @@ fn build_linked(src: &str, cxx: bool, link_gdrapi: bool) -> (TempDir, PathBuf) {
         .arg(&exe)
         .arg("-L")
         .arg(dir)
-        .args(if link_gdrapi { &["-lgdrapi", "-ldl"][..] } else { &["-ldl"][..] })
+        .args(if link_gdrapi {
+            &["-lgdrapi", "-ldl"][..]
+        } else {
+            &["-ldl"][..]
+        })
         .arg(format!("-Wl,-rpath,{}", dir.display()))
         .output()
         .unwrap_or_else(|e| {
