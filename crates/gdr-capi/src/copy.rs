@@ -1,4 +1,4 @@
-//! The paths behind `gdr_copy_to_mapping` and `gdr_copy_from_mapping`.
+//! `gdr_copy_to_mapping` and `gdr_copy_from_mapping`, and the paths behind them.
 //!
 //! gdrcopy copies with the CPU through the mapping, on the calling thread. That is the fastest
 //! way for small copies, but CPU loads from a BAR are slow (a few outstanding reads at a time),
@@ -25,12 +25,131 @@
 //! current CUDA context is put back before the call returns. When the copy engine fails, the
 //! copy is done through the mapping and the failure is logged once.
 
+use crate::entry::guard;
 use crate::log::{log, Level};
+use crate::table::{self, Handle};
+use crate::GdrMh;
 use gdr::bar::auto::{AutoCopier, Calibration, Direction, Path};
 use gdr::bar::VulkanBackend;
 use gdr::cuda::{Context, CudaError, CurrentContextGuard, DeviceMemory, Stream};
+use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
+
+/// Checks that `[ptr, ptr + size)` lies in `mh`'s live mapping and runs `f` with the table
+/// read-locked (so no unmap can race the copy, while copies on other handles go on).
+fn with_mapped_range(
+    mh: GdrMh,
+    ptr: *const u8,
+    size: usize,
+    f: impl FnOnce(&Handle, u64) -> c_int,
+) -> c_int {
+    let s = table::read();
+    let Some(h) = s.as_ref().and_then(|s| s.handles.get(&(mh.h as u64))) else {
+        return libc::EINVAL;
+    };
+    if !h.is_mapped() {
+        return libc::EINVAL;
+    }
+    let (start, end) = (h.cpu as usize, h.cpu as usize + h.cpu_len);
+    match (ptr as usize).checked_add(size) {
+        Some(e) if ptr as usize >= start && e <= end => {
+            // The GPU address of `ptr`: the mapping starts at the window's first byte.
+            f(h, h.window.va + (ptr as usize - start) as u64)
+        }
+        _ => libc::EINVAL,
+    }
+}
+
+/// gdrcopy's `gdr_copy_to_mapping`: copies `size` bytes from host memory at `h_ptr` to
+/// `map_d_ptr`, an address inside handle `mh`'s live mapping, with whole-line write-combining
+/// stores; the bytes are visible to the GPU when the call returns (a store fence ends it).
+/// `h_ptr` must hold `size` readable bytes. No ordering against GPU work already running is
+/// promised (see the GPUDirect RDMA guide).
+///
+/// 0, or EINVAL when `mh` is unknown or not mapped, `[map_d_ptr, map_d_ptr + size)` is not
+/// inside its mapping, or (for a `size` above 0) a pointer is NULL. `size` 0 copies nothing
+/// but still checks the handle.
+#[no_mangle]
+pub extern "C" fn gdr_copy_to_mapping(
+    mh: GdrMh,
+    map_d_ptr: *mut c_void,
+    h_ptr: *const c_void,
+    size: usize,
+) -> c_int {
+    guard("gdr_copy_to_mapping", || {
+        if size == 0 {
+            // Nothing to copy, but a made-up or unmapped handle is still EINVAL (gdrapi.h).
+            return with_mapped_range(mh, map_d_ptr.cast(), 0, |_, _| 0);
+        }
+        if h_ptr.is_null() || map_d_ptr.is_null() {
+            return libc::EINVAL;
+        }
+        with_mapped_range(mh, map_d_ptr.cast(), size, |h, addr| {
+            // SAFETY: the caller passes `size` readable bytes at h_ptr.
+            let src = unsafe { std::slice::from_raw_parts(h_ptr.cast::<u8>(), size) };
+            if h.is_staged() {
+                return staged(
+                    &h.engine,
+                    h.covered(),
+                    Direction::ToGpu,
+                    src.as_ptr().cast_mut(),
+                    addr,
+                    size,
+                );
+            }
+            // SAFETY: the destination lies in the handle's live mapping of the GPU memory at
+            // `addr` (checked, table locked).
+            unsafe { to_mapping(&h.engine, map_d_ptr.cast(), addr, src) };
+            0
+        })
+    })
+}
+
+/// gdrcopy's `gdr_copy_from_mapping`: copies `size` bytes from `map_d_ptr`, an address inside
+/// handle `mh`'s live mapping, to host memory at `h_ptr`, with streaming loads of whole
+/// aligned chunks (plain loads from write-combined memory are uncached round trips each).
+/// `h_ptr` must hold `size` writable bytes.
+///
+/// 0, or EINVAL as [`gdr_copy_to_mapping`].
+#[no_mangle]
+pub extern "C" fn gdr_copy_from_mapping(
+    mh: GdrMh,
+    h_ptr: *mut c_void,
+    map_d_ptr: *const c_void,
+    size: usize,
+) -> c_int {
+    guard("gdr_copy_from_mapping", || {
+        if size == 0 {
+            // Nothing to copy, but a made-up or unmapped handle is still EINVAL (gdrapi.h).
+            return with_mapped_range(mh, map_d_ptr.cast(), 0, |_, _| 0);
+        }
+        if h_ptr.is_null() || map_d_ptr.is_null() {
+            return libc::EINVAL;
+        }
+        with_mapped_range(mh, map_d_ptr.cast(), size, |h, addr| {
+            if h.is_staged() {
+                let covered = h.covered();
+                return staged(
+                    &h.engine,
+                    covered,
+                    Direction::FromGpu,
+                    h_ptr.cast(),
+                    addr,
+                    size,
+                );
+            }
+            // SAFETY: the caller passes `size` writable bytes at h_ptr; the source lies in the
+            // handle's live, page-granular mapping of the GPU memory at `addr` (checked, table
+            // locked).
+            unsafe {
+                let dst = std::slice::from_raw_parts_mut(h_ptr.cast::<u8>(), size);
+                from_mapping(&h.engine, dst, map_d_ptr.cast(), addr);
+            }
+            0
+        })
+    })
+}
 
 /// How the copies of this process choose their path.
 enum Policy {

@@ -1,7 +1,58 @@
 //! The entry points that describe rather than act: a handle's info (v1 and v2), attributes,
 //! the mapping-type names and the library and driver versions.
 
-use super::*;
+use crate::abi::*;
+use crate::entry::{guard, put};
+use crate::log::{log, Level};
+use crate::table;
+use gdr::bar::PinBackend;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+/// `gdr_info_v2_t`: 48 bytes; `flags` holds the two bit-fields (bit 0 `mapped`, bit 1
+/// `wc_mapping`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GdrInfoV2 {
+    /// GPU virtual address of the first byte the handle covers: the pinned address rounded
+    /// down to `page_size`, within the pinned allocation (what `gdr_map`'s CPU address maps).
+    pub va: u64,
+    /// Bytes covered from `va`: the pinned range rounded out to `page_size`, clamped to what
+    /// the backend pinned; the most `gdr_map` may map.
+    pub mapped_size: u64,
+    /// The granule of `va` and `mapped_size` in bytes: 64 KiB (gdrcopy's `GPU_PAGE_SIZE`),
+    /// the host page size on the dma-buf backend.
+    pub page_size: u32,
+    /// Deprecated by gdrcopy; always 0.
+    pub tm_cycles: u64,
+    /// Deprecated by gdrcopy; always 0.
+    pub cycles_per_ms: u32,
+    /// Bit 0 `mapped`, bit 1 `wc_mapping`: both set while a `gdr_map` mapping is live (every
+    /// mapping is write-combined), both clear otherwise. A mapped staged pin (see `gdr_open`)
+    /// sets `mapped` only: it has addresses but no CPU access.
+    pub flags: c_uint,
+    /// A `GDR_MAPPING_TYPE_*` value: [`MAPPING_TYPE_WC`] while mapped, [`MAPPING_TYPE_NONE`]
+    /// otherwise and for a staged pin.
+    pub mapping_type: c_uint,
+}
+
+/// gdrcopy's v1 `gdr_info_t` (what the exported symbol `gdr_get_info` fills): the v2 struct
+/// without `mapping_type`, 40 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GdrInfoV1 {
+    /// As [`GdrInfoV2::va`].
+    pub va: u64,
+    /// As [`GdrInfoV2::mapped_size`].
+    pub mapped_size: u64,
+    /// As [`GdrInfoV2::page_size`].
+    pub page_size: u32,
+    /// Deprecated by gdrcopy; always 0.
+    pub tm_cycles: u64,
+    /// Deprecated by gdrcopy; always 0.
+    pub cycles_per_ms: u32,
+    /// As [`GdrInfoV2::flags`].
+    pub flags: c_uint,
+}
 
 /// The v2 info of handle `mh` of `g`.
 fn info_of(g: *mut c_void, mh: GdrMh) -> Result<GdrInfoV2, c_int> {

@@ -1,4 +1,7 @@
 use super::*;
+use crate::open::{no_backend_line, no_gpu_line};
+use gdr::cuda::CudaError;
+use std::ffi::{c_char, c_ulong, c_void};
 
 #[test]
 fn info_layouts_match_gdrcopy() {
