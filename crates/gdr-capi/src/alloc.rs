@@ -11,16 +11,19 @@ use std::ffi::{c_int, c_ulong, c_void};
 /// gdr extension, `gdr_alloc_mapped`: `size` bytes of new GPU memory on `g`'s GPU with a CPU
 /// mapping, through Vulkan (64 KiB aligned): for hosts where existing memory cannot be
 /// pinned. Writes the CUDA device address to `*dptr` and a handle to `*handle`, which works
-/// with [`gdr_map`](crate::gdr_map), [`gdr_unmap`](crate::gdr_unmap), `gdr_get_info(_v2)` and the copies, and is released with
-/// [`gdr_free_mapped`].
+/// with [`gdr_map`](crate::gdr_map), [`gdr_unmap`](crate::gdr_unmap), `gdr_get_info(_v2)`
+/// and the copies, and is released with [`gdr_free_mapped`].
 ///
 /// 0, or:
 /// - EINVAL: `g` not open, `dptr` or `handle` NULL, `size` 0 or a size Vulkan cannot lay out;
 /// - ENOTSUP: `gdr_open` found no usable Vulkan mapping on this GPU;
 /// - ENOMEM: the GPU memory (or its mappable part) is exhausted;
 /// - EIO: the allocation failed otherwise.
+///
+/// # Safety
+/// `dptr` and `handle` are each NULL or valid for a write of their type.
 #[no_mangle]
-pub extern "C" fn gdr_alloc_mapped(
+pub unsafe extern "C" fn gdr_alloc_mapped(
     g: *mut c_void,
     size: usize,
     dptr: *mut c_ulong,
@@ -58,8 +61,11 @@ pub extern "C" fn gdr_alloc_mapped(
         let Some(h) = insert(g, entry) else {
             return libc::EINVAL;
         };
-        put(dptr, addr as c_ulong);
-        put(handle, GdrMh { h: h as c_ulong })
+        // SAFETY: both are non-NULL (checked above) and writable by this function's contract.
+        unsafe {
+            put(dptr, addr as c_ulong);
+            put(handle, GdrMh { h: h as c_ulong })
+        }
     })
 }
 

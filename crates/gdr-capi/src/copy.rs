@@ -70,8 +70,13 @@ fn with_mapped_range(
 /// 0, or EINVAL when `mh` is unknown or not mapped, `[map_d_ptr, map_d_ptr + size)` is not
 /// inside its mapping, or (for a `size` above 0) a pointer is NULL. `size` 0 copies nothing
 /// but still checks the handle.
+///
+/// # Safety
+/// For a `size` above 0, `h_ptr` is NULL (refused) or valid for reads of `size` bytes. Any
+/// `map_d_ptr` is safe: it is checked against the handle's live mapping (and the table's lock
+/// keeps that mapping for the copy) before a byte is written.
 #[no_mangle]
-pub extern "C" fn gdr_copy_to_mapping(
+pub unsafe extern "C" fn gdr_copy_to_mapping(
     mh: GdrMh,
     map_d_ptr: *mut c_void,
     h_ptr: *const c_void,
@@ -89,14 +94,17 @@ pub extern "C" fn gdr_copy_to_mapping(
             // SAFETY: the caller passes `size` readable bytes at h_ptr.
             let src = unsafe { std::slice::from_raw_parts(h_ptr.cast::<u8>(), size) };
             if h.is_staged() {
-                return staged(
-                    &h.engine,
-                    h.covered(),
-                    Direction::ToGpu,
-                    src.as_ptr().cast_mut(),
-                    addr,
-                    size,
-                );
+                // SAFETY: `src` is `size` readable bytes, and a copy to the GPU only reads them.
+                return unsafe {
+                    staged(
+                        &h.engine,
+                        h.covered(),
+                        Direction::ToGpu,
+                        src.as_ptr().cast_mut(),
+                        addr,
+                        size,
+                    )
+                };
             }
             // SAFETY: the destination lies in the handle's live mapping of the GPU memory at
             // `addr` (checked, table locked).
@@ -112,8 +120,13 @@ pub extern "C" fn gdr_copy_to_mapping(
 /// `h_ptr` must hold `size` writable bytes.
 ///
 /// 0, or EINVAL as [`gdr_copy_to_mapping`].
+///
+/// # Safety
+/// For a `size` above 0, `h_ptr` is NULL (refused) or valid for writes of `size` bytes, and
+/// nothing else reads or writes them during the call. Any `map_d_ptr` is safe: it is checked
+/// against the handle's live mapping before a byte is read.
 #[no_mangle]
-pub extern "C" fn gdr_copy_from_mapping(
+pub unsafe extern "C" fn gdr_copy_from_mapping(
     mh: GdrMh,
     h_ptr: *mut c_void,
     map_d_ptr: *const c_void,
@@ -130,14 +143,17 @@ pub extern "C" fn gdr_copy_from_mapping(
         with_mapped_range(mh, map_d_ptr.cast(), size, |h, addr| {
             if h.is_staged() {
                 let covered = h.covered();
-                return staged(
-                    &h.engine,
-                    covered,
-                    Direction::FromGpu,
-                    h_ptr.cast(),
-                    addr,
-                    size,
-                );
+                // SAFETY: the caller passes `size` writable bytes at h_ptr (not NULL: checked).
+                return unsafe {
+                    staged(
+                        &h.engine,
+                        covered,
+                        Direction::FromGpu,
+                        h_ptr.cast(),
+                        addr,
+                        size,
+                    )
+                };
             }
             // SAFETY: the caller passes `size` writable bytes at h_ptr; the source lies in the
             // handle's live, page-granular mapping of the GPU memory at `addr` (checked, table
@@ -274,7 +290,17 @@ impl Engine {
 
     /// Copies `len` bytes between host memory and GPU memory at `addr` with the copy engine,
     /// and waits for it.
-    fn run(&self, to_gpu: bool, host: *mut u8, addr: u64, len: usize) -> Result<(), CudaError> {
+    ///
+    /// # Safety
+    /// `host` is valid for `len` bytes: reads when `to_gpu`, else writes (and nothing else
+    /// touches them until this returns).
+    unsafe fn run(
+        &self,
+        to_gpu: bool,
+        host: *mut u8,
+        addr: u64,
+        len: usize,
+    ) -> Result<(), CudaError> {
         // The caller's stores through the mapping are drained before the copy is launched.
         gdr::copy::store_fence();
         let _current = CurrentContextGuard::save()?;
@@ -282,8 +308,8 @@ impl Engine {
         let stream = self.stream()?;
         let range = DeviceRange { addr, len };
         if to_gpu {
-            // SAFETY: the caller of to_mapping/from_mapping passes `len` readable bytes at
-            // `host`; they stay untouched until the synchronize below returns.
+            // SAFETY: `len` readable bytes at `host` (this function's contract); they stay
+            // untouched until the synchronize below returns.
             let src = unsafe { std::slice::from_raw_parts(host, len) };
             // SAFETY: `src` outlives the copy (synchronized before returning).
             unsafe { stream.memcpy_htod_async(&range, 0, src)? };
@@ -303,8 +329,10 @@ impl Engine {
 /// reach whatever took its place); EIO (logged) when the copy engine fails, for there is no
 /// mapping to fall back on.
 ///
-/// `host` holds `len` bytes, readable for [`Direction::ToGpu`], writable otherwise.
-pub(crate) fn staged(
+/// # Safety
+/// `host` is valid for `len` bytes, reads for [`Direction::ToGpu`], writes otherwise (and then
+/// nothing else touches them during the call).
+pub(crate) unsafe fn staged(
     engine: &Engine,
     covered: &[crate::table::Covered],
     dir: Direction,
@@ -325,7 +353,8 @@ pub(crate) fn staged(
         );
         return libc::EINVAL;
     }
-    match engine.run(dir == Direction::ToGpu, host, addr, len) {
+    // SAFETY: `host` holds `len` bytes as `run` needs them, by this function's contract.
+    match unsafe { engine.run(dir == Direction::ToGpu, host, addr, len) } {
         Ok(()) => 0,
         Err(e) => {
             log!(
@@ -406,7 +435,8 @@ pub(crate) unsafe fn to_mapping(engine: &Engine, dst: *mut u8, addr: u64, src: &
                 gdr::copy::copy_to_mapping_parallel(dst, src, threads)
             },
             Path::CopyEngine => {
-                if let Err(e) = engine.run(true, src.as_ptr().cast_mut(), addr, len) {
+                // SAFETY: `src` is `len` readable bytes, and a copy to the GPU only reads them.
+                if let Err(e) = unsafe { engine.run(true, src.as_ptr().cast_mut(), addr, len) } {
                     engine_failed(&e);
                     // SAFETY: the caller's contract.
                     unsafe { gdr::copy::copy_to_mapping(dst, src) };
@@ -442,7 +472,8 @@ pub(crate) unsafe fn from_mapping(engine: &Engine, dst: &mut [u8], src: *const u
                 gdr::copy::copy_from_mapping_parallel(dst, src, threads)
             },
             Path::CopyEngine => {
-                if let Err(e) = engine.run(false, dst.as_mut_ptr(), addr, len) {
+                // SAFETY: `dst` is `len` bytes borrowed mutably for this call.
+                if let Err(e) = unsafe { engine.run(false, dst.as_mut_ptr(), addr, len) } {
                     engine_failed(&e);
                     // SAFETY: the caller's contract.
                     unsafe { gdr::copy::copy_from_mapping(dst, src) };

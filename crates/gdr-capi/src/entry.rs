@@ -22,12 +22,16 @@ pub(crate) fn guard(name: &str, f: impl FnOnce() -> c_int) -> c_int {
     })
 }
 
-/// Writes `v` through a caller's out-pointer, or EINVAL when it is null.
-pub(crate) fn put<T>(out: *mut T, v: T) -> c_int {
+/// Writes `v` through a caller's out-pointer: 0, or EINVAL when it is null.
+///
+/// # Safety
+/// `out` is NULL or valid for a write of a `T` (aligned, writable, not borrowed elsewhere):
+/// the header's contract for every out-pointer, passed on by the entry point's caller.
+pub(crate) unsafe fn put<T>(out: *mut T, v: T) -> c_int {
     if out.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: non-null; the header's contract is that out-pointers are writable.
+    // SAFETY: non-null, and writable by this function's contract.
     unsafe { out.write(v) };
     0
 }

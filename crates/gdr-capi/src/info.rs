@@ -89,14 +89,18 @@ fn info_of(g: *mut c_void, mh: GdrMh) -> Result<GdrInfoV2, c_int> {
 /// ([`GdrInfoV2`]).
 ///
 /// 0, or EINVAL when `info` is NULL, `g` is not open or `mh` is not a handle of `g`.
+///
+/// # Safety
+/// `info` is NULL or valid for a write of a [`GdrInfoV2`].
 #[no_mangle]
-pub extern "C" fn gdr_get_info_v2(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV2) -> c_int {
+pub unsafe extern "C" fn gdr_get_info_v2(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV2) -> c_int {
     guard("gdr_get_info_v2", || {
         if info.is_null() {
             return libc::EINVAL;
         }
         match info_of(g, mh) {
-            Ok(i) => put(info, i),
+            // SAFETY: `info` is not NULL, and writable by this function's contract.
+            Ok(i) => unsafe { put(info, i) },
             Err(e) => e,
         }
     })
@@ -105,24 +109,31 @@ pub extern "C" fn gdr_get_info_v2(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV
 /// `gdr_get_info`: gdrcopy's v1 call, still exported for binaries and `dlsym` users (NCCL);
 /// fills the 40-byte v1 struct only ([`GdrInfoV1`]; in C source the name means
 /// `gdr_get_info_v2`). Errors as [`gdr_get_info_v2`].
+///
+/// # Safety
+/// `info` is NULL or valid for a write of a [`GdrInfoV1`] (40 bytes: a C caller that passes
+/// the v2 struct is safe too).
 #[no_mangle]
-pub extern "C" fn gdr_get_info(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV1) -> c_int {
+pub unsafe extern "C" fn gdr_get_info(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV1) -> c_int {
     guard("gdr_get_info", || {
         if info.is_null() {
             return libc::EINVAL;
         }
         match info_of(g, mh) {
-            Ok(i) => put(
-                info,
-                GdrInfoV1 {
-                    va: i.va,
-                    mapped_size: i.mapped_size,
-                    page_size: i.page_size,
-                    tm_cycles: i.tm_cycles,
-                    cycles_per_ms: i.cycles_per_ms,
-                    flags: i.flags,
-                },
-            ),
+            // SAFETY: `info` is not NULL, and writable by this function's contract.
+            Ok(i) => unsafe {
+                put(
+                    info,
+                    GdrInfoV1 {
+                        va: i.va,
+                        mapped_size: i.mapped_size,
+                        page_size: i.page_size,
+                        tm_cycles: i.tm_cycles,
+                        cycles_per_ms: i.cycles_per_ms,
+                        flags: i.flags,
+                    },
+                )
+            },
             Err(e) => e,
         }
     })
@@ -134,8 +145,11 @@ pub extern "C" fn gdr_get_info(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV1) 
 ///
 /// 0, or EINVAL when `v` is NULL, `g` is not open or `attr` is none of those, or EIO when
 /// gdrdrv's own answer cannot be had.
+///
+/// # Safety
+/// `v` is NULL or valid for a write of a `c_int`.
 #[no_mangle]
-pub extern "C" fn gdr_get_attribute(g: *mut c_void, attr: c_int, v: *mut c_int) -> c_int {
+pub unsafe extern "C" fn gdr_get_attribute(g: *mut c_void, attr: c_int, v: *mut c_int) -> c_int {
     guard("gdr_get_attribute", || {
         if v.is_null() {
             return libc::EINVAL;
@@ -167,7 +181,8 @@ pub extern "C" fn gdr_get_attribute(g: *mut c_void, attr: c_int, v: *mut c_int) 
             }
         };
         match value {
-            Ok(x) => put(v, x),
+            // SAFETY: `v` is not NULL, and writable by this function's contract.
+            Ok(x) => unsafe { put(v, x) },
             Err(e) => e,
         }
     })
@@ -177,8 +192,11 @@ pub extern "C" fn gdr_get_attribute(g: *mut c_void, attr: c_int, v: *mut c_int) 
 /// `mapping_type` ("None", "Write Combining", "Caching", "Device").
 ///
 /// 0, or EINVAL for any other value or a NULL `pstr`.
+///
+/// # Safety
+/// `pstr` is NULL or valid for a write of a pointer.
 #[no_mangle]
-pub extern "C" fn gdr_get_mapping_type_string(
+pub unsafe extern "C" fn gdr_get_mapping_type_string(
     mapping_type: c_uint,
     pstr: *mut *const c_char,
 ) -> c_int {
@@ -190,17 +208,23 @@ pub extern "C" fn gdr_get_mapping_type_string(
             MAPPING_TYPE_DEVICE => c"Device",
             _ => return libc::EINVAL,
         };
-        put(pstr, name.as_ptr())
+        // SAFETY: `pstr` is NULL (refused) or writable by this function's contract.
+        unsafe { put(pstr, name.as_ptr()) }
     })
 }
 
 /// gdrcopy's `gdr_runtime_get_version`: writes the API level this library implements,
 /// [`API_MAJOR`].[`API_MINOR`] (2.6), to `*major` and `*minor`; a NULL pointer is skipped.
 /// Cannot fail, and works without a GPU or a `gdr_t`.
+///
+/// # Safety
+/// `major` and `minor` are each NULL or valid for a write of a `c_int`.
 #[no_mangle]
-pub extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) {
-    let _ = put(major, API_MAJOR);
-    let _ = put(minor, API_MINOR);
+pub unsafe extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) {
+    // SAFETY: each is NULL (skipped) or writable by this function's contract.
+    let _ = unsafe { put(major, API_MAJOR) };
+    // SAFETY: as above.
+    let _ = unsafe { put(minor, API_MINOR) };
 }
 
 /// gdrcopy's `gdr_driver_get_version`: writes gdrdrv's version to `*major` and `*minor`, or
@@ -208,8 +232,11 @@ pub extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) 
 /// gates such as NCCL's accept a backend that works).
 ///
 /// 0, or EINVAL when a pointer is NULL or `g` is not open.
+///
+/// # Safety
+/// `major` and `minor` are each NULL or valid for a write of a `c_int`.
 #[no_mangle]
-pub extern "C" fn gdr_driver_get_version(
+pub unsafe extern "C" fn gdr_driver_get_version(
     g: *mut c_void,
     major: *mut c_int,
     minor: *mut c_int,
@@ -231,7 +258,10 @@ pub extern "C" fn gdr_driver_get_version(
         let Some((a, b)) = v else {
             return libc::EINVAL;
         };
-        put(major, a);
-        put(minor, b)
+        // SAFETY: both are non-NULL (checked above) and writable by this function's contract.
+        unsafe {
+            put(major, a);
+            put(minor, b)
+        }
     })
 }

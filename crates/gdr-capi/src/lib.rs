@@ -15,9 +15,14 @@
 //! CUDA nor the parent's mappings carry across fork). `gdr_open` signals failure with NULL, and
 //! `gdr_runtime_get_version` cannot fail.
 //!
-//! The entry points are safe Rust functions that take C pointers: as in C, an out-pointer must
-//! be NULL (refused with EINVAL) or writable, and a copy's host buffer must hold `size` bytes;
-//! only the GPU side of a copy is checked against the handle's mapping.
+//! # Safety, from Rust
+//!
+//! The entry points that write through a caller's pointer or copy to or from one are
+//! `unsafe fn`s, each with a `# Safety` section: as in C, an out-pointer must be NULL (refused
+//! with EINVAL) or writable, and a copy's host buffer must hold `size` bytes; only the GPU side
+//! of a copy is checked against the handle's mapping. `gdr_open`, `gdr_close`, `gdr_unmap`,
+//! `gdr_unpin_buffer` and `gdr_free_mapped` are safe: they dereference no pointer (a `gdr_t` is
+//! a token looked up in the table, and `gdr_unmap`'s `va` is only compared).
 //!
 //! # Example
 //!
@@ -31,7 +36,8 @@
 //! use std::ffi::{c_ulong, c_void};
 //!
 //! let (mut major, mut minor) = (0, 0);
-//! gdr_runtime_get_version(&mut major, &mut minor);
+//! // SAFETY: both point to c_ints (and so for every out-pointer below: references).
+//! unsafe { gdr_runtime_get_version(&mut major, &mut minor) };
 //! assert_eq!((major, minor), (API_MAJOR, API_MINOR));
 //! // A `gdr_t` that was never opened is refused, not followed.
 //! assert_eq!(gdr_close(std::ptr::null_mut()), libc::EINVAL);
@@ -44,18 +50,21 @@
 //!     return;
 //! }
 //! let mut backend = 0;
-//! assert_eq!(gdr_get_attribute(g, ATTR_GDR_BACKEND, &mut backend), 0);
+//! // SAFETY: an out-pointer to a c_int.
+//! assert_eq!(unsafe { gdr_get_attribute(g, ATTR_GDR_BACKEND, &mut backend) }, 0);
 //! // A handle that was never handed out is refused too.
 //! assert_eq!(gdr_unpin_buffer(g, GdrMh { h: 0 }), libc::EINVAL);
 //!
 //! let size = 1 << 16;
 //! let (mut dptr, mut mh): (c_ulong, GdrMh) = (0, GdrMh { h: 0 });
-//! match gdr_alloc_mapped(g, size, &mut dptr, &mut mh) {
+//! // SAFETY: out-pointers to a c_ulong and a GdrMh.
+//! match unsafe { gdr_alloc_mapped(g, size, &mut dptr, &mut mh) } {
 //!     0 => {
 //!         let mut va: *mut c_void = std::ptr::null_mut();
-//!         assert_eq!(gdr_map(g, mh, &mut va, size), 0);
+//!         // SAFETY: out-pointers to a pointer and to a GdrInfoV2.
+//!         assert_eq!(unsafe { gdr_map(g, mh, &mut va, size) }, 0);
 //!         let mut info = GdrInfoV2::default();
-//!         assert_eq!(gdr_get_info_v2(g, mh, &mut info), 0);
+//!         assert_eq!(unsafe { gdr_get_info_v2(g, mh, &mut info) }, 0);
 //!         assert_eq!(info.mapping_type, MAPPING_TYPE_WC);
 //!         // `va` maps `info.va`: GPU address d is at va + (d - info.va).
 //!         let at = |d: u64| -> *mut c_void {
@@ -65,12 +74,17 @@
 //!         let msg = *b"hello, BAR1";
 //!         let mut back = [0u8; 11];
 //!         let p = at(dptr as u64);
-//!         assert_eq!(gdr_copy_to_mapping(mh, p, msg.as_ptr().cast(), msg.len()), 0);
-//!         assert_eq!(gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), p, back.len()), 0);
+//!         // SAFETY: the host buffers hold the sizes given (the mapping side is checked).
+//!         unsafe {
+//!             assert_eq!(gdr_copy_to_mapping(mh, p, msg.as_ptr().cast(), msg.len()), 0);
+//!             assert_eq!(gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), p, back.len()), 0);
+//!         }
 //!         assert_eq!(back, msg);
 //!         // Past the mapping: refused before any byte is copied.
 //!         let past = at(info.va + size as u64);
-//!         assert_eq!(gdr_copy_to_mapping(mh, past, msg.as_ptr().cast(), 1), libc::EINVAL);
+//!         // SAFETY: as above.
+//!         let rc = unsafe { gdr_copy_to_mapping(mh, past, msg.as_ptr().cast(), 1) };
+//!         assert_eq!(rc, libc::EINVAL);
 //!
 //!         assert_eq!(gdr_unmap(g, mh, va, size), 0);
 //!         assert_eq!(gdr_free_mapped(g, mh), 0);
@@ -84,7 +98,7 @@
 // The entry points are C functions whose pointer contracts are the header's; Rust callers are
 // this crate's tests and doctest, `gdr apiperf` and the C API columns of `gdr copylat` and
 // `gdr copybw`. `c_ulong` is u64 here but not on every target.
-#![allow(clippy::not_unsafe_ptr_arg_deref, clippy::unnecessary_cast)]
+#![allow(clippy::unnecessary_cast)]
 
 // What each module holds: `abi` the header's handle type and constants; `entry` the guard
 // every entry point runs in and the out-pointer write; `errno` the errno of each gdr error;

@@ -93,43 +93,71 @@ fn map(g: *mut c_void, mh: GdrMh, size: usize, flags: c_int) -> Result<*mut u8, 
 }
 
 /// Maps and hands the caller the CPU address of the handle's `va`.
-fn map_out(g: *mut c_void, mh: GdrMh, va: *mut *mut c_void, size: usize, flags: c_int) -> c_int {
-    if va.is_null() {
-        return libc::EINVAL;
-    }
-    match map(g, mh, size, flags) {
-        Ok(cpu) => put(va, cpu.cast()),
-        Err(e) => e,
-    }
-}
-
-/// gdrcopy's `gdr_map`: maps the first `size` bytes of handle `mh` for the CPU (write-combined)
-/// and writes to `*va` the CPU address of the handle's `va` ([`GdrInfoV2::va`](crate::GdrInfoV2::va)): GPU address
-/// `d` is at `*va + (d - info.va)`. One mapping per handle.
 ///
-/// 0, or:
-/// - EINVAL: `g` not open, `mh` not a handle of `g`, `va` NULL, `size` 0 or larger than
-///   [`GdrInfoV2::mapped_size`](crate::GdrInfoV2::mapped_size), or a pin whose address does not start a page (as gdrcopy:
-///   pin the page-aligned range around the buffer);
-/// - EAGAIN: the handle is mapped already;
-/// - EIO: the backend could not map it.
-#[no_mangle]
-pub extern "C" fn gdr_map(g: *mut c_void, mh: GdrMh, va: *mut *mut c_void, size: usize) -> c_int {
-    guard("gdr_map", || map_out(g, mh, va, size, MAP_FLAG_DEFAULT))
-}
-
-/// gdrcopy's `gdr_map_v2`: [`gdr_map`] with `flags`, a `gdr_map_flags_t` value:
-/// [`MAP_FLAG_DEFAULT`] and [`MAP_FLAG_REQ_WC_MAPPING`] are granted (mappings are
-/// write-combined); the caching and device requests, and any other value, are EINVAL.
-#[no_mangle]
-pub extern "C" fn gdr_map_v2(
+/// # Safety
+/// `va` is NULL (refused with EINVAL) or valid for a write of a pointer.
+unsafe fn map_out(
     g: *mut c_void,
     mh: GdrMh,
     va: *mut *mut c_void,
     size: usize,
     flags: c_int,
 ) -> c_int {
-    guard("gdr_map_v2", || map_out(g, mh, va, size, flags))
+    if va.is_null() {
+        return libc::EINVAL;
+    }
+    match map(g, mh, size, flags) {
+        // SAFETY: `va` is not NULL, and writable by this function's contract.
+        Ok(cpu) => unsafe { put(va, cpu.cast()) },
+        Err(e) => e,
+    }
+}
+
+/// gdrcopy's `gdr_map`: maps the first `size` bytes of handle `mh` for the CPU (write-combined)
+/// and writes to `*va` the CPU address of the handle's `va`
+/// ([`GdrInfoV2::va`](crate::GdrInfoV2::va)): GPU address `d` is at `*va + (d - info.va)`. One
+/// mapping per handle.
+///
+/// 0, or:
+/// - EINVAL: `g` not open, `mh` not a handle of `g`, `va` NULL, `size` 0 or larger than
+///   [`GdrInfoV2::mapped_size`](crate::GdrInfoV2::mapped_size), or a pin whose address does
+///   not start a page (as gdrcopy: pin the page-aligned range around the buffer);
+/// - EAGAIN: the handle is mapped already;
+/// - EIO: the backend could not map it.
+///
+/// # Safety
+/// `va` is NULL or valid for a write of a pointer. The address written there is the caller's
+/// to read and write `size` bytes at until [`gdr_unmap`]; the handle's memory is not freed
+/// before then.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_map(
+    g: *mut c_void,
+    mh: GdrMh,
+    va: *mut *mut c_void,
+    size: usize,
+) -> c_int {
+    // SAFETY: `va` is NULL or writable, as this function's caller guarantees.
+    guard("gdr_map", || unsafe {
+        map_out(g, mh, va, size, MAP_FLAG_DEFAULT)
+    })
+}
+
+/// gdrcopy's `gdr_map_v2`: [`gdr_map`] with `flags`, a `gdr_map_flags_t` value:
+/// [`MAP_FLAG_DEFAULT`] and [`MAP_FLAG_REQ_WC_MAPPING`] are granted (mappings are
+/// write-combined); the caching and device requests, and any other value, are EINVAL.
+///
+/// # Safety
+/// As [`gdr_map`]: `va` is NULL or valid for a write of a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_map_v2(
+    g: *mut c_void,
+    mh: GdrMh,
+    va: *mut *mut c_void,
+    size: usize,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: `va` is NULL or writable, as this function's caller guarantees.
+    guard("gdr_map_v2", || unsafe { map_out(g, mh, va, size, flags) })
 }
 
 /// gdrcopy's `gdr_unmap`: removes handle `mh`'s CPU mapping; `va` must be what [`gdr_map`]

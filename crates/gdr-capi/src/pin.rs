@@ -85,12 +85,16 @@ fn pinner_for(g: *mut c_void, ordinal: usize) -> Result<Option<Pinner>, c_int> {
 
 /// Pins `[addr, addr + size)` for `g` and writes the new handle to `*handle`: what
 /// `gdr_pin_buffer` does once its flags are checked.
-fn pin(g: *mut c_void, addr: c_ulong, size: usize, handle: *mut GdrMh) -> c_int {
+///
+/// # Safety
+/// `handle` is NULL (refused with EINVAL) or valid for a write of a [`GdrMh`].
+unsafe fn pin(g: *mut c_void, addr: c_ulong, size: usize, handle: *mut GdrMh) -> c_int {
     if handle.is_null() || size == 0 {
         return libc::EINVAL;
     }
     match pin_range(g, addr as u64, size) {
-        Ok(mh) => put(handle, mh),
+        // SAFETY: `handle` is not NULL, and writable by this function's contract.
+        Ok(mh) => unsafe { put(handle, mh) },
         Err(e) => e,
     }
 }
@@ -248,12 +252,16 @@ fn stage_pin(
 ///   range not inside one allocation;
 /// - ENOTSUP: no backend can pin on that GPU, or this one cannot pin this kind of memory (a
 ///   plain `cuMemAlloc` range on Vulkan without gdr's allocator; the log says what works),
-///   unless `g` stages such pins (see [`gdr_open`](crate::gdr_open)): then 0, and the copies of the handle run
-///   on the copy engine;
+///   unless `g` stages such pins (see [`gdr_open`](crate::gdr_open)): then 0, and the copies
+///   of the handle run on the copy engine;
 /// - ENOMEM: memory ran out while gdr's allocator mapped the chunk that holds the range;
 /// - EIO: the backend failed otherwise.
+///
+/// # Safety
+/// `handle` is NULL or valid for a write of a [`GdrMh`]. `addr` is only looked up, never
+/// dereferenced: any value is safe.
 #[no_mangle]
-pub extern "C" fn gdr_pin_buffer(
+pub unsafe extern "C" fn gdr_pin_buffer(
     g: *mut c_void,
     addr: c_ulong,
     size: usize,
@@ -261,15 +269,19 @@ pub extern "C" fn gdr_pin_buffer(
     _va_space: u32,
     handle: *mut GdrMh,
 ) -> c_int {
-    guard("gdr_pin_buffer", || pin(g, addr, size, handle))
+    // SAFETY: `handle` is NULL or writable, as this function's caller guarantees.
+    guard("gdr_pin_buffer", || unsafe { pin(g, addr, size, handle) })
 }
 
 /// gdrcopy's `gdr_pin_buffer_v2`: [`gdr_pin_buffer`] with `flags`, a set of
 /// `gdr_pin_flags_t` bits: only [`PIN_FLAG_FORCE_PCIE`], which is what every mapping is on an
 /// x86 host with a discrete GPU, so it changes nothing. Errors as `gdr_pin_buffer`, and EINVAL
 /// for any other flag bit.
+///
+/// # Safety
+/// As [`gdr_pin_buffer`]: `handle` is NULL or valid for a write of a [`GdrMh`].
 #[no_mangle]
-pub extern "C" fn gdr_pin_buffer_v2(
+pub unsafe extern "C" fn gdr_pin_buffer_v2(
     g: *mut c_void,
     addr: c_ulong,
     size: usize,
@@ -281,7 +293,8 @@ pub extern "C" fn gdr_pin_buffer_v2(
             log!(Level::Error, "gdr_pin_buffer_v2: unknown flags {flags:#x}");
             return libc::EINVAL;
         }
-        pin(g, addr, size, handle)
+        // SAFETY: `handle` is NULL or writable, as this function's caller guarantees.
+        unsafe { pin(g, addr, size, handle) }
     })
 }
 
@@ -289,7 +302,8 @@ pub extern "C" fn gdr_pin_buffer_v2(
 /// first) and forgets it.
 ///
 /// 0, or EINVAL when `g` is not open, `mh` is not a handle of `g`, or it came from
-/// [`gdr_alloc_mapped`](crate::gdr_alloc_mapped) (released with [`gdr_free_mapped`](crate::gdr_free_mapped)).
+/// [`gdr_alloc_mapped`](crate::gdr_alloc_mapped) (released with
+/// [`gdr_free_mapped`](crate::gdr_free_mapped)).
 #[no_mangle]
 pub extern "C" fn gdr_unpin_buffer(g: *mut c_void, mh: GdrMh) -> c_int {
     guard("gdr_unpin_buffer", || {
@@ -300,15 +314,22 @@ pub extern "C" fn gdr_unpin_buffer(g: *mut c_void, mh: GdrMh) -> c_int {
 }
 
 /// gdrcopy's `gdr_get_callback_flag`: writes 1 to `*flag` when the application freed the
-/// pinned memory before unpinning it, else 0 (always 0 for a [`gdr_alloc_mapped`](crate::gdr_alloc_mapped) handle).
-/// gdrdrv says so itself; the persistent backends hold the memory until unpin and tell by the
-/// allocation's BUFFER_ID or, for allocator memory, by asking the allocator (see
-/// `Pinned::callback_fired`).
+/// pinned memory before unpinning it, else 0 (always 0 for a
+/// [`gdr_alloc_mapped`](crate::gdr_alloc_mapped) handle). gdrdrv says so itself; the
+/// persistent backends hold the memory until unpin and tell by the allocation's BUFFER_ID or,
+/// for allocator memory, by asking the allocator (see `Pinned::callback_fired`).
 ///
 /// 0, or EINVAL (`flag` NULL, `g` not open, `mh` not a handle of `g`), or EIO when the check
 /// itself fails.
+///
+/// # Safety
+/// `flag` is NULL or valid for a write of a `c_int`.
 #[no_mangle]
-pub extern "C" fn gdr_get_callback_flag(g: *mut c_void, mh: GdrMh, flag: *mut c_int) -> c_int {
+pub unsafe extern "C" fn gdr_get_callback_flag(
+    g: *mut c_void,
+    mh: GdrMh,
+    flag: *mut c_int,
+) -> c_int {
     guard("gdr_get_callback_flag", || {
         if flag.is_null() {
             return libc::EINVAL;
@@ -327,7 +348,8 @@ pub extern "C" fn gdr_get_callback_flag(g: *mut c_void, mh: GdrMh, flag: *mut c_
             return rc;
         }
         match fired {
-            Ok(f) => put(flag, c_int::from(f)),
+            // SAFETY: `flag` is not NULL, and writable by this function's contract.
+            Ok(f) => unsafe { put(flag, c_int::from(f)) },
             Err(e) => {
                 log!(Level::Error, "gdr_get_callback_flag: {e}");
                 libc::EIO
