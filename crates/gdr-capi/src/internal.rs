@@ -1,19 +1,14 @@
-//! Rust-only access to the library's state, for gdr's own tools; not part of gdrcopy's API and
-//! not exported to C. Its one user is `gdr copylat` / `gdr copybw` (`gdr-cli`'s
-//! `cmd/capi_map.rs`), which times Rust copies into the very allocation the C calls copy to.
+//! Rust-only access to the library's state, for gdr's own tools: not gdrcopy's API, not
+//! exported to C, hidden from the docs, and free to change with the workspace.
+//!
+//! Its one user is `gdr copylat` / `gdr copybw` (`gdr-cli`'s `cmd/capi_map.rs`, through
+//! `CapiMapping::with_allocation`): with `--capi-memory allocated` they time Rust copies into
+//! the very `gdr_alloc_mapped` buffer, through the very CPU mapping, that the C calls copy to,
+//! so the Rust and C rows differ only in the call. No public API reaches the buffer behind a
+//! handle, hence this door.
 
 use crate::table::{self, Kind};
 use crate::GdrMh;
-use gdr::cuda::Context;
-use std::ffi::c_void;
-
-/// The CUDA context a `gdr_t` uses (for tests and for callers mixing this API with gdr's Rust
-/// one); `None` for a closed or unknown `g`.
-pub fn context_of(g: *mut c_void) -> Option<Context> {
-    table::read()
-        .as_ref()
-        .and_then(|s| s.gdrs.get(&(g as usize)).map(|gd| gd.ctx.clone()))
-}
 
 /// Runs `f` on the buffer behind a `gdr_alloc_mapped` handle, whose CPU mapping is the one
 /// the copies of `mh` go through (for gdr's benchmarks, which time Rust copies into the very

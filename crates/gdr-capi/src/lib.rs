@@ -104,15 +104,17 @@
 // every entry point runs in and the out-pointer write; `errno` the errno of each gdr error;
 // `open` gdr_open and gdr_close; `pin` pinning and unpinning; `map` mapping and unmapping;
 // `copy` the copies and their paths; `alloc` gdr's allocation extension; `info` the entry
-// points that describe; `table` the handles; `ucx` gdr_open's choice in a UCX process; `log`
-// gdrcopy's logging switches.
+// points that describe; `table` the handles (`read_mostly` its lock); `ucx` gdr_open's choice
+// in a UCX process; `log` gdrcopy's logging switches; `internal` the Rust-only door that
+// gdr-cli's timings use (public but hidden).
 mod abi;
 mod alloc;
 mod copy;
 mod entry;
 mod errno;
 mod info;
-mod internal;
+#[doc(hidden)] // gdr-cli's timing of the C copies; see the module
+pub mod internal;
 mod log;
 mod map;
 mod open;
@@ -133,7 +135,6 @@ pub use info::{
     gdr_driver_get_version, gdr_get_attribute, gdr_get_info, gdr_get_info_v2,
     gdr_get_mapping_type_string, gdr_runtime_get_version, GdrInfoV1, GdrInfoV2,
 };
-pub use internal::{context_of, with_allocation};
 pub use map::{gdr_map, gdr_map_v2, gdr_unmap};
 pub use open::{gdr_close, gdr_open};
 pub use pin::{gdr_get_callback_flag, gdr_pin_buffer, gdr_pin_buffer_v2, gdr_unpin_buffer};

@@ -110,7 +110,7 @@ impl CapiMapping {
     /// [`CapiMemory::Allocated`]); `f` must not drop or remap this mapping.
     pub fn with_allocation<R>(&self, f: impl FnOnce(&MappedBuffer) -> R) -> Option<R> {
         match self.backing {
-            Backing::Allocated => gdrapi::with_allocation(self.mh, f),
+            Backing::Allocated => gdrapi::internal::with_allocation(self.mh, f),
             Backing::Pinned { .. } => None,
         }
     }
