@@ -1,4 +1,4 @@
-//! The paths behind `gdr_copy_to_mapping` and `gdr_copy_from_mapping`.
+//! `gdr_copy_to_mapping` and `gdr_copy_from_mapping`, and the paths behind them.
 //!
 //! gdrcopy copies with the CPU through the mapping, on the calling thread. That is the fastest
 //! way for small copies, but CPU loads from a BAR are slow (a few outstanding reads at a time),
@@ -25,12 +25,147 @@
 //! current CUDA context is put back before the call returns. When the copy engine fails, the
 //! copy is done through the mapping and the failure is logged once.
 
+use crate::entry::guard;
 use crate::log::{log, Level};
+use crate::table::{self, Handle};
+use crate::GdrMh;
 use gdr::bar::auto::{AutoCopier, Calibration, Direction, Path};
 use gdr::bar::VulkanBackend;
 use gdr::cuda::{Context, CudaError, CurrentContextGuard, DeviceMemory, Stream};
+use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
+
+/// Checks that `[ptr, ptr + size)` lies in `mh`'s live mapping and runs `f` with the table
+/// read-locked (so no unmap can race the copy, while copies on other handles go on).
+fn with_mapped_range(
+    mh: GdrMh,
+    ptr: *const u8,
+    size: usize,
+    f: impl FnOnce(&Handle, u64) -> c_int,
+) -> c_int {
+    let s = table::read();
+    let Some(h) = s.as_ref().and_then(|s| s.handles.get(&(mh.h as u64))) else {
+        return libc::EINVAL;
+    };
+    if !h.is_mapped() {
+        return libc::EINVAL;
+    }
+    let (start, end) = (h.cpu as usize, h.cpu as usize + h.cpu_len);
+    match (ptr as usize).checked_add(size) {
+        Some(e) if ptr as usize >= start && e <= end => {
+            // The GPU address of `ptr`: the mapping starts at the window's first byte.
+            f(h, h.window.va + (ptr as usize - start) as u64)
+        }
+        _ => libc::EINVAL,
+    }
+}
+
+/// gdrcopy's `gdr_copy_to_mapping`: copies `size` bytes from host memory at `h_ptr` to
+/// `map_d_ptr`, an address inside handle `mh`'s live mapping, with whole-line write-combining
+/// stores; the bytes are visible to the GPU when the call returns (a store fence ends it).
+/// `h_ptr` must hold `size` readable bytes. No ordering against GPU work already running is
+/// promised (see the GPUDirect RDMA guide).
+///
+/// 0, or EINVAL when `mh` is unknown or not mapped, `[map_d_ptr, map_d_ptr + size)` is not
+/// inside its mapping, or (for a `size` above 0) a pointer is NULL. `size` 0 copies nothing
+/// but still checks the handle.
+///
+/// # Safety
+/// For a `size` above 0, `h_ptr` is NULL (refused) or valid for reads of `size` bytes. Any
+/// `map_d_ptr` is safe: it is checked against the handle's live mapping (and the table's lock
+/// keeps that mapping for the copy) before a byte is written.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_copy_to_mapping(
+    mh: GdrMh,
+    map_d_ptr: *mut c_void,
+    h_ptr: *const c_void,
+    size: usize,
+) -> c_int {
+    guard("gdr_copy_to_mapping", || {
+        if size == 0 {
+            // Nothing to copy, but a made-up or unmapped handle is still EINVAL (gdrapi.h).
+            return with_mapped_range(mh, map_d_ptr.cast(), 0, |_, _| 0);
+        }
+        if h_ptr.is_null() || map_d_ptr.is_null() {
+            return libc::EINVAL;
+        }
+        with_mapped_range(mh, map_d_ptr.cast(), size, |h, addr| {
+            // SAFETY: the caller passes `size` readable bytes at h_ptr.
+            let src = unsafe { std::slice::from_raw_parts(h_ptr.cast::<u8>(), size) };
+            if h.is_staged() {
+                // SAFETY: `src` is `size` readable bytes, and a copy to the GPU only reads them.
+                return unsafe {
+                    staged(
+                        &h.engine,
+                        h.covered(),
+                        Direction::ToGpu,
+                        src.as_ptr().cast_mut(),
+                        addr,
+                        size,
+                    )
+                };
+            }
+            // SAFETY: the destination lies in the handle's live mapping of the GPU memory at
+            // `addr` (checked, table locked).
+            unsafe { to_mapping(&h.engine, map_d_ptr.cast(), addr, src) };
+            0
+        })
+    })
+}
+
+/// gdrcopy's `gdr_copy_from_mapping`: copies `size` bytes from `map_d_ptr`, an address inside
+/// handle `mh`'s live mapping, to host memory at `h_ptr`, with streaming loads of whole
+/// aligned chunks (plain loads from write-combined memory are uncached round trips each).
+/// `h_ptr` must hold `size` writable bytes.
+///
+/// 0, or EINVAL as [`gdr_copy_to_mapping`].
+///
+/// # Safety
+/// For a `size` above 0, `h_ptr` is NULL (refused) or valid for writes of `size` bytes, and
+/// nothing else reads or writes them during the call. Any `map_d_ptr` is safe: it is checked
+/// against the handle's live mapping before a byte is read.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_copy_from_mapping(
+    mh: GdrMh,
+    h_ptr: *mut c_void,
+    map_d_ptr: *const c_void,
+    size: usize,
+) -> c_int {
+    guard("gdr_copy_from_mapping", || {
+        if size == 0 {
+            // Nothing to copy, but a made-up or unmapped handle is still EINVAL (gdrapi.h).
+            return with_mapped_range(mh, map_d_ptr.cast(), 0, |_, _| 0);
+        }
+        if h_ptr.is_null() || map_d_ptr.is_null() {
+            return libc::EINVAL;
+        }
+        with_mapped_range(mh, map_d_ptr.cast(), size, |h, addr| {
+            if h.is_staged() {
+                let covered = h.covered();
+                // SAFETY: the caller passes `size` writable bytes at h_ptr (not NULL: checked).
+                return unsafe {
+                    staged(
+                        &h.engine,
+                        covered,
+                        Direction::FromGpu,
+                        h_ptr.cast(),
+                        addr,
+                        size,
+                    )
+                };
+            }
+            // SAFETY: the caller passes `size` writable bytes at h_ptr; the source lies in the
+            // handle's live, page-granular mapping of the GPU memory at `addr` (checked, table
+            // locked).
+            unsafe {
+                let dst = std::slice::from_raw_parts_mut(h_ptr.cast::<u8>(), size);
+                from_mapping(&h.engine, dst, map_d_ptr.cast(), addr);
+            }
+            0
+        })
+    })
+}
 
 /// How the copies of this process choose their path.
 enum Policy {
@@ -155,7 +290,17 @@ impl Engine {
 
     /// Copies `len` bytes between host memory and GPU memory at `addr` with the copy engine,
     /// and waits for it.
-    fn run(&self, to_gpu: bool, host: *mut u8, addr: u64, len: usize) -> Result<(), CudaError> {
+    ///
+    /// # Safety
+    /// `host` is valid for `len` bytes: reads when `to_gpu`, else writes (and nothing else
+    /// touches them until this returns).
+    unsafe fn run(
+        &self,
+        to_gpu: bool,
+        host: *mut u8,
+        addr: u64,
+        len: usize,
+    ) -> Result<(), CudaError> {
         // The caller's stores through the mapping are drained before the copy is launched.
         gdr::copy::store_fence();
         let _current = CurrentContextGuard::save()?;
@@ -163,8 +308,8 @@ impl Engine {
         let stream = self.stream()?;
         let range = DeviceRange { addr, len };
         if to_gpu {
-            // SAFETY: the caller of to_mapping/from_mapping passes `len` readable bytes at
-            // `host`; they stay untouched until the synchronize below returns.
+            // SAFETY: `len` readable bytes at `host` (this function's contract); they stay
+            // untouched until the synchronize below returns.
             let src = unsafe { std::slice::from_raw_parts(host, len) };
             // SAFETY: `src` outlives the copy (synchronized before returning).
             unsafe { stream.memcpy_htod_async(&range, 0, src)? };
@@ -184,8 +329,10 @@ impl Engine {
 /// reach whatever took its place); EIO (logged) when the copy engine fails, for there is no
 /// mapping to fall back on.
 ///
-/// `host` holds `len` bytes, readable for [`Direction::ToGpu`], writable otherwise.
-pub(crate) fn staged(
+/// # Safety
+/// `host` is valid for `len` bytes, reads for [`Direction::ToGpu`], writes otherwise (and then
+/// nothing else touches them during the call).
+pub(crate) unsafe fn staged(
     engine: &Engine,
     covered: &[crate::table::Covered],
     dir: Direction,
@@ -206,7 +353,8 @@ pub(crate) fn staged(
         );
         return libc::EINVAL;
     }
-    match engine.run(dir == Direction::ToGpu, host, addr, len) {
+    // SAFETY: `host` holds `len` bytes as `run` needs them, by this function's contract.
+    match unsafe { engine.run(dir == Direction::ToGpu, host, addr, len) } {
         Ok(()) => 0,
         Err(e) => {
             log!(
@@ -287,7 +435,8 @@ pub(crate) unsafe fn to_mapping(engine: &Engine, dst: *mut u8, addr: u64, src: &
                 gdr::copy::copy_to_mapping_parallel(dst, src, threads)
             },
             Path::CopyEngine => {
-                if let Err(e) = engine.run(true, src.as_ptr().cast_mut(), addr, len) {
+                // SAFETY: `src` is `len` readable bytes, and a copy to the GPU only reads them.
+                if let Err(e) = unsafe { engine.run(true, src.as_ptr().cast_mut(), addr, len) } {
                     engine_failed(&e);
                     // SAFETY: the caller's contract.
                     unsafe { gdr::copy::copy_to_mapping(dst, src) };
@@ -323,7 +472,8 @@ pub(crate) unsafe fn from_mapping(engine: &Engine, dst: &mut [u8], src: *const u
                 gdr::copy::copy_from_mapping_parallel(dst, src, threads)
             },
             Path::CopyEngine => {
-                if let Err(e) = engine.run(false, dst.as_mut_ptr(), addr, len) {
+                // SAFETY: `dst` is `len` bytes borrowed mutably for this call.
+                if let Err(e) = unsafe { engine.run(false, dst.as_mut_ptr(), addr, len) } {
                     engine_failed(&e);
                     // SAFETY: the caller's contract.
                     unsafe { gdr::copy::copy_from_mapping(dst, src) };

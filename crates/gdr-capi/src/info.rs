@@ -1,7 +1,58 @@
 //! The entry points that describe rather than act: a handle's info (v1 and v2), attributes,
 //! the mapping-type names and the library and driver versions.
 
-use super::*;
+use crate::abi::*;
+use crate::entry::{guard, put};
+use crate::log::{log, Level};
+use crate::table;
+use gdr::bar::PinBackend;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+/// `gdr_info_v2_t`: 48 bytes; `flags` holds the two bit-fields (bit 0 `mapped`, bit 1
+/// `wc_mapping`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GdrInfoV2 {
+    /// GPU virtual address of the first byte the handle covers: the pinned address rounded
+    /// down to `page_size`, within the pinned allocation (what `gdr_map`'s CPU address maps).
+    pub va: u64,
+    /// Bytes covered from `va`: the pinned range rounded out to `page_size`, clamped to what
+    /// the backend pinned; the most `gdr_map` may map.
+    pub mapped_size: u64,
+    /// The granule of `va` and `mapped_size` in bytes: 64 KiB (gdrcopy's `GPU_PAGE_SIZE`),
+    /// the host page size on the dma-buf backend.
+    pub page_size: u32,
+    /// Deprecated by gdrcopy; always 0.
+    pub tm_cycles: u64,
+    /// Deprecated by gdrcopy; always 0.
+    pub cycles_per_ms: u32,
+    /// Bit 0 `mapped`, bit 1 `wc_mapping`: both set while a `gdr_map` mapping is live (every
+    /// mapping is write-combined), both clear otherwise. A mapped staged pin (see `gdr_open`)
+    /// sets `mapped` only: it has addresses but no CPU access.
+    pub flags: c_uint,
+    /// A `GDR_MAPPING_TYPE_*` value: [`MAPPING_TYPE_WC`] while mapped, [`MAPPING_TYPE_NONE`]
+    /// otherwise and for a staged pin.
+    pub mapping_type: c_uint,
+}
+
+/// gdrcopy's v1 `gdr_info_t` (what the exported symbol `gdr_get_info` fills): the v2 struct
+/// without `mapping_type`, 40 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GdrInfoV1 {
+    /// As [`GdrInfoV2::va`].
+    pub va: u64,
+    /// As [`GdrInfoV2::mapped_size`].
+    pub mapped_size: u64,
+    /// As [`GdrInfoV2::page_size`].
+    pub page_size: u32,
+    /// Deprecated by gdrcopy; always 0.
+    pub tm_cycles: u64,
+    /// Deprecated by gdrcopy; always 0.
+    pub cycles_per_ms: u32,
+    /// As [`GdrInfoV2::flags`].
+    pub flags: c_uint,
+}
 
 /// The v2 info of handle `mh` of `g`.
 fn info_of(g: *mut c_void, mh: GdrMh) -> Result<GdrInfoV2, c_int> {
@@ -38,14 +89,18 @@ fn info_of(g: *mut c_void, mh: GdrMh) -> Result<GdrInfoV2, c_int> {
 /// ([`GdrInfoV2`]).
 ///
 /// 0, or EINVAL when `info` is NULL, `g` is not open or `mh` is not a handle of `g`.
+///
+/// # Safety
+/// `info` is NULL or valid for a write of a [`GdrInfoV2`].
 #[no_mangle]
-pub extern "C" fn gdr_get_info_v2(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV2) -> c_int {
+pub unsafe extern "C" fn gdr_get_info_v2(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV2) -> c_int {
     guard("gdr_get_info_v2", || {
         if info.is_null() {
             return libc::EINVAL;
         }
         match info_of(g, mh) {
-            Ok(i) => put(info, i),
+            // SAFETY: `info` is not NULL, and writable by this function's contract.
+            Ok(i) => unsafe { put(info, i) },
             Err(e) => e,
         }
     })
@@ -54,24 +109,31 @@ pub extern "C" fn gdr_get_info_v2(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV
 /// `gdr_get_info`: gdrcopy's v1 call, still exported for binaries and `dlsym` users (NCCL);
 /// fills the 40-byte v1 struct only ([`GdrInfoV1`]; in C source the name means
 /// `gdr_get_info_v2`). Errors as [`gdr_get_info_v2`].
+///
+/// # Safety
+/// `info` is NULL or valid for a write of a [`GdrInfoV1`] (40 bytes: a C caller that passes
+/// the v2 struct is safe too).
 #[no_mangle]
-pub extern "C" fn gdr_get_info(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV1) -> c_int {
+pub unsafe extern "C" fn gdr_get_info(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV1) -> c_int {
     guard("gdr_get_info", || {
         if info.is_null() {
             return libc::EINVAL;
         }
         match info_of(g, mh) {
-            Ok(i) => put(
-                info,
-                GdrInfoV1 {
-                    va: i.va,
-                    mapped_size: i.mapped_size,
-                    page_size: i.page_size,
-                    tm_cycles: i.tm_cycles,
-                    cycles_per_ms: i.cycles_per_ms,
-                    flags: i.flags,
-                },
-            ),
+            // SAFETY: `info` is not NULL, and writable by this function's contract.
+            Ok(i) => unsafe {
+                put(
+                    info,
+                    GdrInfoV1 {
+                        va: i.va,
+                        mapped_size: i.mapped_size,
+                        page_size: i.page_size,
+                        tm_cycles: i.tm_cycles,
+                        cycles_per_ms: i.cycles_per_ms,
+                        flags: i.flags,
+                    },
+                )
+            },
             Err(e) => e,
         }
     })
@@ -83,8 +145,11 @@ pub extern "C" fn gdr_get_info(g: *mut c_void, mh: GdrMh, info: *mut GdrInfoV1) 
 ///
 /// 0, or EINVAL when `v` is NULL, `g` is not open or `attr` is none of those, or EIO when
 /// gdrdrv's own answer cannot be had.
+///
+/// # Safety
+/// `v` is NULL or valid for a write of a `c_int`.
 #[no_mangle]
-pub extern "C" fn gdr_get_attribute(g: *mut c_void, attr: c_int, v: *mut c_int) -> c_int {
+pub unsafe extern "C" fn gdr_get_attribute(g: *mut c_void, attr: c_int, v: *mut c_int) -> c_int {
     guard("gdr_get_attribute", || {
         if v.is_null() {
             return libc::EINVAL;
@@ -116,7 +181,8 @@ pub extern "C" fn gdr_get_attribute(g: *mut c_void, attr: c_int, v: *mut c_int) 
             }
         };
         match value {
-            Ok(x) => put(v, x),
+            // SAFETY: `v` is not NULL, and writable by this function's contract.
+            Ok(x) => unsafe { put(v, x) },
             Err(e) => e,
         }
     })
@@ -126,8 +192,11 @@ pub extern "C" fn gdr_get_attribute(g: *mut c_void, attr: c_int, v: *mut c_int) 
 /// `mapping_type` ("None", "Write Combining", "Caching", "Device").
 ///
 /// 0, or EINVAL for any other value or a NULL `pstr`.
+///
+/// # Safety
+/// `pstr` is NULL or valid for a write of a pointer.
 #[no_mangle]
-pub extern "C" fn gdr_get_mapping_type_string(
+pub unsafe extern "C" fn gdr_get_mapping_type_string(
     mapping_type: c_uint,
     pstr: *mut *const c_char,
 ) -> c_int {
@@ -139,17 +208,23 @@ pub extern "C" fn gdr_get_mapping_type_string(
             MAPPING_TYPE_DEVICE => c"Device",
             _ => return libc::EINVAL,
         };
-        put(pstr, name.as_ptr())
+        // SAFETY: `pstr` is NULL (refused) or writable by this function's contract.
+        unsafe { put(pstr, name.as_ptr()) }
     })
 }
 
 /// gdrcopy's `gdr_runtime_get_version`: writes the API level this library implements,
 /// [`API_MAJOR`].[`API_MINOR`] (2.6), to `*major` and `*minor`; a NULL pointer is skipped.
 /// Cannot fail, and works without a GPU or a `gdr_t`.
+///
+/// # Safety
+/// `major` and `minor` are each NULL or valid for a write of a `c_int`.
 #[no_mangle]
-pub extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) {
-    let _ = put(major, API_MAJOR);
-    let _ = put(minor, API_MINOR);
+pub unsafe extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) {
+    // SAFETY: each is NULL (skipped) or writable by this function's contract.
+    let _ = unsafe { put(major, API_MAJOR) };
+    // SAFETY: as above.
+    let _ = unsafe { put(minor, API_MINOR) };
 }
 
 /// gdrcopy's `gdr_driver_get_version`: writes gdrdrv's version to `*major` and `*minor`, or
@@ -157,8 +232,11 @@ pub extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) 
 /// gates such as NCCL's accept a backend that works).
 ///
 /// 0, or EINVAL when a pointer is NULL or `g` is not open.
+///
+/// # Safety
+/// `major` and `minor` are each NULL or valid for a write of a `c_int`.
 #[no_mangle]
-pub extern "C" fn gdr_driver_get_version(
+pub unsafe extern "C" fn gdr_driver_get_version(
     g: *mut c_void,
     major: *mut c_int,
     minor: *mut c_int,
@@ -180,7 +258,10 @@ pub extern "C" fn gdr_driver_get_version(
         let Some((a, b)) = v else {
             return libc::EINVAL;
         };
-        put(major, a);
-        put(minor, b)
+        // SAFETY: both are non-NULL (checked above) and writable by this function's contract.
+        unsafe {
+            put(major, a);
+            put(minor, b)
+        }
     })
 }

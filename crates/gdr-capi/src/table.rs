@@ -14,10 +14,12 @@
 
 use crate::log::{log, Level};
 use crate::read_mostly::{ReadGuard, ReadMostly, WriteGuard};
+use crate::GdrMh;
 use gdr::bar::{MappedBuffer, PinBackend, Pinned, PinnedMapping, Pinner, VulkanBackend};
 use gdr::cuda::{Context, DeviceMemory};
 use gdr::GPU_PAGE_SIZE;
 use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
 
@@ -360,6 +362,60 @@ pub(crate) fn write() -> WriteGuard<'static, Option<State>> {
 pub(crate) fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> T {
     let mut g = write();
     f(g.get_or_insert_with(State::default))
+}
+
+/// Adds `entry` to the table as a new handle of `g`. Pinning and allocating run unlocked, so `g`
+/// may have been closed meanwhile: then `entry` is released here (unlocked) and `None` returned.
+pub(crate) fn insert(g: *mut c_void, entry: Handle) -> Option<u64> {
+    let mut entry = Some(entry);
+    let h = with_state(|s| {
+        if !s.gdrs.contains_key(&(g as usize)) {
+            return None;
+        }
+        let h = s.fresh();
+        s.handles.insert(h, entry.take()?);
+        Some(h)
+    });
+    drop(entry);
+    h
+}
+
+/// Removes `mh` of `g` if `accept` says it is the right kind, and drops it unlocked.
+pub(crate) fn take_handle(g: *mut c_void, mh: GdrMh, accept: fn(&Kind) -> bool) -> c_int {
+    let _current = gdr::cuda::CurrentContextGuard::save().ok();
+    let taken = with_state(|s| {
+        if !s.gdrs.contains_key(&(g as usize)) {
+            return None;
+        }
+        match s.handles.get(&(mh.h as u64)) {
+            Some(h) if h.owner == g as usize && accept(&h.kind) => s.handles.remove(&(mh.h as u64)),
+            _ => None,
+        }
+    });
+    match taken {
+        Some(h) => {
+            drop(h); // unmaps, then unpins or frees, outside the lock
+            0
+        }
+        None => libc::EINVAL,
+    }
+}
+
+/// Runs `f` on handle `mh` of `g`, the table locked exclusively.
+pub(crate) fn with_handle(
+    g: *mut c_void,
+    mh: GdrMh,
+    f: impl FnOnce(&mut Handle) -> c_int,
+) -> c_int {
+    with_state(|s| {
+        if !s.gdrs.contains_key(&(g as usize)) {
+            return libc::EINVAL;
+        }
+        match s.handles.get_mut(&(mh.h as u64)) {
+            Some(h) if h.owner == g as usize => f(h),
+            _ => libc::EINVAL,
+        }
+    })
 }
 
 #[cfg(test)]

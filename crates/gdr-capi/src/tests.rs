@@ -1,4 +1,7 @@
 use super::*;
+use crate::open::{no_backend_line, no_gpu_line};
+use gdr::cuda::CudaError;
+use std::ffi::{c_char, c_ulong, c_void};
 
 #[test]
 fn info_layouts_match_gdrcopy() {
@@ -25,14 +28,18 @@ fn mapping_type_names_are_gdrcopys() {
         (2, "Caching"),
         (3, "Device"),
     ] {
-        assert_eq!(gdr_get_mapping_type_string(t, &mut p), 0);
+        // SAFETY: an out-pointer to a pointer.
+        assert_eq!(unsafe { gdr_get_mapping_type_string(t, &mut p) }, 0);
         assert_eq!(name(p), want);
     }
-    assert_eq!(gdr_get_mapping_type_string(4, &mut p), libc::EINVAL);
-    assert_eq!(
-        gdr_get_mapping_type_string(1, std::ptr::null_mut()),
-        libc::EINVAL
-    );
+    // SAFETY: an out-pointer to a pointer, then NULL (refused).
+    unsafe {
+        assert_eq!(gdr_get_mapping_type_string(4, &mut p), libc::EINVAL);
+        assert_eq!(
+            gdr_get_mapping_type_string(1, std::ptr::null_mut()),
+            libc::EINVAL
+        );
+    }
 }
 
 #[test]
@@ -43,55 +50,58 @@ fn bad_handles_and_gdrs_are_refused() {
     assert_eq!(gdr_unpin_buffer(bogus, mh), libc::EINVAL);
     assert_eq!(gdr_free_mapped(bogus, mh), libc::EINVAL);
     let mut out = GdrMh { h: 0 };
-    assert_eq!(
-        gdr_pin_buffer(bogus, 0x1000, 4096, 0, 0, &mut out),
-        libc::EINVAL
-    );
-    assert_eq!(
-        gdr_pin_buffer_v2(bogus, 0x1000, 4096, 8, &mut out),
-        libc::EINVAL
-    );
     let mut info = GdrInfoV2::default();
-    assert_eq!(gdr_get_info_v2(bogus, mh, &mut info), libc::EINVAL);
     let mut v1 = GdrInfoV1::default();
-    assert_eq!(gdr_get_info(bogus, mh, &mut v1), libc::EINVAL);
     let mut va = std::ptr::null_mut();
-    assert_eq!(gdr_map(bogus, mh, &mut va, 4096), libc::EINVAL);
-    assert_eq!(gdr_map_v2(bogus, mh, &mut va, 4096, 2), libc::EINVAL);
-    assert_eq!(gdr_unmap(bogus, mh, va, 4096), libc::EINVAL);
     let buf = [0u8; 8];
     let mut back = [0u8; 8];
-    assert_eq!(
-        gdr_copy_to_mapping(mh, back.as_mut_ptr().cast(), buf.as_ptr().cast(), 8),
-        libc::EINVAL
-    );
-    assert_eq!(
-        gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), buf.as_ptr().cast(), 8),
-        libc::EINVAL
-    );
-    // Size 0 copies nothing, but the handle is checked all the same (it returned 0).
-    assert_eq!(
-        gdr_copy_to_mapping(mh, back.as_mut_ptr().cast(), buf.as_ptr().cast(), 0),
-        libc::EINVAL
-    );
-    assert_eq!(
-        gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), buf.as_ptr().cast(), 0),
-        libc::EINVAL
-    );
-    let mut flag = 0;
-    assert_eq!(gdr_get_callback_flag(bogus, mh, &mut flag), libc::EINVAL);
-    let mut v = 0;
-    assert_eq!(gdr_get_attribute(bogus, 1, &mut v), libc::EINVAL);
+    let (mut flag, mut v) = (0, 0);
     let (mut a, mut b) = (0, 0);
-    assert_eq!(gdr_driver_get_version(bogus, &mut a, &mut b), libc::EINVAL);
-    gdr_runtime_get_version(&mut a, &mut b);
-    assert_eq!((a, b), (2, 6));
     let mut d: c_ulong = 0;
-    assert_eq!(gdr_alloc_mapped(bogus, 64, &mut d, &mut out), libc::EINVAL);
-    assert_eq!(
-        gdr_alloc_mapped(bogus, 64, std::ptr::null_mut(), &mut out),
-        libc::EINVAL
-    );
+    // SAFETY: every out-pointer is a reference to a local of its type (or NULL), and every
+    // copy's host buffer holds the size given.
+    unsafe {
+        assert_eq!(
+            gdr_pin_buffer(bogus, 0x1000, 4096, 0, 0, &mut out),
+            libc::EINVAL
+        );
+        assert_eq!(
+            gdr_pin_buffer_v2(bogus, 0x1000, 4096, 8, &mut out),
+            libc::EINVAL
+        );
+        assert_eq!(gdr_get_info_v2(bogus, mh, &mut info), libc::EINVAL);
+        assert_eq!(gdr_get_info(bogus, mh, &mut v1), libc::EINVAL);
+        assert_eq!(gdr_map(bogus, mh, &mut va, 4096), libc::EINVAL);
+        assert_eq!(gdr_map_v2(bogus, mh, &mut va, 4096, 2), libc::EINVAL);
+        assert_eq!(gdr_unmap(bogus, mh, va, 4096), libc::EINVAL);
+        assert_eq!(
+            gdr_copy_to_mapping(mh, back.as_mut_ptr().cast(), buf.as_ptr().cast(), 8),
+            libc::EINVAL
+        );
+        assert_eq!(
+            gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), buf.as_ptr().cast(), 8),
+            libc::EINVAL
+        );
+        // Size 0 copies nothing, but the handle is checked all the same (it returned 0).
+        assert_eq!(
+            gdr_copy_to_mapping(mh, back.as_mut_ptr().cast(), buf.as_ptr().cast(), 0),
+            libc::EINVAL
+        );
+        assert_eq!(
+            gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), buf.as_ptr().cast(), 0),
+            libc::EINVAL
+        );
+        assert_eq!(gdr_get_callback_flag(bogus, mh, &mut flag), libc::EINVAL);
+        assert_eq!(gdr_get_attribute(bogus, 1, &mut v), libc::EINVAL);
+        assert_eq!(gdr_driver_get_version(bogus, &mut a, &mut b), libc::EINVAL);
+        gdr_runtime_get_version(&mut a, &mut b);
+        assert_eq!((a, b), (2, 6));
+        assert_eq!(gdr_alloc_mapped(bogus, 64, &mut d, &mut out), libc::EINVAL);
+        assert_eq!(
+            gdr_alloc_mapped(bogus, 64, std::ptr::null_mut(), &mut out),
+            libc::EINVAL
+        );
+    }
 }
 
 #[test]

@@ -19,13 +19,15 @@ const SIZE: usize = 64 << 10;
 /// A `gdr_alloc_mapped` buffer, mapped; `None` when this GPU has no Vulkan mapping.
 fn mapped(g: *mut c_void) -> Option<(GdrMh, usize)> {
     let (mut d, mut mh) = (0, GdrMh { h: 0 });
-    match gdr_alloc_mapped(g, SIZE, &mut d, &mut mh) {
+    // SAFETY: out-pointers to a c_ulong and a GdrMh.
+    match unsafe { gdr_alloc_mapped(g, SIZE, &mut d, &mut mh) } {
         0 => {}
         libc::ENOTSUP => return None,
         e => panic!("gdr_alloc_mapped: errno {e}"),
     }
     let mut va = std::ptr::null_mut();
-    assert_eq!(gdr_map(g, mh, &mut va, SIZE), 0);
+    // SAFETY: an out-pointer to a pointer.
+    assert_eq!(unsafe { gdr_map(g, mh, &mut va, SIZE) }, 0);
     Some((mh, va as usize))
 }
 
@@ -46,11 +48,14 @@ fn round_trips(mh: GdrMh, va: usize, off: usize, len: usize, stop: &AtomicBool) 
         rng.fill_bytes(&mut src[..size]);
         back[..size].fill(!src[0]);
         let p = (va + at) as *mut c_void;
-        assert_eq!(gdr_copy_to_mapping(mh, p, src.as_ptr().cast(), size), 0);
-        assert_eq!(
-            gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), p, size),
-            0
-        );
+        // SAFETY: `src` and `back` hold at least `size` bytes (the mapping side is checked).
+        unsafe {
+            assert_eq!(gdr_copy_to_mapping(mh, p, src.as_ptr().cast(), size), 0);
+            assert_eq!(
+                gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), p, size),
+                0
+            );
+        }
         assert!(back[..size] == src[..size], "{size} bytes at {at}");
         n += 1;
     }
@@ -86,10 +91,10 @@ fn copies_stay_correct_while_the_table_changes_and_an_unmap_races_them() {
             while !stop.load(Ordering::Relaxed) {
                 let (mh, va) = mapped(g).expect("churn buffer");
                 let v = 0x5eed_u64.to_ne_bytes();
-                assert_eq!(
-                    gdr_copy_to_mapping(mh, va as *mut c_void, v.as_ptr().cast(), 8),
-                    0
-                );
+                // SAFETY: `v` holds the 8 bytes copied.
+                let rc =
+                    unsafe { gdr_copy_to_mapping(mh, va as *mut c_void, v.as_ptr().cast(), 8) };
+                assert_eq!(rc, 0);
                 release(g, mh, va);
                 churned.fetch_add(1, Ordering::Relaxed);
             }
@@ -100,7 +105,11 @@ fn copies_stay_correct_while_the_table_changes_and_an_unmap_races_them() {
             let mut refused = 0u64;
             loop {
                 let was_unmapped = unmapped.load(Ordering::SeqCst);
-                let rc = gdr_copy_to_mapping(victim, vva as *mut c_void, src.as_ptr().cast(), 256);
+                // SAFETY: `src` holds the 256 bytes copied (the mapping side is checked: the
+                // copies after the unmap are refused, never reach the freed mapping).
+                let rc = unsafe {
+                    gdr_copy_to_mapping(victim, vva as *mut c_void, src.as_ptr().cast(), 256)
+                };
                 match rc {
                     0 => {
                         assert!(!was_unmapped, "a copy into an unmapped handle went through");

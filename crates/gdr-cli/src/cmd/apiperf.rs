@@ -179,10 +179,15 @@ fn capi(
         let addr = mem.device_ptr() as std::ffi::c_ulong;
         check(
             "gdr_pin_buffer",
-            s.time("pin", || gdr_pin_buffer(g, addr, size, 0, 0, &mut mh)),
+            // SAFETY: `mh` is a GdrMh to write the handle to.
+            s.time("pin", || unsafe {
+                gdr_pin_buffer(g, addr, size, 0, 0, &mut mh)
+            }),
         )?;
         let mut va = std::ptr::null_mut();
-        check("gdr_map", s.time("map", || gdr_map(g, mh, &mut va, size)))?;
+        // SAFETY: an out-pointer to a pointer.
+        let map = || unsafe { gdr_map(g, mh, &mut va, size) };
+        check("gdr_map", s.time("map", map))?;
         check("gdr_unmap", s.time("unmap", || gdr_unmap(g, mh, va, size)))?;
         check(
             "gdr_unpin_buffer",
@@ -248,7 +253,8 @@ pub fn run(args: ApiperfArgs) -> CmdResult {
     let g = gdrapi::gdr_open();
     let mut code = 0;
     let capi_backend = (!g.is_null()
-        && gdrapi::gdr_get_attribute(g, gdrapi::ATTR_GDR_BACKEND, &mut code) == 0)
+        // SAFETY: an out-pointer to a c_int.
+        && unsafe { gdrapi::gdr_get_attribute(g, gdrapi::ATTR_GDR_BACKEND, &mut code) } == 0)
         .then(|| {
             PinBackend::ALL
                 .into_iter()

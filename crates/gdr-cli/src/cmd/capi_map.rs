@@ -68,13 +68,15 @@ impl CapiMapping {
         let mut mh = GdrMh { h: 0 };
         let (rc, call) = match &vmm {
             Some(mem) => (
-                gdr_pin_buffer(g, mem.device_ptr() as _, len, 0, 0, &mut mh),
+                // SAFETY: `mh` is a GdrMh to write the handle to.
+                unsafe { gdr_pin_buffer(g, mem.device_ptr() as _, len, 0, 0, &mut mh) },
                 "gdr_pin_buffer",
             ),
             None => {
                 let mut dptr = 0;
                 (
-                    gdr_alloc_mapped(g, len, &mut dptr, &mut mh),
+                    // SAFETY: out-pointers to a c_ulong and a GdrMh.
+                    unsafe { gdr_alloc_mapped(g, len, &mut dptr, &mut mh) },
                     "gdr_alloc_mapped",
                 )
             }
@@ -88,7 +90,8 @@ impl CapiMapping {
             None => Backing::Allocated,
         };
         let mut va = std::ptr::null_mut();
-        let rc = gdr_map(g, mh, &mut va, len);
+        // SAFETY: an out-pointer to a pointer.
+        let rc = unsafe { gdr_map(g, mh, &mut va, len) };
         if rc != 0 {
             release(g, mh, &backing);
             gdr_close(g);
@@ -107,7 +110,7 @@ impl CapiMapping {
     /// [`CapiMemory::Allocated`]); `f` must not drop or remap this mapping.
     pub fn with_allocation<R>(&self, f: impl FnOnce(&MappedBuffer) -> R) -> Option<R> {
         match self.backing {
-            Backing::Allocated => gdrapi::with_allocation(self.mh, f),
+            Backing::Allocated => gdrapi::internal::with_allocation(self.mh, f),
             Backing::Pinned { .. } => None,
         }
     }
@@ -115,7 +118,8 @@ impl CapiMapping {
     /// `gdr_copy_to_mapping` of `src` to the start of the mapping.
     pub fn write(&self, src: &[u8]) -> Result<(), CapiError> {
         assert!(src.len() <= self.len, "a copy inside the mapping");
-        match gdr_copy_to_mapping(self.mh, self.va, src.as_ptr().cast(), src.len()) {
+        // SAFETY: `src` holds the bytes copied; the range in the mapping is checked (and fits).
+        match unsafe { gdr_copy_to_mapping(self.mh, self.va, src.as_ptr().cast(), src.len()) } {
             0 => Ok(()),
             errno => Err(CapiError {
                 call: "gdr_copy_to_mapping",
@@ -127,7 +131,10 @@ impl CapiMapping {
     /// `gdr_copy_from_mapping` of the start of the mapping into `dst`.
     pub fn read(&self, dst: &mut [u8]) -> Result<(), CapiError> {
         assert!(dst.len() <= self.len, "a copy inside the mapping");
-        match gdr_copy_from_mapping(self.mh, dst.as_mut_ptr().cast(), self.va, dst.len()) {
+        // SAFETY: `dst` is borrowed mutably for the bytes copied; the range in the mapping is
+        // checked (and fits).
+        match unsafe { gdr_copy_from_mapping(self.mh, dst.as_mut_ptr().cast(), self.va, dst.len()) }
+        {
             0 => Ok(()),
             errno => Err(CapiError {
                 call: "gdr_copy_from_mapping",
