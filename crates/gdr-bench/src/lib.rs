@@ -1,5 +1,8 @@
 //! gdr-bench: the benchmarks and baselines of gdr, kept out of the core library.
 //!
+//! - [`copylat`], [`copybw`]: `gdr copylat` and `gdr copybw`, the copy paths by size in both
+//!   directions, timed interleaved by [`copy::time_all`], with libgdrapi's copies beside them
+//!   on a [`capi_map::CapiMapping`].
 //! - [`mq`]: `gdr mq bench`, round-trip latency per ring placement, throughput with batching,
 //!   and the host-centric baseline, in one run.
 //! - [`pingpong`]: the bare CPU <-> GPU ping-pong with a persistent GPU thread (`gdr pplat`).
@@ -53,6 +56,10 @@
 //! # Ok::<(), gdr_mq::MqError>(())
 //! ```
 
+pub mod capi_map;
+pub mod copy;
+pub mod copybw;
+pub mod copylat;
 pub mod host_centric;
 pub mod mq;
 pub mod pingpong;
