@@ -5,7 +5,8 @@
 //!   on a [`capi_map::CapiMapping`].
 //! - [`mq`]: `gdr mq bench`, round-trip latency per ring placement, throughput with batching,
 //!   and the host-centric baseline, in one run.
-//! - [`pingpong`]: the bare CPU <-> GPU ping-pong with a persistent GPU thread (`gdr pplat`).
+//! - [`pingpong`]: the bare CPU <-> GPU ping-pong with a persistent GPU thread, and [`pplat`]:
+//!   `gdr pplat`'s rows of it.
 //! - [`host_centric`]: the host-centric round trip (copy in, launch, copy out, synchronise)
 //!   the queues are measured against, on gdr-mq's core (`gdr_mq::HostCentricSlot`, which
 //!   gdr-serve's host-centric executor runs on too).
@@ -63,5 +64,6 @@ pub mod copylat;
 pub mod host_centric;
 pub mod mq;
 pub mod pingpong;
+pub mod pplat;
 pub mod stats;
 pub mod write_ceiling;
