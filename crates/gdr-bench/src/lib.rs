@@ -3,6 +3,8 @@
 //! - [`copylat`], [`copybw`]: `gdr copylat` and `gdr copybw`, the copy paths by size in both
 //!   directions, timed interleaved by [`copy::time_all`], with libgdrapi's copies beside them
 //!   on a [`capi_map::CapiMapping`].
+//! - [`apiperf`]: `gdr apiperf`, what pinning, mapping, exporting and the registration cache
+//!   cost by size, through the Rust API and libgdrapi.
 //! - [`mq`]: `gdr mq bench`, round-trip latency per ring placement, throughput with batching,
 //!   and the host-centric baseline, in one run.
 //! - [`pingpong`]: the bare CPU <-> GPU ping-pong with a persistent GPU thread, and [`pplat`]:
@@ -57,6 +59,7 @@
 //! # Ok::<(), gdr_mq::MqError>(())
 //! ```
 
+pub mod apiperf;
 pub mod capi_map;
 pub mod copy;
 pub mod copybw;
