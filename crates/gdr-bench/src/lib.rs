@@ -1,8 +1,14 @@
 //! gdr-bench: the benchmarks and baselines of gdr, kept out of the core library.
 //!
+//! - [`copylat`], [`copybw`]: `gdr copylat` and `gdr copybw`, the copy paths by size in both
+//!   directions, timed interleaved by [`copy::time_all`], with libgdrapi's copies beside them
+//!   on a [`capi_map::CapiMapping`].
+//! - [`apiperf`]: `gdr apiperf`, what pinning, mapping, exporting and the registration cache
+//!   cost by size, through the Rust API and libgdrapi.
 //! - [`mq`]: `gdr mq bench`, round-trip latency per ring placement, throughput with batching,
 //!   and the host-centric baseline, in one run.
-//! - [`pingpong`]: the bare CPU <-> GPU ping-pong with a persistent GPU thread (`gdr pplat`).
+//! - [`pingpong`]: the bare CPU <-> GPU ping-pong with a persistent GPU thread, and [`pplat`]:
+//!   `gdr pplat`'s rows of it.
 //! - [`host_centric`]: the host-centric round trip (copy in, launch, copy out, synchronise)
 //!   the queues are measured against, on gdr-mq's core (`gdr_mq::HostCentricSlot`, which
 //!   gdr-serve's host-centric executor runs on too).
@@ -53,8 +59,14 @@
 //! # Ok::<(), gdr_mq::MqError>(())
 //! ```
 
+pub mod apiperf;
+pub mod capi_map;
+pub mod copy;
+pub mod copybw;
+pub mod copylat;
 pub mod host_centric;
 pub mod mq;
 pub mod pingpong;
+pub mod pplat;
 pub mod stats;
 pub mod write_ceiling;

@@ -1,7 +1,7 @@
 //! Rust-only access to the library's state, for gdr's own tools: not gdrcopy's API, not
 //! exported to C, hidden from the docs, and free to change with the workspace.
 //!
-//! Its one user is `gdr copylat` / `gdr copybw` (`gdr-cli`'s `cmd/capi_map.rs`, through
+//! Its one user is `gdr copylat` / `gdr copybw` (gdr-bench's `capi_map` module, through
 //! `CapiMapping::with_allocation`): with `--capi-memory allocated` they time Rust copies into
 //! the very `gdr_alloc_mapped` buffer, through the very CPU mapping, that the C calls copy to,
 //! so the Rust and C rows differ only in the call. No public API reaches the buffer behind a

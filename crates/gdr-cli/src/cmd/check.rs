@@ -35,7 +35,7 @@ struct Report {
     /// Whether `--gpu` has a working Vulkan mapping, which sanity and the latency table need.
     mapping_usable: bool,
     sanity: Option<sanity::SanityReport>,
-    latency: Option<Vec<copylat::CopylatRow>>,
+    latency: Option<Vec<gdr_bench::copylat::CopylatRow>>,
     verdict: String,
 }
 
@@ -96,7 +96,7 @@ pub fn run(args: CheckArgs) -> CmdResult {
         Duration::from_millis(60),
         false,
         None,
-        super::capi_map::CapiMemory::Pinned,
+        gdr_bench::capi_map::CapiMemory::Pinned,
     )?;
     if !args.json {
         copylat::print(&rows);

@@ -1,16 +1,15 @@
 //! `gdr copybw`: bandwidth through the mapping on 1..N threads, beside the copy engines and
-//! the auto copier.
+//! the auto copier (measured by `gdr_bench::copybw`).
 
-use super::capi_map::CapiMapping;
 use super::copylat::copier_for;
 use super::gpu::{self, GpuArg};
-use super::measure::{dir_name, time_all, MeasureError, RawLog, ReportArgs, Timed};
 use super::plot::{write_svg, Panel, Series, SIZE_LABEL};
+use super::report::ReportArgs;
 use super::table::{parse_size, size as hsize, Table};
 use super::{budget_ms, in_range, sizes_in_range, CmdResult, MAX_COPY_SIZE, MAX_COPY_THREADS};
-use gdr::bar::auto::{Direction, Path};
-use gdr::bar::MappedBuffer;
-use serde::Serialize;
+use gdr_bench::capi_map::CapiMapping;
+use gdr_bench::copy::{dir_name, RawLog};
+use gdr_bench::copybw::{self, CopybwRow};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -31,33 +30,6 @@ pub struct CopybwArgs {
     pub report: ReportArgs,
 }
 
-#[derive(Serialize)]
-struct Row {
-    direction: &'static str,
-    size: usize,
-    /// (threads, GB/s) through the mapping.
-    mapping_gbps: Vec<(usize, f64)>,
-    copy_engine_gbps: f64,
-    auto_gbps: f64,
-    auto_path: String,
-    best_gbps: f64,
-    auto_vs_best: f64,
-    /// libgdrapi's `gdr_copy_to_mapping` / `gdr_copy_from_mapping` on a mapping of its own, on
-    /// the paths `GDR_CAPI_COPY` lets it take (absent when libgdrapi could not pin and map here).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    capi_gbps: Option<f64>,
-    /// C API / auto: 1.0 means C callers copy as fast as the auto copier.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    capi_vs_auto: Option<f64>,
-    /// The auto copier's contenders here and their estimates after this row (see copylat).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    auto_contenders: Vec<super::measure::Contender>,
-}
-
-fn gbps(size: usize, us: f64) -> f64 {
-    size as f64 / us / 1e3
-}
-
 pub fn run(args: CopybwArgs) -> CmdResult {
     // Checked before the GPU is opened: on a machine without one, a bad argument is still
     // reported as such.
@@ -69,7 +41,7 @@ pub fn run(args: CopybwArgs) -> CmdResult {
     let max = *args.sizes.iter().max().expect("checked non-empty");
     // libgdrapi's copies, timed beside the Rust paths (on the paths GDR_CAPI_COPY lets the
     // library take); without it the rows say nothing of C.
-    let capi = match CapiMapping::open(be.context(), max, args.report.capi_memory) {
+    let capi = match CapiMapping::open(be.context(), max, args.report.capi_memory.into()) {
         Ok(m) => Some(m),
         Err(e) => {
             eprintln!("C API rows left out: {e}");
@@ -77,74 +49,20 @@ pub fn run(args: CopybwArgs) -> CmdResult {
         }
     };
     let raw = RawLog::create(args.report.raw_samples.as_deref())?;
-    // Every size both ways, the Rust paths on `buf`, the C calls on `capi`.
-    let measure_on = |buf: &MappedBuffer| -> Result<Vec<Row>, MeasureError> {
-        let mut rows = Vec::new();
-        for dir in [Direction::ToGpu, Direction::FromGpu] {
-            for &size in &args.sizes {
-                if !args.report.json {
-                    eprint!("\r{} {:>6}   ", dir_name(dir), hsize(size));
-                }
-                let mut what: Vec<Timed> = args
-                    .threads
-                    .iter()
-                    .map(|&t| Timed::Path(Path::Mapping { threads: t }))
-                    .collect();
-                what.push(Timed::Path(Path::CopyEngine));
-                what.push(Timed::Auto);
-                if capi.is_some() {
-                    what.push(Timed::Capi);
-                }
-                let s = time_all(
-                    &what,
-                    dir,
-                    buf,
-                    size,
-                    &auto,
-                    capi.as_ref(),
-                    budget,
-                    raw.as_ref(),
-                )?;
-                let n = args.threads.len();
-                let mapping: Vec<(usize, f64)> = args
-                    .threads
-                    .iter()
-                    .zip(&s)
-                    .map(|(&t, s)| (t, gbps(size, s.median)))
-                    .collect();
-                let ce = gbps(size, s[n].median);
-                let a = gbps(size, s[n + 1].median);
-                let c = capi.as_ref().map(|_| gbps(size, s[n + 2].median));
-                // The best over the thread counts that run as asked at this size (8 threads asked
-                // for 64 KiB run as 4: the same copy timed twice would let noise set the "best").
-                let best = mapping
-                    .iter()
-                    .filter(|m| Path::Mapping { threads: m.0 }.is_distinct_at(size))
-                    .map(|m| m.1)
-                    .fold(ce, f64::max);
-                rows.push(Row {
-                    direction: dir_name(dir),
-                    size,
-                    mapping_gbps: mapping,
-                    copy_engine_gbps: ce,
-                    auto_gbps: a,
-                    auto_path: auto.path_for(dir, size).to_string(),
-                    best_gbps: best,
-                    auto_vs_best: a / best,
-                    capi_gbps: c,
-                    capi_vs_auto: c.map(|c| c / a),
-                    auto_contenders: super::measure::contenders(&auto, dir, size),
-                });
+    let rows = copybw::measure(
+        &be,
+        &auto,
+        &args.sizes,
+        &args.threads,
+        budget,
+        raw.as_ref(),
+        capi.as_ref(),
+        |dir, size| {
+            if !args.report.json {
+                eprint!("\r{} {:>6}   ", dir_name(dir), hsize(size));
             }
-        }
-        Ok(rows)
-    };
-    // With --capi-memory allocated every row copies to the library's allocation, through the
-    // mapping the C calls use (as in copylat).
-    let rows = match capi.as_ref().and_then(|c| c.with_allocation(measure_on)) {
-        Some(rows) => rows,
-        None => measure_on(&be.alloc(max, 4096)?),
-    }?;
+        },
+    )?;
     drop(capi);
     if let Some(raw) = raw {
         raw.finish()?;
@@ -184,7 +102,7 @@ pub fn run(args: CopybwArgs) -> CmdResult {
     if let Some(f) = &args.report.plot {
         let mut panels = Vec::new();
         for dir in ["cpu->gpu", "gpu->cpu"] {
-            let rs: Vec<&Row> = rows.iter().filter(|r| r.direction == dir).collect();
+            let rs: Vec<&CopybwRow> = rows.iter().filter(|r| r.direction == dir).collect();
             let mut series = Vec::new();
             for (i, &t) in args.threads.iter().enumerate() {
                 series.push(Series {

@@ -1,15 +1,15 @@
 //! `gdr copylat`: copy latency by size through the mapping, beside cuMemcpy and the auto
-//! copier.
+//! copier (measured by `gdr_bench::copylat`).
 
-use super::capi_map::{CapiMapping, CapiMemory};
 use super::gpu::{self, GpuArg};
-use super::measure::{dir_name, time_all, RawLog, ReportArgs, Timed};
 use super::plot::{write_svg, Panel, Series, SIZE_LABEL};
+use super::report::ReportArgs;
 use super::table::{parse_size, size as hsize, Table};
 use super::CmdResult;
-use gdr::bar::auto::{AutoCopier, Direction, Path};
-use gdr::bar::MappedBuffer;
-use serde::Serialize;
+use gdr::bar::auto::AutoCopier;
+use gdr_bench::capi_map::{CapiMapping, CapiMemory};
+use gdr_bench::copy::{dir_name, RawLog};
+use gdr_bench::copylat::{self, sizes, CopylatRow};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -29,50 +29,6 @@ pub struct CopylatArgs {
     pub budget_ms: u64,
     #[command(flatten)]
     pub report: ReportArgs,
-}
-
-#[derive(Serialize)]
-pub struct CopylatRow {
-    pub direction: &'static str,
-    pub size: usize,
-    pub mapping_median_us: f64,
-    pub mapping_min_us: f64,
-    pub cumemcpy_median_us: f64,
-    pub cumemcpy_min_us: f64,
-    /// cuMemcpy median / mapping median.
-    pub speedup: f64,
-    pub auto_median_us: f64,
-    pub auto_path: String,
-    /// Fastest single path (mapping on 1..N threads, or copy engine incl. its synchronize).
-    pub best_path: String,
-    pub best_median_us: f64,
-    /// best / auto: 1.0 means the auto copier is as fast as the best path.
-    pub auto_vs_best: f64,
-    /// libgdrapi's `gdr_copy_to_mapping` / `gdr_copy_from_mapping` on a mapping of its own,
-    /// median, on the paths `GDR_CAPI_COPY` lets it take (absent when libgdrapi could not pin
-    /// and map here).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub capi_median_us: Option<f64>,
-    /// auto median / C API median: 1.0 means C callers copy as fast as the auto copier.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub capi_vs_auto: Option<f64>,
-    /// gpu->cpu at 8 bytes only: the median of a bare volatile 8-byte load from the mapping,
-    /// timed in the same interleaved rounds (the floor the mapping's read is held against).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bare_load_median_us: Option<f64>,
-    /// Where other paths contend with calibration's choice: each one's running estimate in
-    /// the auto copier after this row (`auto_path` is the one it was on at the end).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub auto_contenders: Vec<super::measure::Contender>,
-}
-
-/// Powers of two from `min` (rounded up) to `max`, doubling with checked arithmetic: a
-/// `--max-size` near 2^64 ends the list instead of wrapping (which looped until the list's
-/// allocation aborted).
-pub fn sizes(min: usize, max: usize) -> Vec<usize> {
-    std::iter::successors(min.max(1).checked_next_power_of_two(), |s| s.checked_mul(2))
-        .take_while(|&s| s <= max)
-        .collect()
 }
 
 /// The auto copier as copylat's and copybw's flags ask for it.
@@ -113,6 +69,8 @@ pub fn copier(
     })
 }
 
+/// Opens libgdrapi's mapping for the C API's rows, then times every size in both directions
+/// ([`copylat::measure`]), with a progress line on stderr when `progress` is set.
 pub fn measure(
     be: &gdr::bar::VulkanBackend,
     auto: &AutoCopier,
@@ -134,107 +92,12 @@ pub fn measure(
             None
         }
     };
-    // With --capi-memory allocated every row copies to the library's allocation, through the
-    // mapping the C calls use: small writes to two allocations can differ by tens of ns.
-    let rows = match capi.as_ref().and_then(|c| {
-        c.with_allocation(|buf| measure_on(buf, auto, sizes, budget, progress, raw, Some(c)))
-    }) {
-        Some(rows) => rows,
-        None => measure_on(
-            &be.alloc(max, 4096)?,
-            auto,
-            sizes,
-            budget,
-            progress,
-            raw,
-            capi.as_ref(),
-        ),
-    }?;
-    drop(capi);
-    Ok(rows)
-}
-
-/// Times every size in both directions, the Rust paths on `buf` and the C calls on `capi`.
-fn measure_on(
-    buf: &MappedBuffer,
-    auto: &AutoCopier,
-    sizes: &[usize],
-    budget: Duration,
-    progress: bool,
-    raw: Option<&RawLog>,
-    capi: Option<&CapiMapping>,
-) -> Result<Vec<CopylatRow>, Box<dyn std::error::Error + Send + Sync>> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(8);
-    let mut rows = Vec::new();
-    for dir in [Direction::ToGpu, Direction::FromGpu] {
-        for &size in sizes {
-            if progress {
-                eprint!("\r{} {:>6}   ", dir_name(dir), hsize(size));
-            }
-            // Results come back in this order (the timer shuffles the order of each round):
-            // mapping, plain cuMemcpy, auto, then the other candidates for "best".
-            let mut what = vec![
-                Timed::Path(Path::Mapping { threads: 1 }),
-                Timed::PlainCuMemcpy,
-                Timed::Auto,
-                Timed::Path(Path::CopyEngine),
-            ];
-            if dir == Direction::FromGpu && size == 8 {
-                what.push(Timed::BareLoad);
-            }
-            if capi.is_some() {
-                what.push(Timed::Capi);
-            }
-            // The other thread counts, where they run as asked (8 threads asked for 32 KiB
-            // run as 2: the same copy timed twice would let noise choose the "best").
-            what.extend(
-                [2, 4, 8]
-                    .into_iter()
-                    .filter(|&t| t <= threads)
-                    .map(|t| Path::Mapping { threads: t })
-                    .filter(|p| p.is_distinct_at(size))
-                    .map(Timed::Path),
-            );
-            let s = time_all(&what, dir, buf, size, auto, capi, budget, raw)?;
-            let (map, plain, a) = (s[0], s[1], s[2]);
-            let (best_i, best) = what
-                .iter()
-                .zip(&s)
-                .enumerate()
-                .filter(|(_, (w, _))| matches!(w, Timed::Path(_)))
-                .map(|(i, (_, s))| (i, s.median))
-                .min_by(|x, y| x.1.total_cmp(&y.1))
-                .expect("paths measured");
-            let best_path = match what[best_i] {
-                Timed::Path(p) => p,
-                _ => unreachable!("filtered to paths"),
-            };
-            let capi_at = what.iter().position(|w| matches!(w, Timed::Capi));
-            rows.push(CopylatRow {
-                direction: dir_name(dir),
-                size,
-                mapping_median_us: map.median,
-                mapping_min_us: map.min,
-                cumemcpy_median_us: plain.median,
-                cumemcpy_min_us: plain.min,
-                speedup: plain.median / map.median,
-                auto_median_us: a.median,
-                auto_path: auto.path_for(dir, size).to_string(),
-                best_path: best_path.to_string(),
-                best_median_us: best,
-                auto_vs_best: best / a.median,
-                bare_load_median_us: what
-                    .iter()
-                    .position(|w| matches!(w, Timed::BareLoad))
-                    .map(|i| s[i].median),
-                capi_median_us: capi_at.map(|i| s[i].median),
-                capi_vs_auto: capi_at.map(|i| a.median / s[i].median),
-                auto_contenders: super::measure::contenders(auto, dir, size),
-            });
+    let rows = copylat::measure(be, auto, sizes, budget, raw, capi.as_ref(), |dir, size| {
+        if progress {
+            eprint!("\r{} {:>6}   ", dir_name(dir), hsize(size));
         }
-    }
+    })?;
+    drop(capi);
     if progress {
         eprint!("\r                    \r");
     }
@@ -314,7 +177,7 @@ pub fn run(args: CopylatArgs) -> CmdResult {
         budget,
         !args.report.json,
         raw.as_ref(),
-        args.report.capi_memory,
+        args.report.capi_memory.into(),
     )?;
     if let Some(raw) = raw {
         raw.finish()?;
@@ -359,20 +222,4 @@ pub fn run(args: CopylatArgs) -> CmdResult {
         )?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::sizes;
-
-    /// `s *= 2` wrapped past 2^63 to 0 (release) and looped until the list's allocation
-    /// aborted; the doubling is checked now.
-    #[test]
-    fn sizes_near_two_to_the_64_end_instead_of_wrapping() {
-        assert_eq!(sizes(1, 8), vec![1, 2, 4, 8]);
-        assert_eq!(sizes(3, 8), vec![4, 8]);
-        assert_eq!(sizes(1 << 63, usize::MAX), vec![1 << 63]);
-        assert!(sizes((1 << 63) + 1, usize::MAX).is_empty());
-        assert_eq!(sizes(1, usize::MAX).len(), 64);
-    }
 }

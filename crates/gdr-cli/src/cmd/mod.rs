@@ -3,7 +3,6 @@
 //! that takes them and returns a `CmdResult`.
 
 pub mod apiperf;
-pub mod capi_map;
 pub mod check;
 pub mod copybw;
 pub mod copylat;
@@ -11,10 +10,10 @@ pub mod dma;
 pub mod gpu;
 pub mod info;
 pub mod load;
-pub mod measure;
 pub mod mq;
 pub mod plot;
 pub mod pplat;
+pub mod report;
 pub mod run;
 pub mod sanity;
 pub mod serve;

@@ -1,40 +1,15 @@
-//! Timing one copy path between host memory and a mapped buffer (copylat, copybw, check).
+//! Timing copy paths between host memory and a mapped buffer, interleaved ([`time_all`]), as
+//! `gdr copylat`, `gdr copybw` and `gdr check` do ([`copylat`](crate::copylat),
+//! [`copybw`](crate::copybw)).
 
-use super::capi_map::{CapiError, CapiMapping};
+use crate::capi_map::{CapiError, CapiMapping};
+use crate::stats::{Op, Summary};
 use gdr::bar::auto::{read_on, write_on, AutoCopier, Direction, Path};
 use gdr::bar::{BarError, MappedBuffer};
 use gdr::cuda;
 use gdr::mem::MappedMemory;
-use gdr_bench::stats::{Op, Summary};
 use rand::RngCore;
 use std::time::Duration;
-
-/// Output and calibration flags shared by copylat and copybw.
-#[derive(clap::Args)]
-pub struct ReportArgs {
-    /// Measure the auto copier's crossovers again instead of using the cached ones
-    #[arg(long)]
-    pub recalibrate: bool,
-    /// Keep the auto copier on calibration's choice for every size (by default, where the copy
-    /// engine and the one-thread mapping came near each other, it times both while copying and
-    /// follows the faster)
-    #[arg(long)]
-    pub fixed_auto: bool,
-    /// Print JSON instead of a table
-    #[arg(long)]
-    pub json: bool,
-    /// Write a plot of the results against size (SVG) to this file
-    #[arg(long, value_name = "FILE.svg")]
-    pub plot: Option<String>,
-    /// Also write every timed sample to this file (one JSON object per line and size: the
-    /// direction, the size, and each compared path's per-call microseconds in time order)
-    #[arg(long, value_name = "FILE.jsonl")]
-    pub raw_samples: Option<String>,
-    /// GPU memory of the "C API" rows: existing memory pinned with gdr_pin_buffer, as gdrcopy's
-    /// programs use the library, or memory from gdr_alloc_mapped, the kind the Rust rows use
-    #[arg(long, value_enum, default_value_t = super::capi_map::CapiMemory::Pinned)]
-    pub capi_memory: super::capi_map::CapiMemory,
-}
 
 /// Where `--raw-samples` goes. A write that fails does not stop the measurement; the first
 /// error is kept and [`RawLog::finish`] returns it.
@@ -194,6 +169,7 @@ pub fn time_all(
 /// One path contending in the auto copier's size class and its running estimate (JSON output).
 #[derive(serde::Serialize)]
 pub struct Contender {
+    /// The path, as the auto copier names it.
     pub path: String,
     /// Per-call microseconds at the class's base size (a power of two).
     pub estimate_us: f64,
@@ -213,6 +189,7 @@ pub fn contenders(auto: &AutoCopier, dir: Direction, size: usize) -> Vec<Contend
         .collect()
 }
 
+/// The direction as the rows and `--raw-samples` write it: `cpu->gpu` or `gpu->cpu`.
 pub fn dir_name(d: Direction) -> &'static str {
     match d {
         Direction::ToGpu => "cpu->gpu",

@@ -1,5 +1,6 @@
 //! A mapping made through libgdrapi's C entry points, for timing `gdr_copy_to_mapping` and
-//! `gdr_copy_from_mapping` beside the Rust paths in one run (copylat, copybw).
+//! `gdr_copy_from_mapping` beside the Rust paths in one run ([`copylat`](crate::copylat),
+//! [`copybw`](crate::copybw)).
 
 use gdr::bar::MappedBuffer;
 use gdr::cuda::{vmm::VmmBuffer, Context, DeviceMemory};
@@ -20,14 +21,14 @@ pub struct CapiError {
 }
 
 /// Which GPU memory the C API's rows copy to and from (`--capi-memory`).
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CapiMemory {
     /// Existing memory pinned with `gdr_pin_buffer` (POSIX-fd VMM memory, which every backend
-    /// pins), as gdrcopy's programs use the library
+    /// pins), as gdrcopy's programs use the library.
     #[default]
     Pinned,
     /// Memory from libgdrapi's `gdr_alloc_mapped`, which the Rust rows then copy to as well
-    /// (the same allocation through the same CPU mapping), so the rows differ only in the call
+    /// (the same allocation through the same CPU mapping), so the rows differ only in the call.
     Allocated,
 }
 
