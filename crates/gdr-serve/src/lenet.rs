@@ -9,25 +9,38 @@
 //! weights without any upload (`lenet.cu` holds the same function). Each layer is scaled by
 //! sqrt(6 / fan_in) so activations keep their size and the logits are of order one.
 
-/// Image side and size in bytes (one u8 per pixel).
+/// Image side in pixels.
 pub const SIDE: usize = 28;
+/// Image size in bytes (one u8 per pixel).
 pub const IMAGE_BYTES: usize = SIDE * SIDE;
+/// Classes, one logit each.
 pub const CLASSES: usize = 10;
 /// Response size: 10 little-endian f32 logits.
 pub const LOGITS_BYTES: usize = CLASSES * 4;
 
 /// Offsets of every tensor in the flat weight array (floats), as in `lenet.cu`.
 pub mod offsets {
-    pub const C1W: usize = 0; // [6][5][5]
-    pub const C1B: usize = C1W + 150; // [6]
-    pub const C2W: usize = C1B + 6; // [16][6][5][5]
-    pub const C2B: usize = C2W + 2400; // [16]
-    pub const F1W: usize = C2B + 16; // [120][256]
-    pub const F1B: usize = F1W + 30720; // [120]
-    pub const F2W: usize = F1B + 120; // [84][120]
-    pub const F2B: usize = F2W + 10080; // [84]
-    pub const F3W: usize = F2B + 84; // [10][84]
-    pub const F3B: usize = F3W + 840; // [10]
+    /// First convolution's weights, `[6][5][5]`.
+    pub const C1W: usize = 0;
+    /// First convolution's biases, `[6]`.
+    pub const C1B: usize = C1W + 150;
+    /// Second convolution's weights, `[16][6][5][5]`.
+    pub const C2W: usize = C1B + 6;
+    /// Second convolution's biases, `[16]`.
+    pub const C2B: usize = C2W + 2400;
+    /// First fully connected layer's weights, `[120][256]`.
+    pub const F1W: usize = C2B + 16;
+    /// First fully connected layer's biases, `[120]`.
+    pub const F1B: usize = F1W + 30720;
+    /// Second fully connected layer's weights, `[84][120]`.
+    pub const F2W: usize = F1B + 120;
+    /// Second fully connected layer's biases, `[84]`.
+    pub const F2B: usize = F2W + 10080;
+    /// Third fully connected layer's weights, `[10][84]`.
+    pub const F3W: usize = F2B + 84;
+    /// Third fully connected layer's biases, `[10]`.
+    pub const F3B: usize = F3W + 840;
+    /// Floats in all.
     pub const TOTAL: usize = F3B + 10;
 }
 
