@@ -110,9 +110,8 @@ run() { # name, "serve args", load args...
 want() { [ -z "${SERVE_ONLY:-}" ] || [[ " $SERVE_ONLY " == *" $1 "* ]]; }
 
 # The comparisons the ratios come from run in rounds, the two modes alternated: on one machine
-# the host-centric baseline's p50 moves by 10% or more from one run to the next (23.9-27.5 us
-# in docs/results/2026-11-26-answers.md), so one pair of runs says less than the median of
-# several.
+# the host-centric baseline's p50 moves from one run to the next by more than the differences
+# compared, so one pair of runs says less than the median of several.
 want low && for r in $(seq "$ROUNDS"); do
   for mode in gpu-queue host-centric; do
     run "lenet-low-$mode-r$r" "--app lenet --mode $mode" --app lenet --outstanding 1 --duration 3 --verify

@@ -1,6 +1,6 @@
 // What gdr's allocator costs a program: cudaMalloc/cudaFree time by size, and the device
 // memory that 10^5 small allocations take. scripts/alloc-gpu.sh runs it twice in one call,
-// without and under `gdr run`, and prints the two side by side (docs/results/).
+// without and under `gdr run`, and prints the two side by side (docs/alloc.md, "Results").
 //
 // Output: one JSON object on stdout:
 //   {"pool": bool, "sizes": [{"size", "first_us", "alloc_us", "free_us", "pair_us", "n"}],

@@ -766,8 +766,9 @@ __device__ __forceinline__ gdr_u32 gdr_mq_lone_words(gdr_mq_worker &w, uint2 *re
 // else of the slot is read (the caller may hand the whole request on at once; when the
 // doorbell found the message, `len` is GDR_MQ_LEN_UNKNOWN). A doorbell that shows more than
 // one message still makes a batch, whose lanes then acquire the doorbell before their slots:
-// one round trip more a batch. (Lane 0 polling the slot and the other lanes the doorbell in
-// one acquire instruction measured slower a request than this; docs/mq.md.)
+// one round trip more a batch. (Every lane issues both loads; lane 0 polling the slot and the
+// other lanes the doorbell in one acquire instruction cost more a request: docs/mq.md, "Slots
+// their seq publishes".)
 #define GDR_MQ_LEN_UNKNOWN 0xffffffffu
 template <class OnLone>
 __device__ __forceinline__ gdr_u32 gdr_mq_recv_header_hook(gdr_mq_worker &w, gdr_mq_batch &b,

@@ -10,7 +10,7 @@ use crate::mem::Mem;
 use gdr::mem::{check_range, MappedMemory};
 use pyo3::exceptions::{PyAttributeError, PyOverflowError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::types::{PyDict, PyTuple};
 use std::sync::Arc;
 
 /// GPU memory that is at once a CUDA device pointer and a write-combined CPU mapping (BAR1).
@@ -38,70 +38,29 @@ impl Buffer {
     }
 }
 
-#[pymethods]
-impl Buffer {
+handle::handle_pymethods! {
+    impl Buffer (WHAT);
     /// Writes a bytes-like object (bytes, bytearray, memoryview, a contiguous NumPy array) at
     /// `offset`. When it returns, the bytes are visible to GPU work started afterwards.
-    #[pyo3(signature = (data, offset = 0, *, threads = 1))]
     #[inline]
-    fn write(
-        &self,
-        py: Python<'_>,
-        data: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = args::offset)] offset: usize,
-        #[pyo3(from_py_with = args::threads)] threads: usize,
-    ) -> PyResult<()> {
-        handle::write(py, &self.h, WHAT, data, offset, threads)
-    }
+    fn write;
 
     /// Reads `size` bytes at `offset` (to the end when `size` is None) into a new `bytes`.
-    #[pyo3(signature = (size = None, offset = 0, *, threads = 1))]
-    fn read<'py>(
-        &self,
-        py: Python<'py>,
-        #[pyo3(from_py_with = args::opt_size)] size: Option<usize>,
-        #[pyo3(from_py_with = args::offset)] offset: usize,
-        #[pyo3(from_py_with = args::threads)] threads: usize,
-    ) -> PyResult<Bound<'py, PyBytes>> {
-        handle::read(py, &self.h, WHAT, size, offset, threads)
-    }
+    fn read;
 
     /// Fills the writable bytes-like object `out` (bytearray, NumPy array, ...) from `offset`;
     /// returns the number of bytes read.
-    #[pyo3(signature = (out, offset = 0, *, threads = 1))]
     #[inline]
-    fn read_into(
-        &self,
-        py: Python<'_>,
-        out: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = args::offset)] offset: usize,
-        #[pyo3(from_py_with = args::threads)] threads: usize,
-    ) -> PyResult<usize> {
-        handle::read_into(py, &self.h, WHAT, out, offset, threads)
-    }
+    fn read_into;
 
     /// Makes stores through `numpy()` views visible to the GPU (a store fence). `write()` needs
     /// none: it ends with one.
-    fn fence(&self) -> PyResult<()> {
-        self.h.get(WHAT)?.publish();
-        Ok(())
-    }
+    fn fence;
 
     /// A NumPy array over the CPU mapping itself, without a copy: `shape` elements of `dtype`
     /// at `offset`. Writing through it is fast (call `fence()` before the GPU reads); reading
     /// through it is slow (uncached loads of write-combined memory: use `read_into`).
-    #[pyo3(signature = (dtype = None, shape = None, offset = 0))]
-    fn numpy<'py>(
-        &self,
-        py: Python<'py>,
-        dtype: Option<&Bound<'py, PyAny>>,
-        shape: Option<&Bound<'py, PyAny>>,
-        #[pyo3(from_py_with = args::offset)] offset: usize,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let mem = self.h.get(WHAT)?;
-        let u8_name = pyo3::types::PyString::new(py, "uint8").into_any();
-        handle::numpy_view(py, mem, dtype.unwrap_or(&u8_name), shape, offset)
-    }
+    fn numpy;
 
     /// A typed window on the memory for frameworks (`torch.from_dlpack(buf.view("float32"))`):
     /// `shape` elements of `dtype` at `offset` (as many as fit when `shape` is None).
@@ -138,31 +97,10 @@ impl Buffer {
         self.h.open_len(WHAT)
     }
 
-    #[getter]
-    fn closed(&self) -> bool {
-        self.h.is_closed()
-    }
-
     /// Lets go of the memory. It is freed now unless tensors, arrays or views made from the
     /// buffer still use it; those keep it until they are gone. Closing twice is allowed.
     fn close(&self) {
         self.h.close();
-    }
-
-    /// `with` on a closed object raises `ClosedError`, as Python's files do.
-    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
-        slf.get().h.get(WHAT)?;
-        Ok(slf)
-    }
-
-    #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, PyTuple>) -> bool {
-        self.h.close();
-        false
-    }
-
-    fn __len__(&self) -> PyResult<usize> {
-        self.h.open_len(WHAT)
     }
 
     fn __repr__(&self) -> String {

@@ -239,3 +239,106 @@ impl ArrayInterface {
         Ok(d)
     }
 }
+
+/// The `#[pymethods]` block of a class over a [`Handle`] (its field `h`), with the methods such
+/// classes share: the copies (`write`, `read`, `read_into`), `fence` and `numpy`, whose
+/// docstrings (and other attributes) each class gives before a bare `fn write;` and so on, and
+/// `closed`, `__enter__`, `__exit__` and `__len__`, the same in every class. `$what` names the
+/// object in `ClosedError`s ("the buffer"); the class's own methods follow. One block, because
+/// PyO3 takes one `#[pymethods]` block a class.
+macro_rules! handle_pymethods {
+    (
+        impl $ty:ident ($what:expr);
+        $(# $write:tt)* fn write;
+        $(# $read:tt)* fn read;
+        $(# $read_into:tt)* fn read_into;
+        $(# $fence:tt)* fn fence;
+        $(# $numpy:tt)* fn numpy;
+        $($rest:tt)*
+    ) => {
+        #[::pyo3::pymethods]
+        impl $ty {
+            $(# $write)*
+            #[pyo3(signature = (data, offset = 0, *, threads = 1))]
+            fn write(
+                &self,
+                py: ::pyo3::Python<'_>,
+                data: &::pyo3::Bound<'_, ::pyo3::PyAny>,
+                #[pyo3(from_py_with = crate::args::offset)] offset: usize,
+                #[pyo3(from_py_with = crate::args::threads)] threads: usize,
+            ) -> ::pyo3::PyResult<()> {
+                crate::handle::write(py, &self.h, $what, data, offset, threads)
+            }
+
+            $(# $read)*
+            #[pyo3(signature = (size = None, offset = 0, *, threads = 1))]
+            fn read<'py>(
+                &self,
+                py: ::pyo3::Python<'py>,
+                #[pyo3(from_py_with = crate::args::opt_size)] size: Option<usize>,
+                #[pyo3(from_py_with = crate::args::offset)] offset: usize,
+                #[pyo3(from_py_with = crate::args::threads)] threads: usize,
+            ) -> ::pyo3::PyResult<::pyo3::Bound<'py, ::pyo3::types::PyBytes>> {
+                crate::handle::read(py, &self.h, $what, size, offset, threads)
+            }
+
+            $(# $read_into)*
+            #[pyo3(signature = (out, offset = 0, *, threads = 1))]
+            fn read_into(
+                &self,
+                py: ::pyo3::Python<'_>,
+                out: &::pyo3::Bound<'_, ::pyo3::PyAny>,
+                #[pyo3(from_py_with = crate::args::offset)] offset: usize,
+                #[pyo3(from_py_with = crate::args::threads)] threads: usize,
+            ) -> ::pyo3::PyResult<usize> {
+                crate::handle::read_into(py, &self.h, $what, out, offset, threads)
+            }
+
+            $(# $fence)*
+            fn fence(&self) -> ::pyo3::PyResult<()> {
+                self.h.get($what)?.publish();
+                Ok(())
+            }
+
+            $(# $numpy)*
+            #[pyo3(signature = (dtype = None, shape = None, offset = 0))]
+            fn numpy<'py>(
+                &self,
+                py: ::pyo3::Python<'py>,
+                dtype: Option<&::pyo3::Bound<'py, ::pyo3::PyAny>>,
+                shape: Option<&::pyo3::Bound<'py, ::pyo3::PyAny>>,
+                #[pyo3(from_py_with = crate::args::offset)] offset: usize,
+            ) -> ::pyo3::PyResult<::pyo3::Bound<'py, ::pyo3::PyAny>> {
+                let mem = self.h.get($what)?;
+                let u8_name = ::pyo3::types::PyString::new(py, "uint8").into_any();
+                crate::handle::numpy_view(py, mem, dtype.unwrap_or(&u8_name), shape, offset)
+            }
+
+            #[getter]
+            fn closed(&self) -> bool {
+                self.h.is_closed()
+            }
+
+            /// `with` on a closed object raises `ClosedError`, as Python's files do.
+            fn __enter__(
+                slf: ::pyo3::Bound<'_, Self>,
+            ) -> ::pyo3::PyResult<::pyo3::Bound<'_, Self>> {
+                slf.get().h.get($what)?;
+                Ok(slf)
+            }
+
+            #[pyo3(signature = (*_exc))]
+            fn __exit__(&self, _exc: &::pyo3::Bound<'_, ::pyo3::types::PyTuple>) -> bool {
+                self.h.close();
+                false
+            }
+
+            fn __len__(&self) -> ::pyo3::PyResult<usize> {
+                self.h.open_len($what)
+            }
+
+            $($rest)*
+        }
+    };
+}
+pub(crate) use handle_pymethods;

@@ -9,7 +9,7 @@ use gdr::mem::MappedMemory;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyInt, PyTuple};
+use pyo3::types::{PyDict, PyInt};
 use pyo3::PyTraverseError;
 use std::sync::Arc;
 
@@ -130,63 +130,22 @@ fn from_interface(d: &Bound<'_, PyDict>) -> PyResult<(u64, usize)> {
     Ok((addr, n))
 }
 
-#[pymethods]
-impl Pin {
+handle::handle_pymethods! {
+    impl Pin (WHAT);
     /// Writes a bytes-like object at `offset` (stream stores, then a store fence).
-    #[pyo3(signature = (data, offset = 0, *, threads = 1))]
-    fn write(
-        &self,
-        py: Python<'_>,
-        data: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = args::offset)] offset: usize,
-        #[pyo3(from_py_with = args::threads)] threads: usize,
-    ) -> PyResult<()> {
-        handle::write(py, &self.h, WHAT, data, offset, threads)
-    }
+    fn write;
 
     /// Reads `size` bytes at `offset` (to the end when None) into a new `bytes`.
-    #[pyo3(signature = (size = None, offset = 0, *, threads = 1))]
-    fn read<'py>(
-        &self,
-        py: Python<'py>,
-        #[pyo3(from_py_with = args::opt_size)] size: Option<usize>,
-        #[pyo3(from_py_with = args::offset)] offset: usize,
-        #[pyo3(from_py_with = args::threads)] threads: usize,
-    ) -> PyResult<Bound<'py, PyBytes>> {
-        handle::read(py, &self.h, WHAT, size, offset, threads)
-    }
+    fn read;
 
     /// Fills the writable bytes-like object `out` from `offset`; returns the bytes read.
-    #[pyo3(signature = (out, offset = 0, *, threads = 1))]
-    fn read_into(
-        &self,
-        py: Python<'_>,
-        out: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = args::offset)] offset: usize,
-        #[pyo3(from_py_with = args::threads)] threads: usize,
-    ) -> PyResult<usize> {
-        handle::read_into(py, &self.h, WHAT, out, offset, threads)
-    }
+    fn read_into;
 
     /// Makes stores through `numpy()` views visible to the GPU (a store fence).
-    fn fence(&self) -> PyResult<()> {
-        self.h.get(WHAT)?.publish();
-        Ok(())
-    }
+    fn fence;
 
     /// A NumPy array over the mapping itself (no copy); see `Buffer.numpy`.
-    #[pyo3(signature = (dtype = None, shape = None, offset = 0))]
-    fn numpy<'py>(
-        &self,
-        py: Python<'py>,
-        dtype: Option<&Bound<'py, PyAny>>,
-        shape: Option<&Bound<'py, PyAny>>,
-        #[pyo3(from_py_with = args::offset)] offset: usize,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let mem = self.h.get(WHAT)?;
-        let u8_name = pyo3::types::PyString::new(py, "uint8").into_any();
-        handle::numpy_view(py, mem, dtype.unwrap_or(&u8_name), shape, offset)
-    }
+    fn numpy;
 
     /// The device address of the first pinned byte (the object's own address).
     #[getter]
@@ -241,30 +200,9 @@ impl Pin {
         self.h.open_len(WHAT)
     }
 
-    #[getter]
-    fn closed(&self) -> bool {
-        self.h.is_closed()
-    }
-
     /// Unmaps and unpins (once no NumPy view of the pin is left), then lets the object go.
     fn close(&self) {
         self.h.close();
-    }
-
-    /// `with` on a closed object raises `ClosedError`, as Python's files do.
-    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
-        slf.get().h.get(WHAT)?;
-        Ok(slf)
-    }
-
-    #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, PyTuple>) -> bool {
-        self.h.close();
-        false
-    }
-
-    fn __len__(&self) -> PyResult<usize> {
-        self.h.open_len(WHAT)
     }
 
     fn __repr__(&self) -> String {

@@ -20,9 +20,9 @@ pub const ID_USER: u16 = 100;
 pub const DEFAULT_SEED: u32 = 1;
 
 /// Warps of a cluster worker's blocks when the user does not say: warp 0 and 7 app warps,
-/// 224 threads for phases of at most 196 (LeNet over 8 SMs). Fewer warps than 16 made LeNet's
-/// app faster, and under the 256-thread launch bound warp 0's loop does not spill (docs/serve.md
-/// gives the design, docs/results the measurements).
+/// 224 threads for phases of at most 196 work items (LeNet over 8 SMs), so each phase runs in
+/// one pass and more warps only add idle ones; under the 256-thread launch bound warp 0's loop
+/// does not spill (docs/serve.md, "Architecture").
 pub const CLUSTER_WARPS: u32 = 8;
 
 const SERVE_CUH: &str = include_str!("cuda/serve.cuh");

@@ -192,8 +192,9 @@ fn queue_config(app: &App, shape: &GpuShape) -> QueueConfig {
         rx_words: shape.rx_words,
         // A cluster's header-format requests are published by their slot's seq: its receiving
         // warp finds a lone one by its header and hands it to the cluster at once (kernels.cu).
-        // Not for one-block workers: the cluster's gain is the hand-over started early, and a
-        // one-block LeNet worker measured slower with it (docs/serve.md).
+        // Not for one-block workers: the cluster's gain is the hand-over to its other blocks
+        // started early, and a one-block worker, with no such hand-over, gains less than the
+        // store fence more a batch costs (docs/mq.md, "Slots their seq publishes").
         seq_publishes: shape.cluster > 1,
     }
 }

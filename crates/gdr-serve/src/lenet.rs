@@ -9,25 +9,38 @@
 //! weights without any upload (`lenet.cu` holds the same function). Each layer is scaled by
 //! sqrt(6 / fan_in) so activations keep their size and the logits are of order one.
 
-/// Image side and size in bytes (one u8 per pixel).
+/// Image side in pixels.
 pub const SIDE: usize = 28;
+/// Image size in bytes (one u8 per pixel).
 pub const IMAGE_BYTES: usize = SIDE * SIDE;
+/// Classes, one logit each.
 pub const CLASSES: usize = 10;
 /// Response size: 10 little-endian f32 logits.
 pub const LOGITS_BYTES: usize = CLASSES * 4;
 
 /// Offsets of every tensor in the flat weight array (floats), as in `lenet.cu`.
-pub mod offsets {
-    pub const C1W: usize = 0; // [6][5][5]
-    pub const C1B: usize = C1W + 150; // [6]
-    pub const C2W: usize = C1B + 6; // [16][6][5][5]
-    pub const C2B: usize = C2W + 2400; // [16]
-    pub const F1W: usize = C2B + 16; // [120][256]
-    pub const F1B: usize = F1W + 30720; // [120]
-    pub const F2W: usize = F1B + 120; // [84][120]
-    pub const F2B: usize = F2W + 10080; // [84]
-    pub const F3W: usize = F2B + 84; // [10][84]
-    pub const F3B: usize = F3W + 840; // [10]
+pub(crate) mod offsets {
+    /// First convolution's weights, `[6][5][5]`.
+    pub const C1W: usize = 0;
+    /// First convolution's biases, `[6]`.
+    pub const C1B: usize = C1W + 150;
+    /// Second convolution's weights, `[16][6][5][5]`.
+    pub const C2W: usize = C1B + 6;
+    /// Second convolution's biases, `[16]`.
+    pub const C2B: usize = C2W + 2400;
+    /// First fully connected layer's weights, `[120][256]`.
+    pub const F1W: usize = C2B + 16;
+    /// First fully connected layer's biases, `[120]`.
+    pub const F1B: usize = F1W + 30720;
+    /// Second fully connected layer's weights, `[84][120]`.
+    pub const F2W: usize = F1B + 120;
+    /// Second fully connected layer's biases, `[84]`.
+    pub const F2B: usize = F2W + 10080;
+    /// Third fully connected layer's weights, `[10][84]`.
+    pub const F3W: usize = F2B + 84;
+    /// Third fully connected layer's biases, `[10]`.
+    pub const F3B: usize = F3W + 840;
+    /// Floats in all.
     pub const TOTAL: usize = F3B + 10;
 }
 
@@ -47,7 +60,7 @@ const fn fc_floats(nin4: usize, nout: usize, s: usize, m: usize) -> usize {
 }
 
 /// The layers as (first index, count, fan in); biases share their layer's scale.
-pub const LAYERS: [(usize, usize, usize); 10] = [
+pub(crate) const LAYERS: [(usize, usize, usize); 10] = [
     (offsets::C1W, 150, 25),
     (offsets::C1B, 6, 25),
     (offsets::C2W, 2400, 150),
@@ -61,7 +74,7 @@ pub const LAYERS: [(usize, usize, usize); 10] = [
 ];
 
 /// The integer hash of (seed, index) weights are made from (a 32-bit avalanche mix).
-pub fn hash(seed: u32, i: u32) -> u32 {
+pub(crate) fn hash(seed: u32, i: u32) -> u32 {
     let mut h = seed ^ i.wrapping_mul(0x9e37_79b9);
     h ^= h >> 16;
     h = h.wrapping_mul(0x7feb_352d);
@@ -73,12 +86,12 @@ pub fn hash(seed: u32, i: u32) -> u32 {
 
 /// Twice the scale of a layer with `fan_in` inputs: 2 * sqrt(6 / fan_in), as an f32. The GPU
 /// gets these exact bits in its source, so no square root has to agree across machines.
-pub fn layer_scale2(fan_in: usize) -> f32 {
+pub(crate) fn layer_scale2(fan_in: usize) -> f32 {
     (2.0 * (6.0f64 / fan_in as f64).sqrt()) as f32
 }
 
 /// Weight `i` of a layer whose doubled scale is `scale2`: uniform in [-scale, scale).
-pub fn weight(seed: u32, i: u32, scale2: f32) -> f32 {
+pub(crate) fn weight(seed: u32, i: u32, scale2: f32) -> f32 {
     let u = (hash(seed, i) >> 8) as f32; // 24 bits: exact
     (u * (1.0 / 16_777_216.0) - 0.5) * scale2 // exact, exact, one rounding
 }

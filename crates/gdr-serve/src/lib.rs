@@ -13,20 +13,22 @@
 //! socket and no GPU.
 //!
 //! ```
-//! use gdr_serve::{
-//!     decode_response, encode_request, encode_response_header, parse_datagram, App, Control,
-//!     Framing, Parsed, Status, ID_ECHO, WIRE_HEADER_LEN,
+//! use gdr_serve::apps::ID_ECHO;
+//! use gdr_serve::wire::{
+//!     self, decode_response, encode_request, encode_response_header, Control, Framing, Parsed,
+//!     Status, HEADER_LEN,
 //! };
+//! use gdr_serve::App;
 //!
 //! // Client: request 42 for the echo app, 5 payload bytes behind the 16-byte header.
 //! let mut dgram = Vec::new();
 //! encode_request(&mut dgram, ID_ECHO, 42, b"hello");
-//! assert_eq!(dgram.len(), WIRE_HEADER_LEN + 5);
+//! assert_eq!(dgram.len(), HEADER_LEN + 5);
 //!
 //! // Server: a server of echo parses it, keeps the control part and runs the app.
 //! let echo = App::builtin("echo", 1, 1024)?;
 //! let serves = |app: u16| app == echo.id();
-//! let Parsed::Request { control, payload } = parse_datagram(Framing::Gdr, &dgram, false, serves)
+//! let Parsed::Request { control, payload } = wire::parse(Framing::Gdr, &dgram, false, serves)
 //! else {
 //!     panic!("a well-formed request for echo");
 //! };
@@ -45,7 +47,7 @@
 //! // Bad input gets its status code: here an app this server does not run.
 //! encode_request(&mut dgram, 7, 43, b"?");
 //! assert!(matches!(
-//!     parse_datagram(Framing::Gdr, &dgram, false, serves),
+//!     wire::parse(Framing::Gdr, &dgram, false, serves),
 //!     Parsed::Bad { status: Status::UnknownApp, control: Some(Control::Gdr { app: 7, id: 43 }) }
 //! ));
 //! # Ok::<(), gdr_serve::ServeError>(())
@@ -54,48 +56,24 @@
 // Modules, each using only those above it: wire, limits, lenet, net, apps, exec, gpu,
 // server, load, run (signal stands alone). The backends (exec, gpu) know nothing of the
 // server, which takes them as executors.
-mod apps;
-mod exec;
-mod gpu;
-mod lenet;
-mod limits;
-mod load;
+pub mod apps;
+pub mod exec;
+pub mod gpu;
+pub mod lenet;
+pub mod limits;
+pub mod load;
 mod net;
-mod run;
-mod server;
-mod signal;
-mod wire;
+pub mod run;
+pub mod server;
+pub mod signal;
+pub mod wire;
 
-pub use apps::{App, AppKind, CLUSTER_WARPS, DEFAULT_SEED, ID_ECHO, ID_LENET, ID_USER, ID_VECADD};
-pub use exec::{
-    cpu_workers, split_queues, Answer, AppFailure, Executor, Idle, QueueExec, CPU_PARK,
-};
-pub use gpu::{
-    auto_cluster, launch_workers, resident_shared_mem, worker_stages, GpuShape, HostCentricExec,
-    WorkerStages,
-};
-// The LeNet reference on the CPU (the app's answers are checked against it) and its inputs.
-pub use lenet::{
-    forward as lenet_forward, image as lenet_image, logits_match as lenet_logits_match,
-    parse_logits as lenet_parse_logits, RESIDENT_FLOATS as LENET_RESIDENT_FLOATS,
-};
-pub use limits::{
-    available_memory, thread_bytes, MAX_APP_SOURCE, MAX_BATCH, MAX_IMAGES, MAX_IN_FLIGHT,
-    MAX_OUTSTANDING, MAX_QUEUE_SETS, MAX_RATE, MAX_STREAMS, MAX_THREADS, MAX_TIMEOUT_MS,
-    MAX_UNANSWERED,
-};
-// The load generator (`gdr load`): `run_load` sends what a `LoadConfig` says.
-pub use load::{run as run_load, server_counters, LoadConfig, LoadMode, LoadReport, Payload};
-pub use run::{serve, Mode, ServeOptions, DEFAULT_LISTEN};
-pub use server::{Counters, ServeReport, Server, ServerConfig, StageSummary};
-pub use signal::{stop_flag, stop_flag_after_setup, stop_when_ready};
-// The datagram format (docs/serve.md): gdr-serve's own header or sockperf's.
-pub use wire::{
-    anonymous_error, decode_response, encode_request, encode_response_header, encode_stats_query,
-    parse as parse_datagram, Control, Framing, Parsed, Response, Status,
-    HEADER_LEN as WIRE_HEADER_LEN, KIND_REQUEST, KIND_STATS, MAGIC as WIRE_MAGIC, MAX_DATAGRAM,
-    SOCKPERF_HEADER_LEN, VERSION as WIRE_VERSION,
-};
+// What a user starts from: a whole server run (`serve` with its options), a server of one's
+// own with its executors, an app, and a load run (`load::run`). The rest is under its module.
+pub use apps::App;
+pub use load::LoadConfig;
+pub use run::{serve, Mode, ServeOptions};
+pub use server::{Server, ServerConfig};
 
 /// Why a server, a load run or one of their parts could not go on.
 #[derive(Debug, thiserror::Error)]

@@ -28,13 +28,13 @@ pub enum LoadMode {
     /// Closed loop: a new request goes out as an answer comes back (or its request is lost).
     Closed {
         /// Requests kept outstanding per client thread (1 to
-        /// [`MAX_OUTSTANDING`](crate::MAX_OUTSTANDING)).
+        /// [`MAX_OUTSTANDING`](crate::limits::MAX_OUTSTANDING)).
         outstanding: usize,
     },
     /// Open loop: requests go out on a schedule, whatever comes back.
     Open {
         /// Requests per second over all client threads (above 0, at most
-        /// [`MAX_RATE`](crate::MAX_RATE)).
+        /// [`MAX_RATE`](crate::limits::MAX_RATE)).
         rate: f64,
     },
 }
@@ -54,7 +54,7 @@ pub enum Payload {
         /// The weight seed the server's lenet runs with (the references are computed with
         /// it).
         seed: u32,
-        /// Distinct images (at least 1, at most [`MAX_IMAGES`](crate::MAX_IMAGES)).
+        /// Distinct images (at least 1, at most [`MAX_IMAGES`](crate::limits::MAX_IMAGES)).
         images: usize,
     },
     /// Requests for `vecadd`: `n` f32 pairs derived from the request id.
@@ -134,7 +134,7 @@ fn max_datagram(t: SocketAddr) -> usize {
     }
 }
 
-/// What a load run sends, where and how ([`run_load`](crate::run_load)); checked by
+/// What a load run sends, where and how ([`run`]); checked by
 /// [`check`](Self::check) before anything is allocated.
 #[derive(Clone, Debug)]
 pub struct LoadConfig {
@@ -444,7 +444,7 @@ fn diff(
 }
 
 impl LoadConfig {
-    /// Every number within its bound (`limits.rs`: [`MAX_RATE`](crate::MAX_RATE) and the rest)
+    /// Every number within its bound (`limits.rs`: [`MAX_RATE`](crate::limits::MAX_RATE) and the rest)
     /// and the buffers within memory, before anything is allocated.
     pub fn check(&self) -> Result<(), ServeError> {
         use crate::limits::*;

@@ -93,7 +93,7 @@ impl Default for ServeOptions {
 }
 
 impl ServeOptions {
-    /// Every number within its bound (`limits.rs`: [`MAX_THREADS`](crate::MAX_THREADS) and the
+    /// Every number within its bound (`limits.rs`: [`MAX_THREADS`](crate::limits::MAX_THREADS) and the
     /// rest), the buffers and (CPU mode) the queues within this machine's memory, and the app
     /// runnable in the mode: all before anything is allocated or announced ready.
     pub fn check(&self, app: &App) -> Result<(), ServeError> {

@@ -3,10 +3,9 @@
 //! what the encoders write parses back to what went in. Bounded (a fixed number of cases,
 //! about a second) so that they run in every `cargo test`; `PROPTEST_CASES=100000` runs longer.
 
-use gdr_serve::{
-    decode_response, encode_request, encode_response_header, parse_datagram, Control, Framing,
-    Parsed, Status, KIND_REQUEST, KIND_STATS, SOCKPERF_HEADER_LEN, WIRE_HEADER_LEN, WIRE_MAGIC,
-    WIRE_VERSION,
+use gdr_serve::wire::{
+    self, decode_response, encode_request, encode_response_header, Control, Framing, Parsed,
+    Status, KIND_REQUEST, KIND_STATS, SOCKPERF_HEADER_LEN,
 };
 use proptest::prelude::*;
 
@@ -47,26 +46,26 @@ proptest! {
 
     #[test]
     fn gdr_framing_parses_any_bytes_consistently(d in datagram(), cut in any::<bool>(), app in any::<u16>()) {
-        match parse_datagram(Framing::Gdr, &d, cut, |a| a == app) {
+        match wire::parse(Framing::Gdr, &d, cut, |a| a == app) {
             Parsed::Request { control, payload } => {
                 prop_assert!(!cut);
-                prop_assert!(d.len() >= WIRE_HEADER_LEN);
-                prop_assert_eq!(&d[..2], &WIRE_MAGIC[..]);
-                prop_assert_eq!(d[2], WIRE_VERSION);
+                prop_assert!(d.len() >= wire::HEADER_LEN);
+                prop_assert_eq!(&d[..2], &wire::MAGIC[..]);
+                prop_assert_eq!(d[2], wire::VERSION);
                 prop_assert_eq!(d[3], KIND_REQUEST);
                 let id = u64::from_le_bytes(d[8..16].try_into().unwrap());
                 prop_assert_eq!(control, Control::Gdr { app, id });
-                prop_assert_eq!(payload, &d[WIRE_HEADER_LEN..]);
+                prop_assert_eq!(payload, &d[wire::HEADER_LEN..]);
             }
             Parsed::Stats { id } => {
-                prop_assert!(d.len() >= WIRE_HEADER_LEN && d[3] == KIND_STATS);
+                prop_assert!(d.len() >= wire::HEADER_LEN && d[3] == KIND_STATS);
                 prop_assert_eq!(id, u64::from_le_bytes(d[8..16].try_into().unwrap()));
             }
             Parsed::Bad { status, control } => {
                 prop_assert!(status != Status::Ok);
                 // An error goes back only to a requester whose header was read whole.
                 if control.is_some() {
-                    prop_assert!(d.len() >= WIRE_HEADER_LEN);
+                    prop_assert!(d.len() >= wire::HEADER_LEN);
                 }
                 if d.is_empty() && !cut {
                     prop_assert_eq!(status, Status::Empty);
@@ -77,7 +76,7 @@ proptest! {
 
     #[test]
     fn sockperf_framing_parses_any_bytes_consistently(d in datagram(), cut in any::<bool>()) {
-        match parse_datagram(Framing::Sockperf, &d, cut, |_| false) {
+        match wire::parse(Framing::Sockperf, &d, cut, |_| false) {
             Parsed::Request { control, payload } => {
                 prop_assert!(!cut && d.len() >= SOCKPERF_HEADER_LEN);
                 prop_assert_eq!(payload, &d[SOCKPERF_HEADER_LEN..]);
@@ -105,7 +104,7 @@ proptest! {
         let mut d = Vec::new();
         encode_request(&mut d, app, id, &payload);
         prop_assert_eq!(
-            parse_datagram(Framing::Gdr, &d, false, |_| true),
+            wire::parse(Framing::Gdr, &d, false, |_| true),
             Parsed::Request { control: Control::Gdr { app, id }, payload: &payload[..] }
         );
         let status = Status::ALL[status];
@@ -119,8 +118,8 @@ proptest! {
     #[test]
     fn responses_decode_from_any_bytes_without_panicking(d in datagram()) {
         if let Some(r) = decode_response(&d) {
-            prop_assert!(d.len() >= WIRE_HEADER_LEN);
-            prop_assert_eq!(r.payload, &d[WIRE_HEADER_LEN..]);
+            prop_assert!(d.len() >= wire::HEADER_LEN);
+            prop_assert_eq!(r.payload, &d[wire::HEADER_LEN..]);
             prop_assert_eq!(r.status as u8, d[3]);
         }
     }

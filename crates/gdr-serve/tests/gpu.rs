@@ -2,10 +2,9 @@
 //! GPU-queue mode match the CPU reference for 10^5 images, echo comes back unchanged, and
 //! both modes are measured in one run (server-side and end-to-end latency printed).
 
-use gdr_serve::{
-    run_load, serve, App, LoadConfig, LoadMode, LoadReport, Mode, Payload, ServeOptions,
-    ServeReport,
-};
+use gdr_serve::load::{self, LoadMode, LoadReport, Payload};
+use gdr_serve::server::ServeReport;
+use gdr_serve::{serve, App, LoadConfig, Mode, ServeOptions};
 use gdr_testing::gpu_context;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -80,7 +79,7 @@ fn load(
     outstanding: usize,
     requests: u64,
 ) -> LoadReport {
-    run_load(
+    load::run(
         &LoadConfig {
             target: addr,
             payload,
@@ -103,7 +102,7 @@ fn lenet_on_the_gpu_queues_matches_the_cpu_reference_for_100k_images() {
     }
     let app = App::builtin("lenet", 1, 1024).unwrap();
     let (rep, srv) = with_gpu_server(&app, Mode::GpuQueue, 2, |addr, down| {
-        run_load(
+        load::run(
             &LoadConfig {
                 target: addr,
                 payload: Payload::Lenet {
@@ -332,10 +331,10 @@ fn lenet_over_a_cluster_matches_the_cpu_reference() {
              (both loads)"
         );
     }
-    let refuse = |app: &App, f: &dyn Fn(&mut gdr_serve::GpuShape)| {
-        let mut shape = gdr_serve::GpuShape::default();
+    let refuse = |app: &App, f: &dyn Fn(&mut gdr_serve::gpu::GpuShape)| {
+        let mut shape = gdr_serve::gpu::GpuShape::default();
         f(&mut shape);
-        match gdr_serve::launch_workers(&ctx, app, 1, &shape) {
+        match gdr_serve::gpu::launch_workers(&ctx, app, 1, &shape) {
             Ok(_) => panic!("{:?} was launched", shape),
             Err(e) => e.to_string(),
         }
@@ -343,11 +342,11 @@ fn lenet_over_a_cluster_matches_the_cpu_reference() {
     // 16 queues of 8-block clusters: 128 blocks, which the SM count allows; whether the
     // clusters fit at once depends on how the GPU's SMs are grouped (GPCs). Either they run
     // or the launch says why, never a queue that waits for an SM.
-    let shape = gdr_serve::GpuShape {
+    let shape = gdr_serve::gpu::GpuShape {
         cluster: 8,
         ..Default::default()
     };
-    match gdr_serve::launch_workers(&ctx, &app, 16, &shape) {
+    match gdr_serve::gpu::launch_workers(&ctx, &app, 16, &shape) {
         Ok(w) => {
             println!("16 clusters of 8 fit at once");
             drop(w);

@@ -3,7 +3,9 @@
 //! runs) fails the launch, reported to the host, instead of holding the GPU forever. Its own
 //! test binary: the trap leaves this process's CUDA context unusable.
 
-use gdr_serve::{launch_workers, App, GpuShape, ID_USER};
+use gdr_serve::apps::ID_USER;
+use gdr_serve::gpu::{launch_workers, GpuShape};
+use gdr_serve::App;
 use gdr_testing::gpu_context;
 use std::time::{Duration, Instant};
 

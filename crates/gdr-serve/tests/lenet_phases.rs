@@ -6,10 +6,9 @@
 //! server-side figures come from `gdr load` against `gdr serve` (scripts/serve-bench.sh).
 
 use gdr::cuda::{memcpy_dtoh, memcpy_htod, DeviceBuffer, DeviceMemory, LaunchConfig, Stream};
-use gdr_serve::{
-    lenet_forward, lenet_image, lenet_logits_match, lenet_parse_logits, App, CLUSTER_WARPS,
-    LENET_RESIDENT_FLOATS,
-};
+use gdr_serve::apps::CLUSTER_WARPS;
+use gdr_serve::lenet;
+use gdr_serve::App;
 use gdr_testing::gpu_context;
 use std::ffi::c_void;
 
@@ -87,7 +86,7 @@ fn load_harness(
     module
         .function(kernel)
         .unwrap()
-        .set_max_dynamic_shared((LENET_RESIDENT_FLOATS * 4) as u32)
+        .set_max_dynamic_shared((lenet::RESIDENT_FLOATS * 4) as u32)
         .unwrap();
     (module, stream)
 }
@@ -136,9 +135,9 @@ fn run_harness(
     stream.synchronize().unwrap();
     let mut out = [0u8; 48];
     memcpy_dtoh(&mut out, &resp, 0).unwrap();
-    let got = lenet_parse_logits(&out[..40]).unwrap();
+    let got = lenet::parse_logits(&out[..40]).unwrap();
     assert!(
-        lenet_logits_match(&got, want, 1e-5),
+        lenet::logits_match(&got, want, 1e-5),
         "{label}: {got:?} vs {want:?}"
     );
     let mut raw = vec![0u8; nmarks * 8];
@@ -158,7 +157,7 @@ fn lenet_in_one_block_matches_the_reference_and_shows_its_phases() {
     let src = format!("{PREFIX}{}{HARNESS}", app.device_source());
     let (module, stream) = load_harness(&ctx, "lenet_phases", &src, "gdr_lenet_phases");
     let f = module.function("gdr_lenet_phases").unwrap();
-    let resident_bytes = (LENET_RESIDENT_FLOATS * 4) as u32;
+    let resident_bytes = (lenet::RESIDENT_FLOATS * 4) as u32;
 
     let w = app.lenet_weights().unwrap();
     let seed = std::time::SystemTime::now()
@@ -169,8 +168,8 @@ fn lenet_in_one_block_matches_the_reference_and_shows_its_phases() {
         ("FC weights in shared memory (worker)", resident_bytes),
         ("FC weights in global memory (host-centric)", 0),
     ] {
-        let img = lenet_image(seed, dyn_smem as u64);
-        let want = lenet_forward(w, &img);
+        let img = lenet::image(seed, dyn_smem as u64);
+        let want = lenet::forward(w, &img);
         let nmarks = MARKS * (REPS as usize + 2);
         let m = run_harness(
             &ctx, &stream, &f, 1, 512, dyn_smem, &img, &want, nmarks, label,
@@ -291,13 +290,13 @@ fn lenet_over_a_cluster_in_one_launch_matches_the_reference_and_shows_its_phases
     );
     let (module, stream) = load_harness(&ctx, "lenet_cl_phases", &src, "gdr_lenet_cl_phases");
     let f = module.function("gdr_lenet_cl_phases").unwrap();
-    let resident_bytes = (LENET_RESIDENT_FLOATS * 4) as u32;
+    let resident_bytes = (lenet::RESIDENT_FLOATS * 4) as u32;
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .subsec_nanos();
-    let img = lenet_image(seed, 3);
-    let want = lenet_forward(app.lenet_weights().unwrap(), &img);
+    let img = lenet::image(seed, 3);
+    let want = lenet::forward(app.lenet_weights().unwrap(), &img);
     let row = MARKS * C;
     let nmarks = row * (REPS as usize + 1) + 2;
     let m = run_harness(

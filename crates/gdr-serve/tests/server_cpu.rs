@@ -4,10 +4,9 @@
 mod common;
 
 use common::{quick_cfg, with_server};
-use gdr_serve::{
-    decode_response, encode_request, encode_stats_query, run_load, App, Framing, LoadConfig,
-    LoadMode, Payload, ServerConfig, Status,
-};
+use gdr_serve::load::{self, LoadMode, Payload};
+use gdr_serve::wire::{decode_response, encode_request, encode_stats_query, Framing, Status};
+use gdr_serve::{App, LoadConfig, ServerConfig};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -46,7 +45,7 @@ fn echo_and_vecadd_answers_are_exact_over_loopback() {
             verify: true,
             ..Default::default()
         };
-        run_load(&cfg, never(&no)).unwrap()
+        load::run(&cfg, never(&no)).unwrap()
     });
     assert_eq!((rep.sent, rep.ok, rep.lost, rep.stray), (3000, 3000, 0, 0));
     assert_eq!((rep.verified, rep.verify_failed), (3000, 0));
@@ -81,7 +80,7 @@ fn echo_and_vecadd_answers_are_exact_over_loopback() {
             verify: true,
             ..Default::default()
         };
-        run_load(&cfg, &no).unwrap()
+        load::run(&cfg, &no).unwrap()
     });
     assert_eq!((rep.ok, rep.verified, rep.verify_failed), (500, 500, 0));
 }
@@ -106,7 +105,7 @@ fn lenet_answers_match_the_reference_through_the_queue_path() {
             verify: true,
             ..Default::default()
         };
-        run_load(&cfg, &no).unwrap()
+        load::run(&cfg, &no).unwrap()
     });
     assert_eq!((rep.ok, rep.verified, rep.verify_failed), (200, 200, 0));
     assert_eq!(srv.counters.accepted, 200);
@@ -121,7 +120,7 @@ fn lenet_answers_match_the_reference_through_the_queue_path() {
             verify: true,
             ..Default::default()
         };
-        run_load(&cfg, &no).unwrap()
+        load::run(&cfg, &no).unwrap()
     });
     assert_eq!((rep.ok, rep.verify_failed), (20, 20));
 }
@@ -219,7 +218,7 @@ fn stats_are_answered_only_when_enabled() {
         let r = ask(&client(addr), &q);
         let r = decode_response(&r).unwrap();
         assert_eq!((r.status, r.id), (Status::Ok, 77));
-        let c: gdr_serve::Counters = serde_json::from_slice(r.payload).unwrap();
+        let c: gdr_serve::server::Counters = serde_json::from_slice(r.payload).unwrap();
         assert_eq!(c.stats_queries, 1);
     });
     assert_eq!(srv.counters.stats_queries, 1);
@@ -332,7 +331,7 @@ fn overload_is_shed_and_every_request_is_accounted_for() {
             verify: true,
             ..Default::default()
         };
-        run_load(&cfg, &no).unwrap()
+        load::run(&cfg, &no).unwrap()
     });
     let c = rep.server.expect("server counters");
     assert!(c.shed > 0, "a flood must be shed: {c:?}");
@@ -400,7 +399,7 @@ fn a_hundred_thousand_requests_get_exactly_one_response_each() {
             verify: true,
             ..Default::default()
         };
-        run_load(&cfg, &no).unwrap()
+        load::run(&cfg, &no).unwrap()
     });
     assert_eq!(rep.sent, 100_000);
     assert_eq!(
@@ -432,7 +431,7 @@ fn a_load_against_a_closed_port_fails_and_says_why() {
         server_stats: false,
         ..Default::default()
     };
-    let rep = common::bounded(Duration::from_secs(30), || run_load(&cfg, &no)).unwrap();
+    let rep = common::bounded(Duration::from_secs(30), || load::run(&cfg, &no)).unwrap();
     assert_eq!((rep.ok, rep.answered()), (0, 0), "{rep:?}");
     // Every attempt is accounted for: refused by the kernel, or sent and lost.
     assert_eq!(rep.sent, rep.lost, "{rep:?}");
@@ -454,7 +453,7 @@ fn a_request_larger_than_a_datagram_is_refused_up_front() {
             server_stats: false,
             ..Default::default()
         };
-        run_load(&cfg, &no).map(|_| ()).map_err(|e| e.to_string())
+        load::run(&cfg, &no).map(|_| ()).map_err(|e| e.to_string())
     };
     let e = run(Payload::Echo { size: 65492 }).unwrap_err();
     assert!(e.contains("--size at most 65491"), "{e}");
@@ -471,7 +470,7 @@ fn a_request_larger_than_a_datagram_is_refused_up_front() {
 /// An executor whose every submit fails.
 struct Broken;
 
-impl gdr_serve::Executor for Broken {
+impl gdr_serve::exec::Executor for Broken {
     fn name(&self) -> String {
         "broken".into()
     }
@@ -484,7 +483,7 @@ impl gdr_serve::Executor for Broken {
     fn poll(
         &mut self,
         _: usize,
-        _: &mut dyn FnMut(gdr_serve::Answer<'_>),
+        _: &mut dyn FnMut(gdr_serve::exec::Answer<'_>),
     ) -> Result<usize, gdr_serve::ServeError> {
         Ok(0)
     }
@@ -502,7 +501,7 @@ fn a_failing_submit_answers_app_failed_and_stops_the_thread() {
     let stop = AtomicBool::new(false);
     let result = std::thread::scope(|sc| {
         let run = sc.spawn(|| {
-            let lanes: Vec<Vec<Box<dyn gdr_serve::Executor>>> = vec![vec![Box::new(Broken)]];
+            let lanes: Vec<Vec<Box<dyn gdr_serve::exec::Executor>>> = vec![vec![Box::new(Broken)]];
             server.run(&cfg, &app, lanes, &stop)
         });
         let s = client(addr);
@@ -525,7 +524,7 @@ fn a_failing_submit_answers_app_failed_and_stops_the_thread() {
 /// `--threads 5000` panicked.
 #[test]
 fn load_numbers_past_their_bounds_are_refused_before_allocating() {
-    use gdr_serve::{MAX_BATCH, MAX_THREADS};
+    use gdr_serve::limits::{MAX_BATCH, MAX_THREADS};
     let no = AtomicBool::new(false);
     let target = closed_port();
     let base = LoadConfig {
@@ -535,7 +534,7 @@ fn load_numbers_past_their_bounds_are_refused_before_allocating() {
         ..Default::default()
     };
     let refused = |cfg: LoadConfig| {
-        common::bounded(Duration::from_secs(10), || run_load(&cfg, &no))
+        common::bounded(Duration::from_secs(10), || load::run(&cfg, &no))
             .map(|_| ())
             .expect_err("refused")
             .to_string()
@@ -613,8 +612,8 @@ fn load_numbers_past_their_bounds_are_refused_before_allocating() {
     }
     // Within the bounds but past this machine's memory: the product of threads and batch
     // (68 GiB of buffers; a host with more than twice that would run it).
-    let need = gdr_serve::thread_bytes(MAX_THREADS, MAX_BATCH, 65536);
-    if gdr_serve::available_memory().is_some_and(|m| need > m / 2) {
+    let need = gdr_serve::limits::thread_bytes(MAX_THREADS, MAX_BATCH, 65536);
+    if gdr_serve::limits::available_memory().is_some_and(|m| need > m / 2) {
         let e = refused(LoadConfig {
             threads: MAX_THREADS,
             batch: MAX_BATCH,
@@ -641,7 +640,7 @@ fn a_slow_open_loop_sends_its_first_request_at_once() {
             verify: true,
             ..Default::default()
         };
-        run_load(&cfg, &AtomicBool::new(false)).unwrap()
+        load::run(&cfg, &AtomicBool::new(false)).unwrap()
     });
     assert_eq!((rep.sent, rep.ok, rep.verified), (1, 1, 1), "{rep:?}");
     assert!(rep.failure().is_none(), "{rep:?}");
@@ -656,7 +655,7 @@ fn a_slow_open_loop_sends_its_first_request_at_once() {
             server_stats: false,
             ..Default::default()
         };
-        run_load(&cfg, &AtomicBool::new(false)).unwrap()
+        load::run(&cfg, &AtomicBool::new(false)).unwrap()
     });
     assert_eq!((rep.sent, rep.ok), (1, 1), "{rep:?}");
 }

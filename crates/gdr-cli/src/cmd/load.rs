@@ -2,7 +2,8 @@
 //! rate); throughput, loss and latency percentiles; answers checked on request.
 
 use super::CmdResult;
-use gdr_serve::{run_load, LoadConfig, LoadMode, LoadReport, Payload};
+use gdr_serve::load::{self, LoadMode, LoadReport, Payload};
+use gdr_serve::LoadConfig;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -22,7 +23,7 @@ pub struct LoadArgs {
     #[arg(long, default_value = "echo")]
     app: String,
     /// App id for --app raw
-    #[arg(long, default_value_t = gdr_serve::ID_USER)]
+    #[arg(long, default_value_t = gdr_serve::apps::ID_USER)]
     app_id: u16,
     /// Payload bytes (echo, raw); header and payload must fit in one UDP datagram (at most
     /// 65491 over IPv4)
@@ -35,7 +36,7 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 256)]
     images: usize,
     /// LeNet weight seed (must match the server's for --verify)
-    #[arg(long, default_value_t = gdr_serve::DEFAULT_SEED)]
+    #[arg(long, default_value_t = gdr_serve::apps::DEFAULT_SEED)]
     seed: u32,
     /// Closed loop: requests outstanding per thread (at most 65536)
     #[arg(long, default_value_t = 1)]
@@ -105,8 +106,8 @@ pub fn run(a: LoadArgs) -> CmdResult {
         batch: a.batch,
         server_stats: !a.no_server_stats,
     };
-    let stop = gdr_serve::stop_flag();
-    let r = run_load(&cfg, stop)?;
+    let stop = gdr_serve::signal::stop_flag();
+    let r = load::run(&cfg, stop)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {

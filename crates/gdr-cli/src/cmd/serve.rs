@@ -3,9 +3,11 @@
 
 use super::CmdResult;
 use gdr_mq::Placement;
-use gdr_serve::{
-    serve, App, Framing, GpuShape, Idle, Mode, ServeOptions, ServeReport, ServerConfig,
-};
+use gdr_serve::exec::Idle;
+use gdr_serve::gpu::GpuShape;
+use gdr_serve::server::ServeReport;
+use gdr_serve::wire::Framing;
+use gdr_serve::{serve, App, Mode, ServeOptions, ServerConfig};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 
@@ -19,7 +21,7 @@ pub struct ServeArgs {
     #[arg(long)]
     app_file: Option<std::path::PathBuf>,
     /// Wire id of the user app
-    #[arg(long, default_value_t = gdr_serve::ID_USER)]
+    #[arg(long, default_value_t = gdr_serve::apps::ID_USER)]
     app_id: u16,
     /// Largest request payload for echo, vecadd and user apps (bytes, at most 65491: one UDP
     /// datagram)
@@ -29,13 +31,13 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1)]
     work: u32,
     /// LeNet weight seed
-    #[arg(long, default_value_t = gdr_serve::DEFAULT_SEED)]
+    #[arg(long, default_value_t = gdr_serve::apps::DEFAULT_SEED)]
     seed: u32,
     /// gpu-queue (persistent GPU workers), host-centric (copy-launch-copy-sync), or cpu
     #[arg(long, default_value = "gpu-queue")]
     mode: String,
     /// Address to listen on (the default is loopback only; 0.0.0.0:PORT for every interface)
-    #[arg(long, default_value = gdr_serve::DEFAULT_LISTEN)]
+    #[arg(long, default_value = gdr_serve::run::DEFAULT_LISTEN)]
     listen: std::net::SocketAddr,
     /// GPU ordinals sharing the load (round robin), comma-separated, at most 64 (--mode cpu:
     /// no GPU is used; each entry is one more CPU queue set)
@@ -216,11 +218,11 @@ pub fn run(a: ServeArgs) -> CmdResult {
     };
     // Until ready a signal ends the process at once: setup (compiling, launching workers,
     // allocating queues) has nothing to drain and does not look at a flag.
-    let stop = gdr_serve::stop_flag_after_setup();
+    let stop = gdr_serve::signal::stop_flag_after_setup();
     // The CPU mode runs CPU queue sets (one per --gpus entry) and uses no GPU.
     let gpus: &[usize] = if mode == Mode::Cpu { &[] } else { &a.gpus };
     let r = serve(&app, &opts, stop, &mut |addr| {
-        gdr_serve::stop_when_ready();
+        gdr_serve::signal::stop_when_ready();
         let on = if mode == Mode::Cpu {
             format!("no GPU ({} CPU queue set(s))", opts.gpus.len())
         } else {

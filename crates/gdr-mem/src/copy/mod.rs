@@ -2,7 +2,7 @@
 //!
 //! Such memory punishes ordinary `memcpy`: stores reach the GPU fast only as whole 64-byte
 //! write-combining bursts, and loads are uncached PCIe reads, each a full round trip to the GPU
-//! (docs/perf.md; the figures are in docs/results/). The routines here therefore
+//! (docs/perf.md, "CPU <-> GPU copies"). The routines here therefore
 //! - write with aligned non-temporal stores of whole lines, the ragged ends with exact naturally
 //!   aligned stores, and end with `sfence` so the data is globally visible on return;
 //! - read with streaming loads (`movntdqa`) of whole aligned chunks, several lines in flight,

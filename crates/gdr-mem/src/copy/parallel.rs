@@ -1,8 +1,8 @@
 //! Large copies split over several CPU threads.
 //!
 //! One thread tops out well below what PCIe carries: more threads keep more write-combining
-//! lines (and, for reads, more streaming loads) in flight (docs/results/ has the `gdr copybw`
-//! figures by thread count). A copy is cut into contiguous parts on 64-byte (large parts: 4 KiB)
+//! lines (and, for reads, more streaming loads) in flight (`gdr copybw` times each thread
+//! count: docs/perf.md). A copy is cut into contiguous parts on 64-byte (large parts: 4 KiB)
 //! boundaries of the mapping side, and each part is copied by the single-thread kernel, which
 //! ends with its own fence. Copies of a MiB and more get several parts per thread, so a thread
 //! that is descheduled mid-copy delays one small part rather than its whole share.

@@ -3,7 +3,9 @@
 
 #![allow(dead_code)]
 
-use gdr_serve::{cpu_workers, split_queues, App, ServeReport, Server, ServerConfig};
+use gdr_serve::exec::{cpu_workers, split_queues};
+use gdr_serve::server::ServeReport;
+use gdr_serve::{App, Server, ServerConfig};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

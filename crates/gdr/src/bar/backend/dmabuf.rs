@@ -5,8 +5,8 @@
 //! allocation. [`DmaBuf::export`] takes any range: it rounds out to host pages, clamped to the
 //! allocation the range lies in (so rounding never reaches memory that is not the caller's),
 //! and remembers where the caller's bytes sit in the exported range. It asks for a BAR1 (PCIe)
-//! mapping first and falls back to the driver's choice when that is refused (the H100 here
-//! answers `CUDA_ERROR_NOT_SUPPORTED`), saying which one it got.
+//! mapping first and falls back to the driver's choice when that is refused (some GPUs, the
+//! H100 among them, answer `CUDA_ERROR_NOT_SUPPORTED`), saying which one it got.
 //!
 //! The same export is the dma-buf pin backend: the pin layer `mmap`s its descriptor for a CPU
 //! mapping. Other devices' drivers get it through `gdr::peer`, which re-exports it.

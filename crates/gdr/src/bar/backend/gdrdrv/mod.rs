@@ -16,6 +16,10 @@
 //! allows one mapping per handle, of at most the pinned (64 KiB-rounded) size, and only from the
 //! process that opened the device (after `fork`, the child gets `EACCES`).
 //!
+//! The raw interface (command numbers, parameter blocks) stays private to this crate. Outside it,
+//! the safe handle [`GdrDrv`] is the API, with [`DEVICE_PATH`] and [`API_VERSION`]; a
+//! [`DeviceFile`] stand-in for the driver sees only command numbers and parameter bytes.
+//!
 //! # What is verified
 //! Command numbers and layouts are unit-tested against hand-computed values; the handle is tested
 //! against a fake driver (`tests/gdrdrv.rs`) that decodes command numbers and parameter bytes as
@@ -23,13 +27,14 @@
 //! against a real gdrdrv: neither the development machine nor the H100 machine can load it.
 mod file;
 mod mapping;
-pub mod sys;
+mod sys;
 #[cfg(test)]
 mod tests;
 
 pub use file::{DevFile, DeviceFile};
 pub use mapping::{GdrDrvMapping, GdrDrvPin};
-pub use sys::*;
+use sys::*;
+pub use sys::{API_VERSION, DEVICE_PATH};
 
 use std::fmt;
 use std::io;

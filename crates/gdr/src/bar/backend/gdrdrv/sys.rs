@@ -8,8 +8,6 @@ use std::ffi::c_void;
 pub const DEVICE_PATH: &str = "/dev/gdrdrv";
 /// The driver's ioctl type byte.
 pub const IOCTL_MAGIC: u8 = 0xDA;
-/// GPU page: pins are rounded out to it. Defined with the other page sizes, below every backend.
-pub use crate::page::{GPU_PAGE_SHIFT, GPU_PAGE_SIZE};
 /// The user-space API version this module speaks (major << 16 | minor): gdrcopy 2.5's, the first
 /// with `PIN_BUFFER_V2` and `REQ_MAPPING_TYPE`. The driver names the oldest it accepts.
 pub const API_VERSION: u32 = (2 << 16) | 5;
