@@ -96,8 +96,8 @@
 //! ```
 
 // The entry points are C functions whose pointer contracts are the header's; Rust callers are
-// this crate's tests and doctest, and gdr-bench (`gdr apiperf`, the C API columns of `gdr copylat` and
-// `gdr copybw`). `c_ulong` is u64 here but not on every target.
+// this crate's tests and doctest, and gdr-bench (`gdr apiperf`, the C API columns of
+// `gdr copylat` and `gdr copybw`). `c_ulong` is u64 here but not on every target.
 #![allow(clippy::unnecessary_cast)]
 
 // What each module holds: `abi` the header's handle type and constants; `entry` the guard
