@@ -15,7 +15,10 @@
 # the warm-up: the largest value in the last minute is at most the largest in the minute after
 # the warm-up (2 min; a quarter of the run when shorter, and the windows likewise) plus a share
 # or a fixed slack, whichever is larger: a process's RSS 10% or 16 MiB, open fds 10% or 4, device
-# memory 10% or 64 MiB; the GPU's BAR1 use and memory use 5% or 64 MiB (scripts/rank_report.py). Writes OUT/soak.md (the table) and OUT/soak.json (every sample).
+# memory 10% or 64 MiB; the GPU's BAR1 use and memory use 5% or 64 MiB (scripts/rank_report.py).
+# Writes OUT/soak.md (the table) and OUT/soak.json (every sample). The GPU-wide figures count
+# every process on the GPU: run the soak with the host's GPUs otherwise idle (on a two-GPU
+# host, processes kept to the other GPU by CUDA_VISIBLE_DEVICES still raised this GPU's use).
 # Last line: `soak: passed` or `soak: FAILED`. Needs cc, python3 with PyTorch, CUDA_HOME
 # (default /usr/local/cuda) and libgdrapi installed; GDR_BIN names gdr (default beside this).
 set -uo pipefail
