@@ -27,9 +27,11 @@ if [ -f crates/gdr-alloc-preload/Cargo.toml ]; then
     python3 -c '
 import json, sys
 files = [f for m in map(json.loads, sys.stdin) if m.get("reason") == "compiler-artifact"
-         for f in m.get("filenames", []) if f.endswith("/libgdr_alloc.so")]
+         for f in m.get("filenames", []) if f.endswith("/libgdr_alloc_preload.so")]
 print(files[-1] if files else "")
 ') && [ -n "$so" ]; then
+    # cargo names the file after the crate's Rust name; the package carries it under the
+    # library's public name (its soname, libgdr_alloc.so.0, is the same either way).
     cp "$so" "$pkg/libgdr_alloc.so"
     staged=$pkg/libgdr_alloc.so
     echo "python-bundle: the wheel carries $so"

@@ -19,13 +19,14 @@
 //!
 //! ```text
 //! $ cargo build --release -p gdr-alloc-preload
-//! $ GDR_ALLOC_LOG=2 LD_PRELOAD=target/release/libgdr_alloc.so ./my_cuda_program
+//! $ GDR_ALLOC_LOG=2 LD_PRELOAD=target/release/libgdr_alloc_preload.so ./my_cuda_program
 //! $ gdr run -- ./my_cuda_program   # the same, through gdr's command line
 //! ```
 //!
-//! There are no doctests here: the library's Rust name, `gdr_alloc`, is also the gdr-alloc
-//! crate's, so rustdoc would see two crates of that name (`doctest = false` in Cargo.toml). The
-//! tests in `tests/` run the library in C programs instead.
+//! `cargo build` names the file after the crate's Rust name, `gdr_alloc_preload` (the gdr-alloc
+//! crate is `gdr_alloc`); installed (`scripts/install-capi.sh`) and in the bundle and the wheel
+//! it is `libgdr_alloc.so`, and its soname is `libgdr_alloc.so.0` either way. The library has no
+//! Rust API, so no doctests: the tests in `tests/` run it in C programs.
 
 #![allow(non_snake_case)] // the CUDA entry points keep CUDA's names
 

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use tempfile::TempDir;
 
-/// The libgdr_alloc.so that this `cargo test` built (next to the test binary), or
-/// `$GDR_ALLOC_LIB`.
+/// The library that this `cargo test` built (next to the test binary, under the crate's Rust
+/// name: `libgdr_alloc_preload.so`, which installs as libgdr_alloc.so), or `$GDR_ALLOC_LIB`.
 fn library() -> PathBuf {
     if let Some(p) = std::env::var_os("GDR_ALLOC_LIB") {
         return p.into();
@@ -17,12 +17,12 @@ fn library() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let deps = exe.parent().expect("test binary has a folder");
     [
-        deps.join("libgdr_alloc.so"),
-        deps.join("../libgdr_alloc.so"),
+        deps.join("libgdr_alloc_preload.so"),
+        deps.join("../libgdr_alloc_preload.so"),
     ]
     .into_iter()
     .find(|p| p.exists())
-    .unwrap_or_else(|| panic!("libgdr_alloc.so not found next to {}", exe.display()))
+    .unwrap_or_else(|| panic!("libgdr_alloc_preload.so not found next to {}", exe.display()))
 }
 
 fn cc(args: &[&str], what: &str) {
@@ -166,4 +166,25 @@ fn a_dlclose_leaves_the_library_loaded() {
     );
     assert!(out.status.success(), "{text}");
     assert!(text.contains("stayed loaded after dlclose"), "{text}");
+}
+
+/// `cargo build` names the file after the crate (`libgdr_alloc_preload.so`), but programs and
+/// the loader know it by its soname, which must stay the installed library's:
+/// `libgdr_alloc.so.0`.
+#[test]
+fn the_library_keeps_its_public_soname() {
+    let out = Command::new("readelf")
+        .arg("-d")
+        .arg(library())
+        .output()
+        .expect("run readelf (binutils, which the C compiler needs too)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let sonames: Vec<&str> = text.lines().filter(|l| l.contains("(SONAME)")).collect();
+    assert_eq!(sonames.len(), 1, "{text}");
+    assert!(
+        sonames[0].ends_with("Library soname: [libgdr_alloc.so.0]"),
+        "{}",
+        sonames[0]
+    );
 }

@@ -266,9 +266,14 @@ fn dma_leds_value_is_explained_and_checked() {
 /// A stand-in for libgdr_alloc.so (it only needs to export `gdr_alloc_abi_version` for
 /// `gdr run` to accept it), built into `dir`.
 fn stub_allocator(dir: &std::path::Path) -> std::path::PathBuf {
+    stub_allocator_named(dir, "libgdr_alloc.so")
+}
+
+/// The stand-in of [`stub_allocator`] under the file name `name`.
+fn stub_allocator_named(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
     let src = dir.join("stub.c");
     std::fs::write(&src, "int gdr_alloc_abi_version(void) { return 1; }\n").unwrap();
-    let lib = dir.join("libgdr_alloc.so");
+    let lib = dir.join(name);
     let out = Command::new("cc")
         .args(["-shared", "-fPIC", "-o"])
         .arg(&lib)
@@ -322,6 +327,37 @@ fn run_preloads_the_allocator_and_passes_the_switches() {
         .unwrap();
     assert_eq!(out.status.code(), Some(7));
     assert_eq!(text(&out.stderr), "");
+}
+
+/// Without --lib or GDR_ALLOC_LIB, `gdr run` takes the library next to its own binary: the
+/// installed name first, then the name `cargo build` gives it in target/<profile>.
+#[test]
+fn run_finds_the_library_next_to_its_binary_under_either_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let gdr_copy = dir.path().join("gdr");
+    if std::fs::hard_link(common::gdr_bin(), &gdr_copy).is_err() {
+        std::fs::copy(common::gdr_bin(), &gdr_copy).unwrap();
+    }
+    let preloaded = || {
+        let out = Command::new(&gdr_copy)
+            .args(["run", "-q", "--", "sh", "-c", "echo \"$LD_PRELOAD\""])
+            .env_remove("GDR_ALLOC_LIB")
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_owned()
+    };
+    let cargo_name = stub_allocator_named(dir.path(), "libgdr_alloc_preload.so");
+    assert_eq!(
+        preloaded(),
+        cargo_name.canonicalize().unwrap().display().to_string()
+    );
+    let installed_name = stub_allocator_named(dir.path(), "libgdr_alloc.so");
+    assert_eq!(
+        preloaded(),
+        installed_name.canonicalize().unwrap().display().to_string()
+    );
 }
 
 #[test]

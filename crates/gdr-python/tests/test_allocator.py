@@ -201,8 +201,11 @@ def test_the_c_api_refuses_ints_that_ctypes_would_wrap(monkeypatch, tmp_path):
     assert lib.stats()["live_allocations"] == 0, "nothing was allocated"
 
 
-def test_a_preloaded_copy_is_found_without_the_variable(tmp_path):
-    lib_path = build(tmp_path, "libgdr_alloc.so.0")
+@pytest.mark.parametrize("name", ["libgdr_alloc.so.0", "libgdr_alloc_preload.so"])
+def test_a_preloaded_copy_is_found_without_the_variable(tmp_path, name):
+    """Installed, the library is libgdr_alloc.so.0; `gdr run` from a cargo build preloads it
+    under the crate's Rust name."""
+    lib_path = build(tmp_path, name)
     code = (
         "import ctypes, sys; ctypes.CDLL(sys.argv[1]); "
         "from gdr import allocator; print(allocator.library_path())"

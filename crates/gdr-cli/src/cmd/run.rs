@@ -27,8 +27,9 @@ pub struct RunArgs {
     /// allocations on other GPUs pass through to the driver. Default: every GPU.
     #[arg(long, value_name = "N[,N...]", value_parser = parse_gpus)]
     gpu: Option<String>,
-    /// The allocator library to preload. Default: $GDR_ALLOC_LIB, else libgdr_alloc.so next to
-    /// this gdr binary or in ../lib, else where the dynamic loader finds libgdr_alloc.so.0.
+    /// The allocator library to preload. Default: $GDR_ALLOC_LIB, else libgdr_alloc.so (or
+    /// cargo's libgdr_alloc_preload.so) next to this gdr binary or libgdr_alloc.so.0 in ../lib,
+    /// else where the dynamic loader finds libgdr_alloc.so.0.
     #[arg(long, value_name = "PATH")]
     lib: Option<PathBuf>,
     /// The allocator's messages: 0 none, 1 reasons and errors (default), 2 every call.
@@ -84,6 +85,9 @@ fn find_library(given: Option<PathBuf>) -> Result<PathBuf, String> {
     {
         for c in [
             dir.join("libgdr_alloc.so"),
+            // The same library as `cargo build` leaves it in target/<profile>, under the
+            // crate's Rust name (gdr-alloc-preload's Cargo.toml says why it differs).
+            dir.join("libgdr_alloc_preload.so"),
             dir.join("../lib/libgdr_alloc.so.0"),
             dir.join("../lib/x86_64-linux-gnu/libgdr_alloc.so.0"),
         ] {

@@ -40,6 +40,9 @@ ABI_VERSION = 1
 ENV = "GDR_ALLOC_LIB"
 
 _NAMES = ("libgdr_alloc.so", "libgdr_alloc.so.0")
+#: The file name `cargo build` gives the library (after the crate's Rust name), which
+#: ``gdr run`` preloads from target/<profile>.
+_CARGO_NAME = "libgdr_alloc_preload.so"
 # CUresult codes of gdr_alloc_malloc.
 _CUDA_SUCCESS = 0
 _CUDA_ERROR_OUT_OF_MEMORY = 2
@@ -74,7 +77,8 @@ def _loaded_copy() -> Optional[str]:
                 fields = line.split(None, 5)
                 if len(fields) == 6:
                     path = fields[5].strip()
-                    if os.path.basename(path).startswith("libgdr_alloc.so"):
+                    name = os.path.basename(path)
+                    if name.startswith(_NAMES[0]) or name == _CARGO_NAME:
                         return path
     except OSError:
         pass
@@ -107,7 +111,7 @@ def library_path() -> str:
         if not os.path.isfile(env):
             raise AllocatorNotFoundError(
                 f"{ENV}={env} names no file; point it at libgdr_alloc.so "
-                "(cargo build --release -p gdr-alloc-preload builds it)"
+                f"(cargo build --release -p gdr-alloc-preload builds it as {_CARGO_NAME})"
             )
         return env
     for look in (_loaded_copy, _packaged_copy, _installed_copy):
@@ -120,7 +124,7 @@ def library_path() -> str:
         f"preloads one), this package has none ({Path(__file__).resolve().parent}), and the "
         "dynamic loader finds no libgdr_alloc.so.0 (scripts/install-capi.sh installs it); "
         "or build it with `cargo build --release -p gdr-alloc-preload` and set "
-        f"{ENV} to target/release/libgdr_alloc.so"
+        f"{ENV} to target/release/{_CARGO_NAME}"
     )
 
 
