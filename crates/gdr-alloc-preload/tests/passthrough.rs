@@ -22,7 +22,7 @@ fn library() -> PathBuf {
     ]
     .into_iter()
     .find(|p| p.exists())
-    .unwrap_or_else(|| panic!("libgdr_alloc_preload.so not found next to {}", exe.display()))
+    .unwrap_or_else(|| panic!("no libgdr_alloc_preload.so next to {}", exe.display()))
 }
 
 fn cc(args: &[&str], what: &str) {
@@ -178,7 +178,11 @@ fn the_library_keeps_its_public_soname() {
         .arg(library())
         .output()
         .expect("run readelf (binutils, which the C compiler needs too)");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let sonames: Vec<&str> = text.lines().filter(|l| l.contains("(SONAME)")).collect();
     assert_eq!(sonames.len(), 1, "{text}");
