@@ -7,6 +7,21 @@ use std::str::FromStr;
 /// A PCI function address. Printed the way sysfs names devices (`0000:17:00.0`); parsed from that
 /// form or from the short `17:00.0` form that `lspci` prints (domain 0). The domain is 32 bits
 /// wide: Intel VMD puts its devices in domains from `10000` up.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_pci::{Bdf, BdfParseErrorKind};
+///
+/// let gpu: Bdf = "0000:17:00.0".parse()?;
+/// assert_eq!(gpu, Bdf::new(0, 0x17, 0, 0));
+/// // lspci's short form is domain 0; printing gives sysfs's long form.
+/// assert_eq!("17:00.0".parse::<Bdf>()?, gpu);
+/// assert_eq!(gpu.to_string(), "0000:17:00.0");
+/// // A bus has 32 device slots.
+/// assert_eq!("17:20.0".parse::<Bdf>().unwrap_err().kind, BdfParseErrorKind::Device);
+/// # Ok::<(), gdr_pci::BdfParseError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Bdf {
     /// PCI segment (domain): 0 on most machines, 16 bits in sysfs names, 32 bits with VMD.

@@ -107,6 +107,28 @@ impl FixtureFunction {
 }
 
 /// Writes a sysfs tree under a root directory.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_pci::fixture::{FixtureFunction, TreeBuilder};
+/// use gdr_pci::Sysfs;
+///
+/// let dir = tempfile::tempdir()?;
+/// let mut tree = TreeBuilder::create(dir.path())?;
+/// let hb = tree.host_bridge("pci0000:00")?;
+/// // An FPGA handed to VFIO, in IOMMU group 7.
+/// let fpga = FixtureFunction::new("0000:00:05.0", 0x10ee, 0x9038, 0x058000)
+///     .driver("vfio-pci")
+///     .iommu(7);
+/// tree.add(&hb, fpga)?;
+/// let root = tree.finish()?;
+/// let info = Sysfs::new(root).device("00:05.0".parse()?)?;
+/// assert_eq!((info.vendor, info.device), (0x10ee, 0x9038));
+/// assert_eq!(info.driver.as_deref(), Some("vfio-pci"));
+/// assert_eq!(info.iommu_group, Some(7));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct TreeBuilder {
     root: PathBuf,
     next_bar: u64,

@@ -20,6 +20,21 @@ use std::fmt;
 /// PXB, PHB, NODE, SYS or NV#. Closer classes are faster for peer-to-peer DMA ([`rank`]).
 ///
 /// [`rank`]: PathClass::rank
+///
+/// # Examples
+///
+/// ```
+/// use gdr_pci::PathClass;
+///
+/// assert_eq!(PathClass::Pix.to_string(), "PIX");
+/// assert_eq!(PathClass::NvLink(4).to_string(), "NV4");
+/// let mut classes = [PathClass::Sys, PathClass::Phb, PathClass::NvLink(2), PathClass::Pix];
+/// classes.sort_by_key(|c| c.rank());
+/// assert_eq!(
+///     classes,
+///     [PathClass::NvLink(2), PathClass::Pix, PathClass::Phb, PathClass::Sys]
+/// );
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PathClass {
     /// The same device.

@@ -10,6 +10,21 @@ use crate::sysfs_error::SysfsError;
 use std::path::{Path, PathBuf};
 
 /// One PCI function as `/sys/bus/pci/devices/<bdf>` shows it.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_pci::{Bdf, PciError, Sysfs};
+///
+/// let sys = Sysfs::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/topo/workstation"));
+/// let gpu = sys.device("01:00.0".parse()?)?;
+/// assert_eq!((gpu.vendor, gpu.device, gpu.class), (0x10de, 0x2684, 0x030000));
+/// assert_eq!(gpu.driver.as_deref(), Some("nvidia"));
+/// assert_eq!(gpu.numa_node, None); // sysfs says -1
+/// let absent = Bdf::new(0, 0x42, 0, 0);
+/// assert!(matches!(sys.device(absent), Err(PciError::NotFound(b)) if b == absent));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PciInfo {
     /// The function's address.

@@ -35,6 +35,22 @@ pub(crate) enum Recorded {
 ///
 /// A reader caches where directories lead and counts the bytes it read; a clone is a fresh
 /// reader of the same root. It is not `Sync`: each thread reads through its own.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_pci::{Sysfs, SysfsError};
+/// use std::path::Path;
+///
+/// // A captured tree (a workstation's) reads as `/sys` would.
+/// let sys = Sysfs::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/topo/workstation"));
+/// let gpu = Path::new("bus/pci/devices/0000:01:00.0");
+/// assert_eq!(sys.read_text(&gpu.join("vendor"), 64)?, "0x10de");
+/// assert_eq!(sys.list(Path::new("bus/pci/devices"))?.len(), 8);
+/// // A file longer than the cap is refused, not cut.
+/// assert!(matches!(sys.read(&gpu.join("vendor"), 2), Err(SysfsError::TooLong { cap: 2 })));
+/// # Ok::<(), SysfsError>(())
+/// ```
 pub struct Sysfs {
     root: PathBuf,
     log: Option<RefCell<BTreeMap<PathBuf, Recorded>>>,

@@ -103,6 +103,25 @@ pub enum TopoError {
 }
 
 /// The PCI tree of one machine (or capture), with names, and optional NVLink counts.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_pci::{PathClass, Topology, Verdict};
+///
+/// // A capture of a workstation: one GPU, a dual-port NIC, an NVMe drive.
+/// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/topo/workstation");
+/// let topo = Topology::read(dir)?;
+/// let gpu = topo.find("gpu0")?.bdf;
+/// let (nic0, nic1) = (topo.find("mlx5_0")?.bdf, topo.find("mlx5_1")?.bdf);
+/// assert_eq!(gpu.to_string(), "0000:01:00.0");
+/// // As nvidia-smi topo -m says: through the host bridge, and the NIC's ports under one bridge.
+/// let gpu_nic = topo.path(gpu, nic0)?;
+/// assert_eq!(gpu_nic.class, PathClass::Phb);
+/// assert_ne!(gpu_nic.verdict, Verdict::Good);
+/// assert_eq!(topo.path(nic0, nic1)?.class, PathClass::Pix);
+/// # Ok::<(), gdr_pci::TopoError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Topology {
     root: PathBuf,
