@@ -16,6 +16,34 @@ pub const ISA_ENV: &str = "GDR_COPY_ISA";
 /// For copies into a mapping, [`Isa::Sse41`] adds nothing over [`Isa::Sse2`] (SSE4.1 has no new
 /// store) and runs the SSE2 kernel. For copies out of one, [`Isa::Sse2`] uses plain aligned loads,
 /// each its own uncached read: the baseline that the streaming loads of the others beat.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_mem::copy::{copy_from_mapping_with, copy_to_mapping_with, CopyError, Isa};
+///
+/// assert_eq!("AVX2".parse::<Isa>()?, Isa::Avx2);
+/// assert_eq!(Isa::Sse41.to_string(), "sse4.1");
+/// assert!(matches!("neon".parse::<Isa>(), Err(CopyError::UnknownIsa(_))));
+/// assert_eq!(Isa::available()[0], Isa::Portable);
+///
+/// // Every kernel this CPU runs moves the same bytes (ordinary memory stands in for a mapping).
+/// #[repr(align(64))]
+/// struct Lines([u8; 256]);
+/// let src: Vec<u8> = (0..=255).collect();
+/// for isa in Isa::available() {
+///     let mut mapping = Lines([0; 256]);
+///     let mut back = [0u8; 200];
+///     // SAFETY: `mapping` is 256 writable bytes in whole aligned lines, apart from `src` and
+///     // `back`; the read covers [3, 203) of it.
+///     unsafe {
+///         copy_to_mapping_with(isa, mapping.0.as_mut_ptr(), &src)?;
+///         copy_from_mapping_with(isa, &mut back, mapping.0.as_ptr().add(3))?;
+///     }
+///     assert_eq!(back[..], src[3..203], "{isa}");
+/// }
+/// # Ok::<(), CopyError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Isa {
     /// Volatile word accesses and a full fence; every architecture.

@@ -120,6 +120,22 @@ fn default_load() -> Kernel {
 /// Fewer than 64 bytes take a dispatch-free path of naturally aligned stores (an aligned 8-byte
 /// copy is one 8-byte store and `sfence`); larger copies stream whole 64-byte lines.
 ///
+/// # Examples
+///
+/// ```
+/// use gdr_mem::copy::copy_to_mapping;
+///
+/// #[repr(align(64))]
+/// struct Lines([u8; 512]);
+/// let mut mapping = Lines([0xee; 512]);
+/// let src: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+/// // SAFETY: [5, 305) of `mapping` is writable and apart from `src`.
+/// unsafe { copy_to_mapping(mapping.0.as_mut_ptr().add(5), &src) };
+/// assert_eq!(mapping.0[5..305], src[..]);
+/// // The bytes around the range are untouched.
+/// assert!(mapping.0[..5].iter().chain(&mapping.0[305..]).all(|&b| b == 0xee));
+/// ```
+///
 /// # Safety
 /// `dst` must be valid for writes of `src.len()` bytes (any alignment; nothing outside
 /// [dst, dst+len) is written) and must not overlap `src`. Other CPU threads writing the same bytes
