@@ -243,6 +243,44 @@ impl Drop for ContextInner {
 }
 
 /// The device's primary context, shared by every gdr resource on that device.
+///
+/// # Examples
+///
+/// Without libcuda or a GPU the example stops at the first call, whose error says what is
+/// missing.
+///
+/// ```
+/// use gdr_cuda::{Context, CudaError, Device};
+/// # /// The skip rule of gdr-testing, inline as in the crate's example.
+/// # fn skipped(why: &dyn std::fmt::Display) {
+/// #     use std::io::Write;
+/// #     let required = std::env::var("GDR_REQUIRE_GPU").is_ok_and(|v| v == "1");
+/// #     assert!(!required, "GDR_REQUIRE_GPU=1 but no usable GPU: {why}");
+/// #     if let Some(log) = std::env::var_os("GDR_SKIP_LOG") {
+/// #         let mut f = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+/// #         writeln!(f, "skipped: no GPU: gdr_cuda::Context example (doctest)").unwrap();
+/// #     }
+/// # }
+///
+/// let ctx = match Context::on(0) {
+///     Ok(ctx) => ctx,
+///     Err(e) => {
+///         println!("no usable GPU: {e}");
+/// #       skipped(&e);
+///         return Ok(());
+///     }
+/// };
+/// assert_eq!(ctx.device().ordinal(), 0);
+/// let (free, total) = ctx.mem_info()?;
+/// assert!(0 < free && free <= total);
+/// // An ordinal past the last GPU is refused before the driver is asked.
+/// let count = Device::count()?;
+/// assert!(matches!(
+///     Device::get(count),
+///     Err(CudaError::BadOrdinal { ordinal, count: c }) if ordinal == count && c == count
+/// ));
+/// # Ok::<(), CudaError>(())
+/// ```
 #[derive(Clone)]
 pub struct Context(pub(super) Arc<ContextInner>);
 

@@ -11,6 +11,25 @@ use std::ffi::OsStr;
 use std::fmt;
 
 /// How a library is named in errors and what to tell the user when it is missing or old.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_cuda::dylib::{self, LibrarySpec, LoadError};
+///
+/// static SPEC: LibrarySpec = LibrarySpec {
+///     what: "libexample (libexample.so.1)",
+///     install: "install the example package",
+///     update: "update the example package",
+/// };
+/// let candidates = ["libgdr-no-such-library.so.1", "/nonexistent/libexample.so.1"];
+/// let Err(e) = dylib::open(&SPEC, &candidates) else {
+///     panic!("a library that does not exist loaded");
+/// };
+/// assert!(matches!(&e, LoadError::NotInstalled { tried, .. } if tried.len() == 2));
+/// assert!(e.to_string().starts_with("libexample (libexample.so.1) could not be loaded"));
+/// assert!(e.to_string().ends_with("; install the example package"));
+/// ```
 #[derive(Debug)]
 pub struct LibrarySpec {
     /// The library as a user knows it, e.g. "NVML (libnvidia-ml.so.1)".

@@ -7,6 +7,24 @@ use std::ffi::{c_char, CStr};
 use std::sync::OnceLock;
 
 /// Errors from the CUDA layer.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_cuda::CudaError;
+///
+/// let e = CudaError::Driver {
+///     call: "cuMemAlloc",
+///     code: CudaError::OUT_OF_MEMORY,
+///     name: "CUDA_ERROR_OUT_OF_MEMORY".into(),
+///     text: "out of memory".into(),
+/// };
+/// assert!(e.is_out_of_memory() && !e.is_invalid_value());
+/// assert_eq!(e.code(), Some(2));
+/// assert_eq!(e.to_string(), "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory");
+/// // Errors raised before any driver call carry no CUresult.
+/// assert_eq!(CudaError::NoDevice.code(), None);
+/// ```
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CudaError {
     /// libcuda is not installed ([`LoadError::NotInstalled`]) or too old

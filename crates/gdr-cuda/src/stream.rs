@@ -4,6 +4,48 @@ use super::{check_range, driver, sys, Context, DeviceMemory, Result};
 
 /// A CUDA stream (`CUstream`): a queue of GPU work (copies, kernels, graph launches) that runs
 /// in order. Destroyed on drop (`cuStreamDestroy`); work still queued then completes first.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_cuda::{Context, CudaError, DeviceBuffer, Event, Stream};
+/// # /// The skip rule of gdr-testing, inline as in the crate's example.
+/// # fn skipped(why: &dyn std::fmt::Display) {
+/// #     use std::io::Write;
+/// #     let required = std::env::var("GDR_REQUIRE_GPU").is_ok_and(|v| v == "1");
+/// #     assert!(!required, "GDR_REQUIRE_GPU=1 but no usable GPU: {why}");
+/// #     if let Some(log) = std::env::var_os("GDR_SKIP_LOG") {
+/// #         let mut f = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+/// #         writeln!(f, "skipped: no GPU: gdr_cuda::Stream example (doctest)").unwrap();
+/// #     }
+/// # }
+///
+/// let ctx = match Context::on(0) {
+///     Ok(ctx) => ctx,
+///     Err(e) => {
+/// #       skipped(&e);
+///         return Ok(());
+///     }
+/// };
+/// let stream = Stream::new(&ctx)?;
+/// let (start, end) = (Event::new(&ctx)?, Event::new(&ctx)?);
+/// let buf = DeviceBuffer::new(&ctx, 1 << 20)?;
+/// let src: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
+/// let mut back = vec![0u8; src.len()];
+/// start.record(&stream)?;
+/// // SAFETY: `src` and `back` outlive the copies, and `back` is read only after the
+/// // stream's synchronize.
+/// unsafe {
+///     stream.memcpy_htod_async(&buf, 0, &src)?;
+///     stream.memcpy_dtoh_async(&mut back, &buf, 0)?;
+/// }
+/// end.record(&stream)?;
+/// stream.synchronize()?;
+/// assert!(stream.query()?, "nothing left queued");
+/// assert_eq!(back, src);
+/// assert!(end.elapsed_ms_since(&start)? >= 0.0);
+/// # Ok::<(), CudaError>(())
+/// ```
 pub struct Stream {
     pub(super) ctx: Context,
     pub(super) raw: sys::CUstream,

@@ -50,6 +50,43 @@ pub fn device_granularity(dev: Device) -> Result<usize> {
 /// One `cuMemCreate` allocation mapped at its own reserved address range, readable and
 /// writable by its GPU (and by the peers it was made for). Unmapped, released and its address
 /// range freed on drop.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_cuda::vmm::{self, VmmBuffer};
+/// use gdr_cuda::{memcpy_dtoh, memcpy_htod, Context, CudaError, DeviceMemory};
+/// # /// The skip rule of gdr-testing, inline as in the crate's example.
+/// # fn skipped(why: &dyn std::fmt::Display) {
+/// #     use std::io::Write;
+/// #     let required = std::env::var("GDR_REQUIRE_GPU").is_ok_and(|v| v == "1");
+/// #     assert!(!required, "GDR_REQUIRE_GPU=1 but no usable GPU: {why}");
+/// #     if let Some(log) = std::env::var_os("GDR_SKIP_LOG") {
+/// #         let mut f = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+/// #         writeln!(f, "skipped: no GPU: gdr_cuda::vmm::VmmBuffer example (doctest)").unwrap();
+/// #     }
+/// # }
+///
+/// let ctx = match Context::on(0) {
+///     Ok(ctx) => ctx,
+///     Err(e) => {
+/// #       skipped(&e);
+///         return Ok(());
+///     }
+/// };
+/// let buf = VmmBuffer::new(&ctx, 1000)?;
+/// let gran = vmm::granularity(&ctx)?;
+/// assert_eq!(buf.len(), 1000);
+/// assert_eq!(buf.alloc_size(), gran, "rounded up to one granule");
+/// memcpy_htod(&buf, 10, b"vmm")?;
+/// let mut back = [0u8; 3];
+/// memcpy_dtoh(&mut back, &buf, 10)?;
+/// assert_eq!(&back, b"vmm");
+/// // The fd names the allocation, for Vulkan or another process to import.
+/// let fd = buf.export_fd()?;
+/// assert!(std::os::fd::AsRawFd::as_raw_fd(&fd) >= 0);
+/// # Ok::<(), CudaError>(())
+/// ```
 pub struct VmmBuffer {
     /// The context made current around the drop's calls, for buffers made with one.
     ctx: Option<Context>,
