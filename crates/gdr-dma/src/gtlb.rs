@@ -71,6 +71,33 @@ pub enum GtlbError {
 }
 
 /// A built table: entries sorted by virtual address.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_dma::{GpuPage, Gtlb, GtlbCapacity, GtlbError};
+///
+/// const SMALL: u64 = 64 << 10; // a GPU page
+/// const LARGE: u64 = 2 << 20;
+/// // 2 MiB of GPU memory, physically contiguous and aligned, then one stray page.
+/// let mut pages: Vec<GpuPage> = (0..32)
+///     .map(|i| GpuPage { va: 0x7f00_0000_0000 + i * SMALL, pa: 0x38_0000_0000 + i * SMALL })
+///     .collect();
+/// pages.push(GpuPage { va: 0x7f00_0020_0000, pa: 0x38_1234_0000 });
+/// let cap = GtlbCapacity { large: 4, small: 4 };
+/// let table = Gtlb::build(&pages, cap)?;
+/// assert_eq!(table.counts(), (1, 1), "one 2 MiB entry, one 64 KiB entry");
+/// assert_eq!(table.translate(0x7f00_0000_0000 + LARGE - 1), Some(0x38_0000_0000 + LARGE - 1));
+/// assert_eq!(table.translate(0x7f00_0020_0010), Some(0x38_1234_0010));
+/// assert_eq!(table.translate(0x7f00_0021_0000), None, "past the last page");
+/// // A table with no room for 64 KiB entries cannot hold the stray page.
+/// assert!(matches!(
+///     Gtlb::build(&pages, GtlbCapacity { large: 4, small: 0 }),
+///     Err(GtlbError::Capacity { needed: 1, capacity: 0, .. })
+/// ));
+/// # Ok::<(), GtlbError>(())
+/// ```
+/// A built table: entries sorted by virtual address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Gtlb {
     entries: Vec<GtlbEntry>,

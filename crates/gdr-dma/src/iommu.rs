@@ -60,6 +60,31 @@ impl Inner {
 }
 
 /// An IOMMU address space shared by one or more devices (one VFIO container).
+///
+/// # Examples
+///
+/// Memory someone else allocated (here host pages; GPU memory mapped through BAR1 the same
+/// way) mapped for a device, which the space keeps alive until the mapping is dropped:
+///
+/// ```
+/// use gdr_dma::{HostPages, IommuSpace, MappedMemory, SimIommu};
+/// use std::sync::Arc;
+///
+/// let iommu = Arc::new(SimIommu::new(4096));
+/// let space = IommuSpace::new(iommu.clone(), 1 << 20, 1 << 30)?;
+/// let mem = Arc::new(HostPages::new(8192)?);
+/// mem.write_at(100, b"host bytes")?;
+/// let mapping = space.map_owned(mem.clone(), "host pages")?;
+/// let mut seen = [0u8; 10];
+/// iommu.read(mapping.iova() + 100, &mut seen).expect("mapped");
+/// assert_eq!(&seen, b"host bytes");
+/// assert_eq!(space.mappings().len(), 1);
+/// let iova = mapping.iova();
+/// drop(mapping);
+/// assert!(space.mappings().is_empty());
+/// assert!(iommu.read(iova, &mut seen).is_err(), "unmapped with the mapping");
+/// # Ok::<(), gdr_dma::DmaError>(())
+/// ```
 #[derive(Clone)]
 pub struct IommuSpace {
     inner: Arc<Inner>,

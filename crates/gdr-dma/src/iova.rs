@@ -46,6 +46,25 @@ impl IovaRange {
 }
 
 /// First-fit allocator over `[base, limit)`. Every range it gives out is `align`-aligned.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_dma::{DmaError, IovaAllocator};
+///
+/// let mut iovas = IovaAllocator::new(0x1000, 0x10_0000)?;
+/// let a = iovas.alloc(0x3000, 0x1000)?;
+/// let b = iovas.alloc(0x1000, 0x1_0000)?;
+/// assert_eq!((a, b), (0x1000, 0x1_0000), "lowest fit, aligned");
+/// assert!(iovas.reserve(0x2000, 0x1000).is_err(), "inside `a`");
+/// iovas.free(a);
+/// iovas.reserve(0x2000, 0x1000)?; // free again
+/// assert!(matches!(
+///     iovas.alloc(0x10_0000, 0x1000),
+///     Err(DmaError::IovaExhausted { limit: 0x10_0000, .. })
+/// ));
+/// # Ok::<(), DmaError>(())
+/// ```
 #[derive(Debug)]
 pub struct IovaAllocator {
     base: u64,

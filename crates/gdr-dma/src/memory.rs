@@ -28,6 +28,27 @@ pub fn align_up(v: u64, align: u64) -> Option<u64> {
 }
 
 /// Zeroed, page-aligned anonymous memory, unmapped on drop.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_dma::{AccessError, DmaError, HostPages, MappedMemory};
+///
+/// let pages = HostPages::new(100)?;
+/// assert_eq!(pages.len(), 100);
+/// assert!(pages.size() >= 4096 && pages.size() % 4096 == 0, "whole pages are mapped");
+/// pages.write_at(90, b"0123456789")?;
+/// let mut back = [0u8; 12];
+/// pages.read_at(88, &mut back)?;
+/// assert_eq!(&back, b"\0\00123456789", "zero-filled around what was written");
+/// assert!(matches!(
+///     pages.write_at(pages.size() - 4, &[1; 8]),
+///     Err(AccessError::OutOfBounds { .. })
+/// ));
+/// assert!(HostPages::new(0).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+/// Zeroed, page-aligned anonymous memory, unmapped on drop.
 pub struct HostPages {
     ptr: NonNull<u8>,
     len: usize,
