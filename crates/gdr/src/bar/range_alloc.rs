@@ -5,6 +5,23 @@
 use std::collections::BTreeMap;
 
 /// Free ranges of a block of `size` bytes, keyed by start offset.
+///
+/// # Examples
+///
+/// ```
+/// use gdr::bar::RangeAlloc;
+///
+/// let mut r = RangeAlloc::new(4096);
+/// let a = r.alloc(100, 64).unwrap();
+/// let b = r.alloc(100, 256).unwrap();
+/// assert_eq!((a, b), (0, 256), "first fit, aligned");
+/// assert_eq!((r.used(), r.fragments()), (200, 2), "a hole before `b`, the rest after it");
+/// assert_eq!(r.alloc(4096, 64), None, "no room");
+/// r.free(a, 100);
+/// r.free(b, 100);
+/// assert!(r.is_empty());
+/// assert_eq!(r.fragments(), 1, "freed neighbours merge");
+/// ```
 #[derive(Debug)]
 pub struct RangeAlloc {
     size: usize,

@@ -10,6 +10,28 @@ const BUCKETS: usize = SUB * (40 - SUB_BITS as usize + 1);
 /// Latencies in nanoseconds, counted in log-linear buckets: exact below 64 ns, then 64
 /// buckets per power of two up to 2^40 ns (larger values share the last bucket). The count,
 /// sum, minimum and maximum are kept exactly. 2240 counters (17.5 KiB), allocated once.
+///
+/// # Examples
+///
+/// ```
+/// use gdr::timing::Histogram;
+///
+/// // Two threads' latencies, merged; values below 64 ns are counted exactly.
+/// let (mut a, mut b) = (Histogram::new(), Histogram::new());
+/// for ns in [10, 20, 30] {
+///     a.record(ns);
+/// }
+/// b.record(40);
+/// a.merge(&b);
+/// assert_eq!(a.count(), 4);
+/// assert_eq!((a.quantile(0.5), a.quantile(1.0)), (20, 40));
+/// // Larger values land in buckets a few percent wide.
+/// let mut big = Histogram::new();
+/// big.record(1_000_000);
+/// let q = big.quantile(0.5) as f64;
+/// assert!((q - 1e6).abs() / 1e6 < 0.016, "{q}");
+/// assert_eq!(big.summary().max_us, 1000.0, "the extremes are exact");
+/// ```
 #[derive(Clone)]
 pub struct Histogram {
     counts: Vec<u64>,

@@ -6,6 +6,18 @@ use super::{batch_length, quantile};
 use std::time::{Duration, Instant};
 
 /// Order statistics of a set of samples (in whatever unit they were given).
+///
+/// # Examples
+///
+/// ```
+/// use gdr::timing::Summary;
+///
+/// let mut us = [5.0, 1.0, 4.0, 2.0, 3.0];
+/// let s = Summary::of(&mut us);
+/// assert_eq!((s.n, s.min, s.median, s.max, s.mean), (5, 1.0, 3.0, 5.0, 3.0));
+/// assert_eq!(us, [1.0, 2.0, 3.0, 4.0, 5.0], "sorted in place");
+/// assert!(Summary::of(&mut []).median.is_nan());
+/// ```
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct Summary {
     /// Number of samples.

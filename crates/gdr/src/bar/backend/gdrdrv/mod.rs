@@ -273,6 +273,24 @@ pub struct PinInfo {
 ///
 /// The driver serves only the process that opened it; share a `GdrDrv` between threads freely
 /// (it is `Sync` when the file is), but do not use it in a forked child.
+///
+/// # Examples
+///
+/// [`GdrDrv::open`] opens `/dev/gdrdrv`; each way it can fail is its own error, which says what
+/// to do:
+///
+/// ```
+/// use gdr::bar::{GdrDrv, GdrDrvError};
+/// use std::path::Path;
+///
+/// let missing = GdrDrv::open_path(Path::new("/nonexistent/gdrdrv"));
+/// assert!(matches!(missing, Err(GdrDrvError::NotLoaded { .. })));
+/// // A file that is not the driver answers its first command (the version) with ENOTTY.
+/// let not_gdrdrv = tempfile::NamedTempFile::new()?;
+/// let e = GdrDrv::open_path(not_gdrdrv.path()).unwrap_err();
+/// assert!(matches!(e, GdrDrvError::Unsupported { op: "GET_VERSION" }), "{e}");
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub struct GdrDrv<F: DeviceFile = DevFile> {
     file: F,
     version: DriverVersion,

@@ -573,6 +573,37 @@ pub fn nvidia_icd() -> Result<String, BarError> {
 const NVIDIA_VENDOR_ID: u32 = 0x10de;
 
 /// Allocates BAR-mapped GPU memory through Vulkan. Cheap to clone (shared pool).
+///
+/// # Examples
+///
+/// ```
+/// use gdr::bar::{BarError, VulkanBackend};
+/// use gdr::cuda::DeviceMemory;
+///
+/// const NAME: &str = "gdr::bar::VulkanBackend example (doctest)";
+/// let Some(ctx) = gdr_testing::gpu_context(NAME) else {
+///     return Ok(());
+/// };
+/// let be = match VulkanBackend::new(&ctx) {
+///     Ok(be) => be,
+///     Err(e) => {
+///         gdr_testing::skip_or_fail::<()>(NAME, &e.to_string());
+///         return Ok(());
+///     }
+/// };
+/// // Small buffers share one block, each on its own aligned lines.
+/// let a = be.alloc(100, 256)?;
+/// let b = be.alloc(100, 256)?;
+/// assert_eq!(be.shared_blocks(), 1);
+/// assert_eq!((a.device_ptr() % 256, b.device_ptr() % 256), (0, 0));
+/// a.write(0, &[1; 100])?;
+/// b.write(0, &[2; 100])?;
+/// let mut back = [0u8; 100];
+/// a.read(0, &mut back)?;
+/// assert_eq!(back, [1; 100], "`b` is apart from `a`");
+/// assert!(matches!(be.alloc(0, 64), Err(BarError::BadLayout(_))));
+/// # Ok::<(), BarError>(())
+/// ```
 #[derive(Clone)]
 pub struct VulkanBackend {
     pool: Arc<Pool>,
