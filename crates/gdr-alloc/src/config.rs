@@ -17,6 +17,28 @@ use std::collections::BTreeSet;
 pub const DEFAULT_CACHE: u64 = 4 << 30;
 
 /// The allocator's settings.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_alloc::{Config, ConfigError};
+/// use std::collections::HashMap;
+///
+/// let env = HashMap::from([
+///     ("GDR_ALLOC_GPUS", "1, 0"),
+///     ("GDR_ALLOC_MIN_SIZE", "64K"),
+///     ("GDR_ALLOC_CACHE", "1G"),
+/// ]);
+/// let c = Config::from_vars(|k| env.get(k).map(|v| v.to_string()))?;
+/// assert!(c.serves_gpu(0) && c.serves_gpu(1) && !c.serves_gpu(2));
+/// assert!(!c.serves_size(4096) && c.serves_size(64 << 10));
+/// assert_eq!(c.cache, 1 << 30);
+/// // Unset variables keep the defaults; a value the allocator cannot use is named.
+/// assert_eq!(Config::from_vars(|_| None)?, Config::default());
+/// let e = Config::from_vars(|k| (k == "GDR_ALLOC_MAX_SIZE").then(|| "lots".into()));
+/// assert!(matches!(e, Err(ConfigError { var: "GDR_ALLOC_MAX_SIZE", .. })));
+/// # Ok::<(), ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// `GDR_ALLOC=off`: everything passes through.

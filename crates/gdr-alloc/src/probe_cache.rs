@@ -106,6 +106,26 @@ fn kernel_driver_version() -> Option<String> {
 }
 
 /// Where probe results are looked up and written.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_alloc::{ProbeCache, ProbeKey};
+///
+/// let dir = tempfile::tempdir()?;
+/// let cache = ProbeCache::new(vec![dir.path().into()], Some(dir.path().into()));
+/// let uuid = [7; 16];
+/// let key = ProbeKey::new("0.1.0", "580.95.05", uuid, &[("VK_DRIVER_FILES", None)]);
+/// assert!(!cache.holds(&key));
+/// cache.store(&key)?;
+/// assert!(cache.holds(&key));
+/// // Another kernel driver may answer otherwise: its key is not held.
+/// let updated = ProbeKey::new("0.1.0", "580.105.08", uuid, &[("VK_DRIVER_FILES", None)]);
+/// assert!(!cache.holds(&updated));
+/// cache.forget(&key);
+/// assert!(!cache.holds(&key));
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbeCache {
     read: Vec<PathBuf>,

@@ -37,6 +37,47 @@ pub enum Probed {
 }
 
 /// Chunks of CUDA VMM memory with a POSIX-fd handle; mappings through Vulkan.
+///
+/// # Examples
+///
+/// ```
+/// use gdr::cuda::{self, DeviceMemory};
+/// use gdr_alloc::{Pool, VmmSource, DEFAULT_CACHE};
+///
+/// const NAME: &str = "gdr_alloc::VmmSource example (doctest)";
+/// let Some(_ctx) = gdr_testing::gpu_context(NAME) else {
+///     return Ok(());
+/// };
+/// let src = VmmSource::new();
+/// if let Err(why) = src.probe(0, None) {
+///     gdr_testing::skip_or_fail::<()>(NAME, &format!("GPU 0 cannot serve the pool: {why}"));
+///     return Ok(());
+/// }
+/// let pool = Pool::new(src, DEFAULT_CACHE);
+/// let addr = pool.alloc(0, 4096)?; // device memory, as cudaMalloc gives
+/// /// The allocation as the driver's copies take it.
+/// struct Range(u64);
+/// impl DeviceMemory for Range {
+///     fn device_ptr(&self) -> u64 {
+///         self.0
+///     }
+///     fn len(&self) -> usize {
+///         4096
+///     }
+/// }
+/// let pin = pool.pin(addr, 4096)?;
+/// pool.map(pin.id)?;
+/// let cpu = pin.cpu.wrapping_add(usize::try_from(addr - pin.base)?);
+/// // SAFETY: [cpu, cpu + 4096) lies in the chunk's mapping, which the pin keeps.
+/// unsafe { gdr::copy::copy_to_mapping(cpu, b"through BAR1") };
+/// let mut back = [0u8; 12];
+/// cuda::memcpy_dtoh(&mut back, &Range(addr), 0)?;
+/// assert_eq!(&back, b"through BAR1");
+/// pool.unmap(pin.id)?;
+/// pool.unpin(pin.id)?;
+/// assert!(pool.free(addr).is_some());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Default)]
 pub struct VmmSource {
     gpus: Mutex<HashMap<i32, Arc<Gpu>>>,
