@@ -181,6 +181,22 @@ pub const ERR_OVERRUN: u32 = 3;
 pub const ERR_STALLED: u32 = 4;
 
 /// Sizes of one queue's rings, derived from the slot count and payload capacity.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_mq::layout::{Geometry, RX_CONTROL_SIZE, SLOT_HEADER_SIZE};
+///
+/// let g = Geometry::new(8, 100)?;
+/// assert_eq!(g.stride, 128, "a 16-byte header and 100 bytes, in 16-byte units");
+/// assert_eq!(SLOT_HEADER_SIZE, 16);
+/// assert_eq!(g.rx_bytes(), RX_CONTROL_SIZE + 8 * 128);
+/// // Message indexes wrap onto the slots, across the u32 wrap too.
+/// assert_eq!(g.slot_offset(9), g.slot_offset(1));
+/// assert_eq!(g.slot_offset(u32::MAX), 7 * 128);
+/// assert!(Geometry::new(6, 100).is_err(), "not a power of two");
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
     /// Slots per ring, a power of two in `2..=2^24` (indexes map to slots by a mask).

@@ -116,6 +116,19 @@ pub enum MemoryKind {
 }
 
 /// Where the two rings of a queue pair live.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_mq::{MemoryKind, Placement};
+///
+/// assert_eq!(Placement::LYNX.name(), "rx-gpu/tx-host");
+/// assert_eq!(Placement::parse("lynx"), Some(Placement::LYNX));
+/// let crossed = Placement::parse("rx-host/tx-gpu").unwrap();
+/// assert_eq!((crossed.rx, crossed.tx), (MemoryKind::Host, MemoryKind::Gpu));
+/// assert!(Placement::ALL.iter().all(|p| Placement::parse(&p.name()) == Some(*p)));
+/// assert_eq!(Placement::parse("nvme"), None);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct Placement {
     /// Requests: written by the host, polled by the GPU.
@@ -171,6 +184,22 @@ impl Placement {
 }
 
 /// The shape of each queue pair.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_mq::{MqError, QueueConfig};
+///
+/// let cfg = QueueConfig { slots: 64, max_msg: 256, ..Default::default() };
+/// let g = cfg.geometry()?;
+/// assert_eq!((g.slots, g.max_msg, g.rx_words), (64, 256, false));
+/// // The word format lays RX out as TX is.
+/// let words = QueueConfig { rx_words: true, ..cfg.clone() }.geometry()?;
+/// assert_eq!(words.stride, words.tx_stride);
+/// let bad = QueueConfig { slots: 1000, ..cfg };
+/// assert!(matches!(bad.geometry(), Err(MqError::Config(why)) if why.contains("power of two")));
+/// # Ok::<(), MqError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct QueueConfig {
     /// Slots per ring, a power of two in `2..=2^24`: the most messages in flight at once.
