@@ -51,6 +51,26 @@ pub enum AppKind {
 }
 
 /// An app and its limits.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_serve::wire::Status;
+/// use gdr_serve::App;
+///
+/// let vecadd = App::builtin("vecadd", 1, 1024)?;
+/// // A request is two vectors of little-endian f32; the answer is their sum.
+/// let (a, b) = ([1.5f32, 2.0], [10.0f32, -20.0]);
+/// let req: Vec<u8> = a.iter().chain(&b).flat_map(|x| x.to_le_bytes()).collect();
+/// assert_eq!(vecadd.check(req.len()), Ok(()));
+/// let mut resp = [0u8; 8];
+/// assert_eq!(vecadd.run_cpu(&req, &mut resp), Some(8));
+/// assert_eq!(resp[..4], 11.5f32.to_le_bytes());
+/// assert_eq!(resp[4..], (-18.0f32).to_le_bytes());
+/// assert_eq!(vecadd.check(12), Err(Status::Truncated), "not whole pairs");
+/// assert!(App::builtin("resnet", 1, 1024).is_err());
+/// # Ok::<(), gdr_serve::ServeError>(())
+/// ```
 #[derive(Clone)]
 pub struct App {
     kind: AppKind,

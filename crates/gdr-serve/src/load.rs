@@ -136,6 +136,21 @@ fn max_datagram(t: SocketAddr) -> usize {
 
 /// What a load run sends, where and how ([`run`]); checked by
 /// [`check`](Self::check) before anything is allocated.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_serve::load::Payload;
+/// use gdr_serve::{LoadConfig, ServeError};
+///
+/// let cfg = LoadConfig { payload: Payload::Echo { size: 1000 }, threads: 2, ..Default::default() };
+/// assert!(cfg.check().is_ok());
+/// assert_eq!(cfg.payload.request_bytes(), gdr_serve::wire::HEADER_LEN + 1000);
+/// // A request must fit in one UDP datagram: refused before anything is sent.
+/// let huge = LoadConfig { payload: Payload::Echo { size: 70_000 }, ..cfg.clone() };
+/// assert!(matches!(huge.check(), Err(ServeError::Config(why)) if why.contains("does not fit")));
+/// assert!(LoadConfig { threads: 0, ..cfg }.check().is_err());
+/// ```
 #[derive(Clone, Debug)]
 pub struct LoadConfig {
     /// The server's address (IPv4 or IPv6).

@@ -207,6 +207,44 @@ struct Shared {
 }
 
 /// A bound server socket.
+///
+/// # Examples
+///
+/// A server of `echo` on loopback, its executor a queue that a CPU thread serves in place of a
+/// GPU worker, under a load run of 200 requests:
+///
+/// ```
+/// use gdr_serve::exec::{cpu_workers, split_queues};
+/// use gdr_serve::load::{self, Payload};
+/// use gdr_serve::{App, LoadConfig, Server, ServerConfig};
+/// use std::sync::atomic::{AtomicBool, Ordering};
+///
+/// let app = App::builtin("echo", 1, 1024)?;
+/// let cfg = ServerConfig::default();
+/// let server = Server::bind("127.0.0.1:0".parse().unwrap(), &cfg)?;
+/// let mut workers = cpu_workers(&app, 1, 64, cfg.idle)?;
+/// // One network thread, with one executor of at most 64 requests in flight.
+/// let lanes = split_queues(vec![("cpu".into(), workers.queues_mut())], 1, 64)?;
+/// let client = LoadConfig {
+///     target: server.local_addr()?,
+///     payload: Payload::Echo { size: 100 },
+///     requests: Some(200),
+///     verify: true,
+///     server_stats: false,
+///     ..Default::default()
+/// };
+/// let stop = AtomicBool::new(false);
+/// let (sent, served) = std::thread::scope(|s| {
+///     let serving = s.spawn(|| server.run(&cfg, &app, lanes, &stop));
+///     let sent = load::run(&client, &AtomicBool::new(false));
+///     stop.store(true, Ordering::Release);
+///     (sent, serving.join().expect("the server thread"))
+/// });
+/// let (sent, served) = (sent?, served?);
+/// assert_eq!((sent.ok, sent.verified, sent.lost), (200, 200, 0));
+/// assert_eq!(served.counters.responses, 200);
+/// # Ok::<(), gdr_serve::ServeError>(())
+/// ```
 pub struct Server {
     sock: UdpSocket,
     shared: Shared,
