@@ -193,6 +193,21 @@ pub unsafe extern "C" fn gdr_get_attribute(g: *mut c_void, attr: c_int, v: *mut 
 ///
 /// 0, or EINVAL for any other value or a NULL `pstr`.
 ///
+/// # Examples
+///
+/// ```
+/// use gdrapi::{gdr_get_mapping_type_string, MAPPING_TYPE_WC};
+/// use std::ffi::{c_char, CStr};
+///
+/// let mut name: *const c_char = std::ptr::null();
+/// // SAFETY: `name` is a live pointer to write to.
+/// assert_eq!(unsafe { gdr_get_mapping_type_string(MAPPING_TYPE_WC, &mut name) }, 0);
+/// // SAFETY: the call wrote a static NUL-terminated name.
+/// assert_eq!(unsafe { CStr::from_ptr(name) }, c"Write Combining");
+/// // SAFETY: as above; nothing is written for a type that does not exist.
+/// assert_eq!(unsafe { gdr_get_mapping_type_string(9, &mut name) }, libc::EINVAL);
+/// ```
+///
 /// # Safety
 /// `pstr` is NULL or valid for a write of a pointer.
 #[no_mangle]
@@ -216,6 +231,18 @@ pub unsafe extern "C" fn gdr_get_mapping_type_string(
 /// gdrcopy's `gdr_runtime_get_version`: writes the API level this library implements,
 /// [`API_MAJOR`].[`API_MINOR`] (2.6), to `*major` and `*minor`; a NULL pointer is skipped.
 /// Cannot fail, and works without a GPU or a `gdr_t`.
+///
+/// # Examples
+///
+/// ```
+/// use gdrapi::{gdr_runtime_get_version, API_MAJOR, API_MINOR};
+///
+/// let (mut major, mut minor) = (0, 0);
+/// // SAFETY: both point to live `c_int`s.
+/// unsafe { gdr_runtime_get_version(&mut major, &mut minor) };
+/// assert_eq!((major, minor), (2, 6));
+/// assert_eq!((major, minor), (API_MAJOR, API_MINOR));
+/// ```
 ///
 /// # Safety
 /// `major` and `minor` are each NULL or valid for a write of a `c_int`.
