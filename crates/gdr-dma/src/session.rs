@@ -61,6 +61,31 @@ impl Default for OpenOptions {
 
 /// An opened DMA device. Field order is drop order: the engine (and its descriptor mapping)
 /// goes before the device and the container.
+///
+/// # Examples
+///
+/// [`Session::open`] checks what sysfs says before it touches a device node; here a
+/// hand-made tree stands in for `/sys` (the crate's example opens a real device):
+///
+/// ```
+/// use gdr_dma::{DmaError, OpenOptions, Session, Sysfs};
+/// use gdr_pci::fixture::{FixtureFunction, TreeBuilder};
+///
+/// let dir = tempfile::tempdir()?;
+/// let mut tree = TreeBuilder::create(dir.path())?;
+/// let hb = tree.host_bridge("pci0000:00")?;
+/// // QEMU's edu device, still bound to another driver; and a GPU, which has no DMA engine here.
+/// tree.add(&hb, FixtureFunction::new("0000:00:04.0", 0x1234, 0x11e8, 0x00ff00).driver("edu").iommu(4))?;
+/// tree.add(&hb, FixtureFunction::new("0000:00:05.0", 0x10de, 0x2330, 0x030200).iommu(5))?;
+/// let opts = OpenOptions { sysfs: Sysfs::new(tree.finish()?), ..Default::default() };
+///
+/// let Err(e) = Session::open(&"00:04.0".parse()?, &opts) else { panic!("not vfio-pci's") };
+/// assert!(matches!(&e, DmaError::NotBound { current, .. } if current == "bound to edu"), "{e}");
+/// assert!(e.to_string().contains("modprobe vfio-pci"), "the fix: {e}");
+/// let Err(e) = Session::open(&"00:05.0".parse()?, &opts) else { panic!("no engine") };
+/// assert!(matches!(e, DmaError::UnknownDevice { vendor: 0x10de, .. }), "{e}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Session {
     /// The device's DMA engine.
     pub engine: Box<dyn DmaEngine>,

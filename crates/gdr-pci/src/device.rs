@@ -128,6 +128,24 @@ impl PortType {
 }
 
 /// Link speed (GT/s) and width, current and maximum, as the function itself reports them.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_pci::{pcie_generation, LinkState};
+///
+/// // A Gen4 x16 link running at Gen1 speed, as an idle GPU's link often does.
+/// let link = LinkState {
+///     current_speed_gts: Some(2.5),
+///     current_width: Some(16),
+///     max_speed_gts: Some(16.0),
+///     max_width: Some(16),
+/// };
+/// assert!(link.is_known());
+/// assert_eq!(link.summary(), "2.5 GT/s x16 (max 16 GT/s x16)");
+/// assert_eq!((pcie_generation(2.5), pcie_generation(16.0)), (Some(1), Some(4)));
+/// assert_eq!(LinkState::default().summary(), "-", "no link attributes in sysfs");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct LinkState {
     /// `current_link_speed` in GT/s per lane (2.5 for Gen1 ... 64 for Gen6).

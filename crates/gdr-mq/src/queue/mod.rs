@@ -67,6 +67,40 @@ pub(crate) struct QueueParts {
 }
 
 /// One queue pair. `send` requests, `recv` their responses (in order).
+///
+/// # Examples
+///
+/// Over plain memory, served by a CPU thread (a GPU worker serves it the same way):
+///
+/// ```
+/// use gdr_mq::{CpuHandler, CpuWorkers, MqError, QueueConfig};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// // The worker answers each request with its length, in one byte.
+/// let len: CpuHandler = Arc::new(|req: &[u8], resp: &mut [u8]| {
+///     resp[0] = req.len() as u8;
+///     1
+/// });
+/// let cfg = QueueConfig { slots: 4, max_msg: 16, ..Default::default() };
+/// let mut workers = CpuWorkers::spawn(&cfg, 1, Duration::from_secs(10), len)?;
+/// let q = workers.queue(0);
+/// for msg in [&b"a"[..], b"bb", b"ccc", b"dddd"] {
+///     q.send(msg)?;
+/// }
+/// // Every slot holds a request or an unreceived response: no credit until a receive.
+/// assert_eq!((q.in_flight(), q.credits()), (4, 0));
+/// assert!(matches!(q.send(b"e"), Err(MqError::Full { slots: 4, .. })));
+/// let mut resp = [0u8; 16];
+/// for want in 1..=4 {
+///     assert_eq!(q.recv(&mut resp)?, 1);
+///     assert_eq!(resp[0], want, "in order");
+/// }
+/// // A request longer than a slot holds is refused before anything is written.
+/// assert!(matches!(q.send(&[0; 17]), Err(MqError::Oversize { len: 17, max: 16 })));
+/// workers.stop();
+/// # Ok::<(), MqError>(())
+/// ```
 pub struct QueuePair {
     p: QueueParts,
     sent: u64,
