@@ -7,7 +7,8 @@
 # speed (docs/perf.md). copylat and copybw carry their C API columns (libgdrapi's copies, built
 # into each gdr), so the C library is compared too. COMPARE_PARTS (default "copylat copybw pplat
 # mq serve") picks the benchmarks; serve runs serve-bench.sh (beside this script) with
-# SERVE_ONLY=low and one round.
+# SERVE_ONLY=low and one round. COPYLAT_ARGS (default "--max-size 16M"), COPYBW_ARGS, PPLAT_ARGS
+# and MQ_ARGS (default none) replace or add each benchmark's options, for shorter budgets.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 a=${1:?usage: compare-gdr.sh GDR_A GDR_B OUTDIR}
@@ -24,10 +25,13 @@ one() { # kind, label, round, command...
 }
 run() { # label, binary, round
   local l=$1 g=$2 r=$3
-  one copylat "$l" "$r" "$g" copylat --max-size 16M --json
-  one copybw "$l" "$r" "$g" copybw --json
-  one pplat "$l" "$r" "$g" pplat --json
-  one mq "$l" "$r" "$g" mq bench --json
+  # shellcheck disable=SC2086 # the *_ARGS are option lists
+  {
+    one copylat "$l" "$r" "$g" copylat ${COPYLAT_ARGS:---max-size 16M} --json
+    one copybw "$l" "$r" "$g" copybw ${COPYBW_ARGS:-} --json
+    one pplat "$l" "$r" "$g" pplat ${PPLAT_ARGS:-} --json
+    one mq "$l" "$r" "$g" mq bench ${MQ_ARGS:-} --json
+  }
   if [[ "$parts" == *" serve "* ]]; then
     SERVE_ONLY=low SERVE_ROUNDS=1 timeout 300 bash "$here/serve-bench.sh" "$out/serve-$l-$r" "$g" \
       >"$out/serve-$l-$r.log" 2>&1 || echo "serve $l round $r failed: $(tail -1 "$out/serve-$l-$r.log")"
