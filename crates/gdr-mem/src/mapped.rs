@@ -521,9 +521,15 @@ mod tests {
                 // Written exactly the range: one thread's plain read sees the data in place
                 // and the fill on both sides.
                 let all = m.contents();
-                assert!(all[off..off + len] == data, "{caching:?} {off}+{len} in place");
                 assert!(
-                    all[..off].iter().chain(&all[off + len..]).all(|&b| b == 0x5a),
+                    all[off..off + len] == data,
+                    "{caching:?} {off}+{len} in place"
+                );
+                assert!(
+                    all[..off]
+                        .iter()
+                        .chain(&all[off + len..])
+                        .all(|&b| b == 0x5a),
                     "{caching:?} {off}+{len} on {threads}: a byte outside the range changed"
                 );
                 m.write_at(off, &vec![0x5a; len]).unwrap();
@@ -554,12 +560,19 @@ mod tests {
             let m = Block::new(256 << 10, caching);
             let size = m.size();
             for (off, len) in [(size - 40_000, 40_001), (1, size), (usize::MAX, 2)] {
-                let want = AccessError::OutOfBounds { offset: off, len, size };
+                let want = AccessError::OutOfBounds {
+                    offset: off,
+                    len,
+                    size,
+                };
                 let src = vec![1u8; len];
                 assert_eq!(m.write_parallel(off, &src, 4), Err(want.clone()));
                 let mut dst = vec![0xa5u8; len];
                 assert_eq!(m.read_parallel(off, &mut dst, 4), Err(want));
-                assert!(dst.iter().all(|&b| b == 0xa5), "{caching:?}: a refused read wrote");
+                assert!(
+                    dst.iter().all(|&b| b == 0xa5),
+                    "{caching:?}: a refused read wrote"
+                );
             }
             assert!(
                 m.contents().iter().all(|&b| b == 0x5a),

@@ -3,7 +3,7 @@
 
 use gdr::bar::{BarError, VulkanBackend};
 use gdr::cuda::{self, DeviceMemory};
-use gdr::mem::AccessError;
+use gdr::mem::{AccessError, MappedMemory};
 use gdr_testing::{gpu_context, skip_or_fail};
 use rand::{Rng, RngCore};
 
