@@ -4,27 +4,14 @@
 //! fallback). Bytes are checked against what cuMemcpy sees, with the bytes around the range
 //! untouched. Skips without a GPU (fails under GDR_REQUIRE_GPU=1).
 
-use gdr::bar::auto::{read_on, write_on, AutoCopier, Calibration, Direction, Path, Point, CLASSES};
-use gdr::bar::{DeviceMapped, EngineCopy, LazyStream, MappedBuffer, VulkanBackend};
+mod common;
+
+use common::{backend, contested_copier, random, untouched_around};
+use gdr::bar::auto::{read_on, write_on, Path};
+use gdr::bar::{DeviceMapped, EngineCopy, LazyStream, MappedBuffer};
 use gdr::cuda::{self, CudaError, DeviceMemory};
 use gdr::mem::{Caching, MappedMemory};
-use gdr_testing::{gpu_context, skip_or_fail};
-use rand::RngCore;
 use std::sync::atomic::{AtomicUsize, Ordering};
-
-fn backend(name: &str) -> Option<VulkanBackend> {
-    let ctx = gpu_context(name)?;
-    match VulkanBackend::new(&ctx) {
-        Ok(b) => Some(b),
-        Err(e) => skip_or_fail(name, &e.to_string()),
-    }
-}
-
-fn random(n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    rand::thread_rng().fill_bytes(&mut v);
-    v
-}
 
 /// Engine failures the fallback was told of (one test uses the fallback).
 static FELL_BACK: AtomicUsize = AtomicUsize::new(0);
@@ -114,10 +101,7 @@ fn round_trip(
         "{path}: write of {n} B at {at}"
     );
     assert!(
-        gpu[..start]
-            .iter()
-            .chain(&gpu[start + n..])
-            .all(|&b| b == 0xA5),
+        untouched_around(&gpu, start, n, 0xA5),
         "{path}: write of {n} B at {at} touched bytes outside it"
     );
     let mut back = vec![0x5Au8; n + 2];
@@ -203,26 +187,7 @@ fn the_auto_copier_copies_any_device_mapped_memory() {
     let Some(be) = backend("the_auto_copier_copies_any_device_mapped_memory") else {
         return;
     };
-    let paths = [Path::Mapping { threads: 1 }, Path::CopyEngine];
-    let mut points = Vec::new();
-    for direction in [Direction::ToGpu, Direction::FromGpu] {
-        for k in 0..CLASSES {
-            for path in paths {
-                points.push(Point {
-                    direction,
-                    size: 1 << k,
-                    path,
-                    median_us: 1.0,
-                });
-            }
-        }
-    }
-    let copier = AutoCopier::from_calibration(Calibration {
-        key: "test".into(),
-        to_gpu: vec![paths[0]; CLASSES],
-        from_gpu: vec![paths[0]; CLASSES],
-        points,
-    });
+    let copier = contested_copier();
     let buf = be.alloc(1 << 18, 64).unwrap();
     let stream = LazyStream::new();
     let w = window(&buf, 128 + 1, 200_000, &stream);

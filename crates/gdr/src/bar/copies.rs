@@ -253,16 +253,9 @@ pub trait DeviceMapped: MappedMemory {
     /// [`EngineCopy::falling_back`]).
     fn engine_write(&self, offset: usize, src: &[u8]) -> Result<(), BarError> {
         let engine = self.engine();
-        match engine.write(&self.device_range(), offset, src) {
-            Ok(()) => Ok(()),
-            Err(e) => match engine.fallback {
-                Some(note) if check_range(offset, src.len(), self.size()).is_ok() => {
-                    note(&e);
-                    Ok(self.write_at(offset, src)?)
-                }
-                _ => Err(e.into()),
-            },
-        }
+        let copied = engine.write(&self.device_range(), offset, src);
+        let fits = check_range(offset, src.len(), self.size()).is_ok();
+        or_fall_back(&engine, copied, fits, || self.write_at(offset, src))
     }
 
     /// Reads `dst.len()` bytes at `offset` into `dst` with the copy engine
@@ -272,16 +265,27 @@ pub trait DeviceMapped: MappedMemory {
     /// As [`engine_write`](Self::engine_write).
     fn engine_read(&self, offset: usize, dst: &mut [u8]) -> Result<(), BarError> {
         let engine = self.engine();
-        match engine.read(&self.device_range(), offset, dst) {
-            Ok(()) => Ok(()),
-            Err(e) => match engine.fallback {
-                Some(note) if check_range(offset, dst.len(), self.size()).is_ok() => {
-                    note(&e);
-                    Ok(self.read_at(offset, dst)?)
-                }
-                _ => Err(e.into()),
-            },
+        let copied = engine.read(&self.device_range(), offset, dst);
+        let fits = check_range(offset, dst.len(), self.size()).is_ok();
+        or_fall_back(&engine, copied, fits, || self.read_at(offset, dst))
+    }
+}
+
+/// An engine copy's outcome: `copied` as it is, unless it failed on a range that `fits` and
+/// `engine` falls back; then its note is told and the copy is made through the mapping.
+fn or_fall_back(
+    engine: &EngineCopy<'_>,
+    copied: Result<(), CudaError>,
+    fits: bool,
+    mapping: impl FnOnce() -> Result<(), gdr_mem::AccessError>,
+) -> Result<(), BarError> {
+    match (copied, engine.fallback) {
+        (Ok(()), _) => Ok(()),
+        (Err(e), Some(note)) if fits => {
+            note(&e);
+            Ok(mapping()?)
         }
+        (Err(e), _) => Err(e.into()),
     }
 }
 
