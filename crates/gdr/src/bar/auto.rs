@@ -142,9 +142,10 @@ pub fn class_of(len: usize) -> usize {
     k.min(CLASSES - 1)
 }
 
-/// Writes `src` into `mem` at `offset` on `path`: [`write_at`](crate::mem::MappedMemory::write_at)
-/// on one thread, [`write_parallel`](crate::mem::MappedMemory::write_parallel) on several, [`DeviceMapped::engine_write`] on the copy
-/// engine.
+/// Writes `src` into `mem` at `offset` on `path`: on one thread
+/// [`write_at`](crate::mem::MappedMemory::write_at), on several
+/// [`write_parallel`](crate::mem::MappedMemory::write_parallel), on the copy engine
+/// [`DeviceMapped::engine_write`].
 pub fn write_on(
     path: Path,
     mem: &(impl DeviceMapped + ?Sized),
@@ -711,8 +712,9 @@ impl AutoCopier {
     }
 
     /// Runs one copy of `len` bytes in `dir` with `copy`, on the path its class's contest picks.
-    /// For callers with their own kind of memory (the C library copies between raw pointers):
-    /// `copy` is called once, with the path to take, and whatever it returns is returned.
+    /// [`write`](Self::write) and [`read`](Self::read) are this with [`write_on`] and
+    /// [`read_on`]; memory that is a [`DeviceMapped`] needs nothing else. `copy` is called
+    /// once, with the path to take, and whatever it returns is returned.
     #[inline]
     pub fn copy_with<E>(
         &self,
