@@ -84,7 +84,8 @@ pub use device::{Attribute, Context, CurrentContextGuard, Device, MAX_DEVICES};
 pub use external::ExternalMemory;
 pub use graph::Graph;
 pub use memory::{
-    memcpy_dtoh, memcpy_htod, memset, pointer_device, DeviceBuffer, DeviceMemory, HostBuffer,
+    memcpy_dtoh, memcpy_htod, memset, pointer_device, DeviceBuffer, DeviceMemory, DeviceRange,
+    HostBuffer,
 };
 pub use module::{Function, LaunchConfig, Module};
 pub use pointer::{allocation_range, buffer_id, dma_buf_fd, set_sync_memops};
