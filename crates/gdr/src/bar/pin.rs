@@ -23,11 +23,11 @@
 //! mapping can outlive its memory, and reads and writes go through [`crate::copy`].
 //!
 //! The backends themselves are in `super::backend`, below this module. Each one pins through
-//! one file here, which implements [`Backend`] (open, pin) and [`BackendPin`] (map, unmap,
-//! unpin on drop) for it: `gdrdrv`, `dmabuf`, `vulkan`, and `pooled` for the allocator's
-//! memory. This file keeps the public types, the choice among the backends (their
-//! registration: a [`PinBackend`] variant, its name and its `open` arm) and the checks every
-//! pin shares.
+//! one file under `pin/`, which implements [`Backend`] (open, pin) and [`BackendPin`] (map,
+//! unmap, unpin on drop) for it: `gdrdrv`, `dmabuf`, `vulkan`, and `pooled` for the
+//! allocator's memory. This file keeps the public types, the choice among the backends (their
+//! registration: a [`PinBackend`] variant, its name, its place in [`PinBackend::ALL`] and its
+//! arm in `Pinner::open`) and the checks every pin shares.
 
 mod dmabuf;
 mod gdrdrv;
