@@ -8,11 +8,14 @@ Usage: alloc_clients.py [all|train|cupy] [--out DIR]
          - train: a short training loop (deterministic algorithms on, fixed seed) gives
            bit-identical losses with and without the allocator; its median step time with the
            allocator is within 5% of the time without (the median over
-           ALLOC_CLIENTS_TRAIN_ROUNDS runs of each, default 3, alternated; reported, and
-           checked); under the
-           allocator a weight tensor (default allocator, cudaMalloc) is pinned and mapped
-           through libgdrapi and reads back the tensor's bytes, and bytes written through the
-           mapping are what torch then reads;
+           ALLOC_CLIENTS_TRAIN_ROUNDS runs of each, default 4, alternated with the order
+           rotated, each after a second of matrix products that brings the GPU's clocks up;
+           reported, and checked). A third side, the allocator preloaded but serving nothing,
+           and the GPU's time per step (CUDA events) are reported beside it, to tell the cost of
+           the interposed calls from that of the memory. Under the allocator a weight tensor
+           (default allocator, cudaMalloc) is pinned and mapped through libgdrapi and reads
+           back the tensor's bytes, and bytes written through the mapping are what torch then
+           reads;
          - cupy: an array from CuPy's default memory pool is pinned, mapped, written through
            the mapping and read by CuPy, and the reverse; without the allocator the pin is
            refused (ENOTSUP on a host without gdrdrv).
@@ -42,8 +45,10 @@ CHILD_TIMEOUT_S = 300
 STEPS = 60
 WARMUP = 10
 STEP_TIME_LIMIT = 1.05
+# Seconds of matrix products before the training steps, to bring the GPU's clocks up.
+GPU_WARMUP_S = 1.0
 # Training runs on each side, alternated (ALLOC_CLIENTS_TRAIN_ROUNDS).
-TRAIN_ROUNDS = max(1, int(os.environ.get("ALLOC_CLIENTS_TRAIN_ROUNDS", "3")))
+TRAIN_ROUNDS = max(1, int(os.environ.get("ALLOC_CLIENTS_TRAIN_ROUNDS", "4")))
 
 
 class Checks:
@@ -101,21 +106,36 @@ def child_train(under_allocator):
     gen = torch.Generator(device="cpu").manual_seed(99)
     x_all = torch.randn(STEPS, 128, 3, 32, 32, generator=gen)
     y_all = torch.randint(0, 10, (STEPS, 128), generator=gen)
-    losses, step_ms = [], []
+    # The GPU's clocks first: an idle GPU runs the first steps slowly, and 60 steps are over
+    # before it has sped up, so without this each run measures mostly how idle the GPU was.
+    a = torch.ones(4096, 4096, device=dev)
+    t_end = time.perf_counter() + GPU_WARMUP_S
+    while time.perf_counter() < t_end:
+        for _ in range(8):
+            a = a @ a * (1.0 / 4096)
+        torch.cuda.synchronize()
+    del a
+    losses, step_ms, gpu_ms = [], [], []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for i in range(STEPS):
         x, y = x_all[i].to(dev), y_all[i].to(dev)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
+        start.record()
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
+        end.record()
         torch.cuda.synchronize()
         step_ms.append((time.perf_counter() - t0) * 1e3)
+        # The GPU's time from the step's first queued work to its last: when it is close to
+        # the wall time, the step waits on the GPU; when far below, on the CPU's launches.
+        gpu_ms.append(start.elapsed_time(end))
         losses.append(loss.item())
     checks.expect(all(np.isfinite(losses)), f"{STEPS} training steps, finite losses "
                   f"({losses[0]:.4f} -> {losses[-1]:.4f})")
-    result = {"losses": losses, "step_ms": step_ms[WARMUP:]}
+    result = {"losses": losses, "step_ms": step_ms[WARMUP:], "gpu_ms": gpu_ms[WARMUP:]}
     if under_allocator:
         # A weight of the trained model: default-allocator memory, pinned through libgdrapi.
         lib = load_gdrapi()
@@ -174,19 +194,31 @@ def child_cupy(under_allocator):
 
 def run_child_mode(mode):
     under = bool(os.environ.get("LD_PRELOAD", "").count("gdr_alloc"))
-    checks, result = (child_train if mode == "train" else child_cupy)(under)
-    result["under_allocator"] = under
+    # The "preload" side of the step-time comparison: the library is in, but serves nothing.
+    serving = under and os.environ.get("GDR_ALLOC_MIN_SIZE") != SERVE_NOTHING
+    checks, result = (child_train if mode == "train" else child_cupy)(serving)
+    result["under_allocator"] = serving
     print("result " + json.dumps(result), flush=True)
     print(f"{NAME}: {checks.passed} passed, {checks.failed} failed", flush=True)
     return 1 if checks.failed else 0
 
 
-def command(mode, with_allocator):
+# The sides of a run: the driver alone; the allocator serving (`gdr run`); and the allocator
+# preloaded but serving nothing (every request below GDR_ALLOC_MIN_SIZE), which separates what
+# its interposed calls cost from what its memory costs.
+SIDES = ("driver", "alloc", "preload")
+SERVE_NOTHING = str(1 << 62)
+
+
+def command(mode, side):
     py = [sys.executable, os.path.abspath(__file__), mode]
     env = dict(os.environ, PYTHONUNBUFFERED="1", GDR_REQUIRE_GPU="1")
     env.pop("LD_PRELOAD", None)
-    if not with_allocator:
+    env.pop("GDR_ALLOC_MIN_SIZE", None)
+    if side == "driver":
         return py, env
+    if side == "preload":
+        env["GDR_ALLOC_MIN_SIZE"] = SERVE_NOTHING
     gdr = os.environ.get("GDR_BIN")
     if gdr:
         return [gdr, "run", "--"] + py, env
@@ -194,9 +226,9 @@ def command(mode, with_allocator):
     return py, env
 
 
-def run_child(mode, with_allocator, out_dir, tag=None):
-    cmd, env = command(mode, with_allocator)
-    tag = tag or f"{mode}-{'alloc' if with_allocator else 'driver'}"
+def run_child(mode, side, out_dir, tag=None):
+    cmd, env = command(mode, side)
+    tag = tag or f"{mode}-{side}"
     print(f"== {tag}: {' '.join(cmd)}", flush=True)
     try:
         p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -235,41 +267,47 @@ def run_all(out_dir):
     checks = Checks()
     total_p = total_f = 0
     results = {}
-    # The training runs alternate, without and with the allocator, TRAIN_ROUNDS times: a step
-    # is a few milliseconds of kernel launches, so one run of each side mostly measures what
-    # else the host was doing at the time.
-    train = {False: [], True: []}
+    # The training runs alternate, TRAIN_ROUNDS times, with the order of the sides rotated
+    # each round: a step is a few milliseconds of kernel launches, so one run of each side
+    # mostly measures what else the host was doing at the time, and a side that always ran
+    # second would always run in the wake of the first's exit.
+    train = {side: [] for side in SIDES}
     for rnd in range(TRAIN_ROUNDS):
-        for with_alloc in (False, True):
-            tag = f"train-{'alloc' if with_alloc else 'driver'}-{rnd + 1}"
-            p, f, r = run_child("train", with_alloc, out_dir, tag)
+        for k in range(len(SIDES)):
+            side = SIDES[(rnd + k) % len(SIDES)]
+            p, f, r = run_child("train", side, out_dir, f"train-{side}-{rnd + 1}")
             total_p, total_f = total_p + p, total_f + f
             if r is not None:
-                train[with_alloc].append(r)
-    for with_alloc in (False, True):
-        p, f, r = run_child("cupy", with_alloc, out_dir)
+                train[side].append(r)
+    for side in ("driver", "alloc"):
+        p, f, r = run_child("cupy", side, out_dir)
         total_p, total_f = total_p + p, total_f + f
-    runs_a, runs_b = train[False], train[True]
-    if checks.expect(len(runs_a) == len(runs_b) == TRAIN_ROUNDS,
-                     f"all {2 * TRAIN_ROUNDS} training runs reported"):
-        a = runs_a[0]
-        differ = [b for b in runs_a[1:] + runs_b if b["losses"] != a["losses"]]
+    if checks.expect(all(len(runs) == TRAIN_ROUNDS for runs in train.values()),
+                     f"all {len(SIDES) * TRAIN_ROUNDS} training runs reported"):
+        a = train["driver"][0]
+        others = train["driver"][1:] + train["alloc"] + train["preload"]
+        differ = [b for b in others if b["losses"] != a["losses"]]
         first = differ[0]["losses"] if differ else a["losses"]
         checks.expect(not differ, f"the {STEPS} losses are bit-identical in every run, with and "
                       "without the allocator",
                       f"{len(differ)} run(s) differ; the first at step "
                       f"{next((i for i, (x, y) in enumerate(zip(a['losses'], first)) if x != y), '?')}")
-        med_a = [statistics.median(r["step_ms"]) for r in runs_a]
-        med_b = [statistics.median(r["step_ms"]) for r in runs_b]
-        ma, mb = statistics.median(med_a), statistics.median(med_b)
-        print(f"time training step median over {TRAIN_ROUNDS} alternated runs each: {ma:.3f} ms "
-              f"without ({', '.join(f'{m:.3f}' for m in med_a)}), {mb:.3f} ms with the allocator "
-              f"({', '.join(f'{m:.3f}' for m in med_b)}): {mb / ma:.3f}x", flush=True)
+        med = {}
+        for key in ("step_ms", "gpu_ms"):
+            for side in SIDES:
+                runs = [statistics.median(r[key]) for r in train[side]]
+                med[side, key] = statistics.median(runs)
+                print(f"time training {'step' if key == 'step_ms' else 'GPU time per step'} "
+                      f"median over {TRAIN_ROUNDS} runs, {side}: {med[side, key]:.3f} ms "
+                      f"({', '.join(f'{m:.3f}' for m in runs)}), "
+                      f"{med[side, key] / med['driver', key]:.3f}x the driver's", flush=True)
+        ma, mb = med["driver", "step_ms"], med["alloc", "step_ms"]
         checks.expect(mb <= ma * STEP_TIME_LIMIT, f"step time with the allocator within "
                       f"{(STEP_TIME_LIMIT - 1) * 100:.0f}% ({mb / ma:.3f}x)")
         if out_dir:
             with open(os.path.join(out_dir, f"{NAME}-train.json"), "w") as f:
-                json.dump({"without": runs_a, "with": runs_b, "ratio": mb / ma}, f)
+                json.dump({"without": train["driver"], "with": train["alloc"],
+                           "preload": train["preload"], "ratio": mb / ma}, f)
     total_p += checks.passed
     total_f += checks.failed
     print(f"{NAME}: {total_p} passed, {total_f} failed", flush=True)

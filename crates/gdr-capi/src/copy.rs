@@ -24,25 +24,33 @@
 //! default stream, so a persistent kernel on that stream cannot block a copy; the caller's
 //! current CUDA context is put back before the call returns. When the copy engine fails, the
 //! copy is done through the mapping and the failure is logged once.
+//!
+//! None of this is a copy path of the library's own: a handle's mapping is a
+//! [`DeviceMapped`] ([`HandleMapping`]), copied by gdr's auto copier and its paths
+//! (`gdr::bar::auto::write_on`), and the promises above that the Rust API does not make (the
+//! stream, the fence, the context, the fallback) are options of gdr's one engine copy
+//! ([`EngineCopy`]), set in [`Engine::copy`].
 
 use crate::entry::guard;
 use crate::log::{log, Level};
 use crate::table::{self, Handle};
 use crate::GdrMh;
-use gdr::bar::auto::{AutoCopier, Calibration, Direction, Path};
-use gdr::bar::VulkanBackend;
-use gdr::cuda::{Context, CudaError, CurrentContextGuard, DeviceMemory, Stream};
+use gdr::bar::auto::{AutoCopier, Calibration, Direction};
+use gdr::bar::{DeviceMapped, EngineCopy, LazyStream, VulkanBackend};
+use gdr::cuda::{Context, CudaError, DeviceRange};
+use gdr::mem::{Caching, MappedMemory};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// Checks that `[ptr, ptr + size)` lies in `mh`'s live mapping and runs `f` with the table
-/// read-locked (so no unmap can race the copy, while copies on other handles go on).
+/// read-locked (so no unmap can race the copy, while copies on other handles go on), the
+/// handle, and the offset of `ptr` in its mapping.
 fn with_mapped_range(
     mh: GdrMh,
     ptr: *const u8,
     size: usize,
-    f: impl FnOnce(&Handle, u64) -> c_int,
+    f: impl FnOnce(&Handle, usize) -> c_int,
 ) -> c_int {
     let s = table::read();
     let Some(h) = s.as_ref().and_then(|s| s.handles.get(&(mh.h as u64))) else {
@@ -53,10 +61,7 @@ fn with_mapped_range(
     }
     let (start, end) = (h.cpu as usize, h.cpu as usize + h.cpu_len);
     match (ptr as usize).checked_add(size) {
-        Some(e) if ptr as usize >= start && e <= end => {
-            // The GPU address of `ptr`: the mapping starts at the window's first byte.
-            f(h, h.window.va + (ptr as usize - start) as u64)
-        }
+        Some(e) if ptr as usize >= start && e <= end => f(h, ptr as usize - start),
         _ => libc::EINVAL,
     }
 }
@@ -90,7 +95,7 @@ pub unsafe extern "C" fn gdr_copy_to_mapping(
         if h_ptr.is_null() || map_d_ptr.is_null() {
             return libc::EINVAL;
         }
-        with_mapped_range(mh, map_d_ptr.cast(), size, |h, addr| {
+        with_mapped_range(mh, map_d_ptr.cast(), size, |h, offset| {
             // SAFETY: the caller passes `size` readable bytes at h_ptr.
             let src = unsafe { std::slice::from_raw_parts(h_ptr.cast::<u8>(), size) };
             if h.is_staged() {
@@ -101,14 +106,12 @@ pub unsafe extern "C" fn gdr_copy_to_mapping(
                         h.covered(),
                         Direction::ToGpu,
                         src.as_ptr().cast_mut(),
-                        addr,
+                        h.window.va + offset as u64,
                         size,
                     )
                 };
             }
-            // SAFETY: the destination lies in the handle's live mapping of the GPU memory at
-            // `addr` (checked, table locked).
-            unsafe { to_mapping(&h.engine, map_d_ptr.cast(), addr, src) };
+            to_mapping(&HandleMapping(h), offset, src);
             0
         })
     })
@@ -140,7 +143,7 @@ pub unsafe extern "C" fn gdr_copy_from_mapping(
         if h_ptr.is_null() || map_d_ptr.is_null() {
             return libc::EINVAL;
         }
-        with_mapped_range(mh, map_d_ptr.cast(), size, |h, addr| {
+        with_mapped_range(mh, map_d_ptr.cast(), size, |h, offset| {
             if h.is_staged() {
                 let covered = h.covered();
                 // SAFETY: the caller passes `size` writable bytes at h_ptr (not NULL: checked).
@@ -150,18 +153,15 @@ pub unsafe extern "C" fn gdr_copy_from_mapping(
                         covered,
                         Direction::FromGpu,
                         h_ptr.cast(),
-                        addr,
+                        h.window.va + offset as u64,
                         size,
                     )
                 };
             }
-            // SAFETY: the caller passes `size` writable bytes at h_ptr; the source lies in the
-            // handle's live, page-granular mapping of the GPU memory at `addr` (checked, table
-            // locked).
-            unsafe {
-                let dst = std::slice::from_raw_parts_mut(h_ptr.cast::<u8>(), size);
-                from_mapping(&h.engine, dst, map_d_ptr.cast(), addr);
-            }
+            // SAFETY: the caller passes `size` writable bytes at h_ptr, which nothing else
+            // touches during the call.
+            let dst = unsafe { std::slice::from_raw_parts_mut(h_ptr.cast::<u8>(), size) };
+            from_mapping(&HandleMapping(h), offset, dst);
             0
         })
     })
@@ -262,7 +262,7 @@ pub(crate) fn init(vulkan: Option<&VulkanBackend>) {
 /// (made at its first copy-engine copy) a stream there.
 pub(crate) struct Engine {
     ctx: Context,
-    stream: OnceLock<Option<Stream>>,
+    stream: LazyStream,
 }
 
 impl Engine {
@@ -270,56 +270,55 @@ impl Engine {
     pub(crate) fn new(ctx: Context) -> Engine {
         Engine {
             ctx,
-            stream: OnceLock::new(),
+            stream: LazyStream::new(),
         }
     }
 
-    fn stream(&self) -> Result<&Stream, CudaError> {
-        self.stream
-            .get_or_init(|| match Stream::new(&self.ctx) {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    // Logged here, with its reason; later calls only fall back.
-                    engine_failed(&e);
-                    None
-                }
-            })
-            .as_ref()
-            .ok_or(CudaError::NoDevice)
+    /// How this library's copy-engine copies run: on the handle's own stream, after a fence of
+    /// the caller's stores through mappings, with the caller's context put back, and through
+    /// the mapping when the engine fails (where there is one; logged once).
+    fn copy(&self) -> EngineCopy<'_> {
+        EngineCopy::new(&self.ctx)
+            .on_stream(&self.stream)
+            .fencing_stores_first()
+            .restoring_context()
+            .falling_back(engine_failed)
     }
+}
 
-    /// Copies `len` bytes between host memory and GPU memory at `addr` with the copy engine,
-    /// and waits for it.
-    ///
-    /// # Safety
-    /// `host` is valid for `len` bytes: reads when `to_gpu`, else writes (and nothing else
-    /// touches them until this returns).
-    unsafe fn run(
-        &self,
-        to_gpu: bool,
-        host: *mut u8,
-        addr: u64,
-        len: usize,
-    ) -> Result<(), CudaError> {
-        // The caller's stores through the mapping are drained before the copy is launched.
-        gdr::copy::store_fence();
-        let _current = CurrentContextGuard::save()?;
-        self.ctx.bind()?;
-        let stream = self.stream()?;
-        let range = DeviceRange { addr, len };
-        if to_gpu {
-            // SAFETY: `len` readable bytes at `host` (this function's contract); they stay
-            // untouched until the synchronize below returns.
-            let src = unsafe { std::slice::from_raw_parts(host, len) };
-            // SAFETY: `src` outlives the copy (synchronized before returning).
-            unsafe { stream.memcpy_htod_async(&range, 0, src)? };
-        } else {
-            // SAFETY: as above, `len` writable bytes at `host`, not read until the copy is done.
-            let dst = unsafe { std::slice::from_raw_parts_mut(host, len) };
-            // Through gdr's page-locked chunks where `dst` is pageable; done when it returns.
-            return gdr::cuda::read_into_host(&self.ctx, dst, &range, 0, Some(stream));
-        }
-        stream.synchronize()
+/// A handle's live CPU mapping, as gdr copies it: the caller's mapped bytes from the window's
+/// first byte, write-combined, on the handle's copy engine. Made only under the table's read
+/// lock, for a mapped handle that is not staged (a staged pin's addresses are a reservation
+/// that cannot be touched).
+struct HandleMapping<'a>(&'a Handle);
+
+// SAFETY: `cpu..cpu + cpu_len` is the handle's live mapping (gdr_map made it; gdr_unmap, which
+// takes the table's write lock, cannot run while this borrow of a handle under the read lock
+// lives). The mapping is page-granular, so the lines around any range are readable, and the
+// library hands out no Rust reference to its bytes.
+unsafe impl MappedMemory for HandleMapping<'_> {
+    #[inline]
+    fn cpu_ptr(&self) -> *mut u8 {
+        self.0.cpu
+    }
+    #[inline]
+    fn size(&self) -> usize {
+        self.0.cpu_len
+    }
+    #[inline]
+    fn caching(&self) -> Caching {
+        Caching::WriteCombined
+    }
+}
+
+impl DeviceMapped for HandleMapping<'_> {
+    /// The mapping starts at the window's first byte.
+    #[inline]
+    fn device_addr(&self) -> u64 {
+        self.0.window.va
+    }
+    fn engine(&self) -> EngineCopy<'_> {
+        self.0.engine.copy()
     }
 }
 
@@ -353,8 +352,18 @@ pub(crate) unsafe fn staged(
         );
         return libc::EINVAL;
     }
-    // SAFETY: `host` holds `len` bytes as `run` needs them, by this function's contract.
-    match unsafe { engine.run(dir == Direction::ToGpu, host, addr, len) } {
+    let range = DeviceRange { addr, len };
+    let copied = if dir == Direction::ToGpu {
+        // SAFETY: `len` readable bytes at `host` (this function's contract), only read.
+        let src = unsafe { std::slice::from_raw_parts(host, len) };
+        engine.copy().write(&range, 0, src)
+    } else {
+        // SAFETY: `len` writable bytes at `host` that nothing else touches during the call
+        // (this function's contract).
+        let dst = unsafe { std::slice::from_raw_parts_mut(host, len) };
+        engine.copy().read(&range, 0, dst)
+    };
+    match copied {
         Ok(()) => 0,
         Err(e) => {
             log!(
@@ -363,21 +372,6 @@ pub(crate) unsafe fn staged(
             );
             libc::EIO
         }
-    }
-}
-
-/// A range of device memory named by address, for the copy engine's calls.
-struct DeviceRange {
-    addr: u64,
-    len: usize,
-}
-
-impl DeviceMemory for DeviceRange {
-    fn device_ptr(&self) -> u64 {
-        self.addr
-    }
-    fn len(&self) -> usize {
-        self.len
     }
 }
 
@@ -410,78 +404,31 @@ fn chooser(dir: Direction) -> Option<(&'static AutoCopier, usize)> {
     }
 }
 
-/// Copies `src` to the mapping at `dst`, which is GPU address `addr`, on the path chosen for its
-/// size.
-///
-/// # Safety
-/// `dst..dst + src.len()` lies in a live CPU mapping of the GPU memory at `addr..`, mapped for
-/// writing, and stays mapped for the call.
-pub(crate) unsafe fn to_mapping(engine: &Engine, dst: *mut u8, addr: u64, src: &[u8]) {
-    let len = src.len();
-    let copier = match chooser(Direction::ToGpu) {
-        Some((copier, min)) if len >= min => copier,
+/// Copies `src` to `offset` of a handle's mapping on the path chosen for its size. Nothing is
+/// left to fail: the caller checked the range, and where the copy engine fails the copy goes
+/// through the mapping ([`Engine::copy`]).
+fn to_mapping(map: &HandleMapping<'_>, offset: usize, src: &[u8]) {
+    match chooser(Direction::ToGpu) {
+        Some((copier, min)) if src.len() >= min => {
+            let _ = copier.write(map, offset, src);
+        }
         _ => {
-            // SAFETY: the caller's contract.
-            unsafe { gdr::copy::copy_to_mapping(dst, src) };
-            return;
+            let _ = map.write_at(offset, src);
         }
-    };
-    let _ = copier.copy_with(Direction::ToGpu, len, |path| -> Result<(), ()> {
-        match path {
-            // SAFETY: the caller's contract.
-            Path::Mapping { threads: 1 } => unsafe { gdr::copy::copy_to_mapping(dst, src) },
-            // SAFETY: the caller's contract; every part is fenced before this returns.
-            Path::Mapping { threads } => unsafe {
-                gdr::copy::copy_to_mapping_parallel(dst, src, threads)
-            },
-            Path::CopyEngine => {
-                // SAFETY: `src` is `len` readable bytes, and a copy to the GPU only reads them.
-                if let Err(e) = unsafe { engine.run(true, src.as_ptr().cast_mut(), addr, len) } {
-                    engine_failed(&e);
-                    // SAFETY: the caller's contract.
-                    unsafe { gdr::copy::copy_to_mapping(dst, src) };
-                }
-            }
-        }
-        Ok(())
-    });
+    }
 }
 
-/// Copies from the mapping at `src`, which is GPU address `addr`, into `dst`, on the path chosen
-/// for its size.
-///
-/// # Safety
-/// `src..src + dst.len()` lies in a live, page-granular CPU mapping of the GPU memory at
-/// `addr..`, and stays mapped for the call.
-pub(crate) unsafe fn from_mapping(engine: &Engine, dst: &mut [u8], src: *const u8, addr: u64) {
-    let len = dst.len();
-    let copier = match chooser(Direction::FromGpu) {
-        Some((copier, min)) if len >= min => copier,
+/// Copies `dst.len()` bytes at `offset` of a handle's mapping into `dst` on the path chosen for
+/// its size; nothing is left to fail, as in [`to_mapping`].
+fn from_mapping(map: &HandleMapping<'_>, offset: usize, dst: &mut [u8]) {
+    match chooser(Direction::FromGpu) {
+        Some((copier, min)) if dst.len() >= min => {
+            let _ = copier.read(map, offset, dst);
+        }
         _ => {
-            // SAFETY: the caller's contract.
-            unsafe { gdr::copy::copy_from_mapping(dst, src) };
-            return;
+            let _ = map.read_at(offset, dst);
         }
-    };
-    let _ = copier.copy_with(Direction::FromGpu, len, |path| -> Result<(), ()> {
-        match path {
-            // SAFETY: the caller's contract.
-            Path::Mapping { threads: 1 } => unsafe { gdr::copy::copy_from_mapping(dst, src) },
-            // SAFETY: the caller's contract.
-            Path::Mapping { threads } => unsafe {
-                gdr::copy::copy_from_mapping_parallel(dst, src, threads)
-            },
-            Path::CopyEngine => {
-                // SAFETY: `dst` is `len` bytes borrowed mutably for this call.
-                if let Err(e) = unsafe { engine.run(false, dst.as_mut_ptr(), addr, len) } {
-                    engine_failed(&e);
-                    // SAFETY: the caller's contract.
-                    unsafe { gdr::copy::copy_from_mapping(dst, src) };
-                }
-            }
-        }
-        Ok(())
-    });
+    }
 }
 
 #[cfg(test)]
@@ -497,14 +444,5 @@ mod tests {
         assert_eq!(parse_choice(Some(" mapping\n")), Ok(false));
         assert_eq!(parse_choice(Some("Mapping")), Err("Mapping"));
         assert_eq!(parse_choice(Some("cuda")), Err("cuda"));
-    }
-
-    #[test]
-    fn a_device_range_is_its_address_and_length() {
-        let r = DeviceRange {
-            addr: 0x7f00_0000_1000,
-            len: 12345,
-        };
-        assert_eq!((r.device_ptr(), r.len()), (0x7f00_0000_1000, 12345));
     }
 }

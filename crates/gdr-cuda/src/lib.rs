@@ -9,7 +9,8 @@
 //! `CUresult` into a typed [`CudaError`], and the safe types above it tie each resource to the [`Context`] it lives
 //! in: every handle keeps its context alive, so no buffer, stream or module can outlive it. The
 //! safe types sit in one file per concern (`device`: devices and contexts; `memory`: buffers and
-//! copies; `stream`: streams and events; `module`: modules and launches; `graph`; `external`:
+//! copies; `stream`: streams and events; `module`: modules and launches; `args`: the typed
+//! arguments of a launch; `graph`; `external`:
 //! imported memory; `pointer`: questions about an address) and are re-exported here, so their
 //! paths are `gdr_cuda::X` (and `gdr::cuda::X`).
 //!
@@ -64,6 +65,7 @@
 //! # Ok::<(), CudaError>(())
 //! ```
 
+mod args;
 mod device;
 pub mod dylib;
 mod external;
@@ -80,11 +82,13 @@ mod stream;
 mod sys;
 pub mod vmm;
 
+pub use args::{KernelArg, KernelArgs, MAX_KERNEL_ARGS};
 pub use device::{Attribute, Context, CurrentContextGuard, Device, MAX_DEVICES};
 pub use external::ExternalMemory;
 pub use graph::Graph;
 pub use memory::{
-    memcpy_dtoh, memcpy_htod, memset, pointer_device, DeviceBuffer, DeviceMemory, HostBuffer,
+    memcpy_dtoh, memcpy_htod, memset, pointer_device, DeviceBuffer, DeviceMemory, DeviceRange,
+    HostBuffer,
 };
 pub use module::{Function, LaunchConfig, Module};
 pub use pointer::{allocation_range, buffer_id, dma_buf_fd, set_sync_memops};

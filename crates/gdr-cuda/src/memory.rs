@@ -29,6 +29,26 @@ impl<M: DeviceMemory + ?Sized> DeviceMemory for Box<M> {
     }
 }
 
+/// Device memory named by address and length alone, for memory reached by its address (a
+/// window of a pin, a mapping's GPU side) rather than through an owning value. It owns
+/// nothing: whoever makes one keeps the memory alive while copies use it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceRange {
+    /// The device address of the first byte.
+    pub addr: u64,
+    /// Bytes from `addr`.
+    pub len: usize,
+}
+
+impl DeviceMemory for DeviceRange {
+    fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.addr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
 pub(super) fn check_range(
     what: &'static str,
     offset: usize,

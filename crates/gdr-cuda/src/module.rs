@@ -1,7 +1,7 @@
-//! Loaded modules, their kernels, and kernel launches.
+//! Loaded modules, their kernels, and kernel launches (their arguments are `args`'s).
 
-use super::{driver, nvrtc, sys, Context, CudaError, Result, Stream};
-use std::ffi::{c_int, c_void};
+use super::{driver, nvrtc, sys, Context, CudaError, KernelArgs, Result, Stream};
+use std::ffi::c_int;
 
 /// A loaded module (cubin from NVRTC).
 pub struct Module {
@@ -171,19 +171,23 @@ impl Function<'_> {
         Ok(u32::try_from(n).unwrap_or(0))
     }
 
-    /// Launches the kernel on `stream`.
+    /// Launches the kernel on `stream` with `args` as its parameters. The driver copies the
+    /// parameters' values during the call, so `args` is borrowed only for it.
     ///
     /// # Safety
-    /// `params` must point to values whose types and order match the kernel's signature, and
-    /// any memory the kernel touches must stay alive until it completes.
+    /// `args` must match the kernel's signature: as many parameters, in its order, each of the
+    /// C type of its parameter (a `u64` device address for a pointer, `u32` for an `unsigned
+    /// int`, ...). Any memory the kernel touches must stay alive until it completes.
     pub unsafe fn launch(
         &self,
         stream: &Stream,
         cfg: LaunchConfig,
-        params: &mut [*mut c_void],
+        args: &KernelArgs<'_>,
     ) -> Result<()> {
         let d = driver()?;
-        // SAFETY: the caller guarantees the parameter contract; handles are alive.
+        // SAFETY: the caller guarantees the parameters match the kernel; each pointer in
+        // `args` is a live borrow of its value, and the driver only reads the array and the
+        // values (the `*mut` is the C signature's). Handles are alive.
         d.check("cuLaunchKernel", unsafe {
             (d.api.launch_kernel)(
                 self.raw,
@@ -195,7 +199,7 @@ impl Function<'_> {
                 cfg.block.2,
                 cfg.shared_mem,
                 stream.raw,
-                params.as_mut_ptr(),
+                args.as_ptrs().as_ptr().cast_mut(),
                 std::ptr::null_mut(),
             )
         })

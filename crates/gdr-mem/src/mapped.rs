@@ -148,6 +148,52 @@ pub unsafe trait MappedMemory {
         store_bytes(self, offset, src, Publish::Later)
     }
 
+    /// [`write_at`](Self::write_at) split over up to `threads` CPU threads (the caller
+    /// included) on write-combined memory, where one thread's stores do not fill the link
+    /// ([`copy::copy_to_mapping_parallel`]; a small copy runs on fewer threads than asked,
+    /// [`copy::part_count`]). The bytes are globally visible when this returns: every part
+    /// ends with its own store fence. With `threads` of 0 or 1, and on cached or uncached
+    /// memory, it is `write_at` on the calling thread.
+    ///
+    /// # Errors
+    /// [`AccessError::OutOfBounds`] when the range leaves the mapping; nothing is written then.
+    fn write_parallel(&self, offset: usize, src: &[u8], threads: usize) -> Result<(), AccessError> {
+        if threads <= 1 || self.caching() != Caching::WriteCombined {
+            return self.write_at(offset, src);
+        }
+        check_range(offset, src.len(), self.size())?;
+        // SAFETY: the range is inside the live mapping (trait contract, checked) and `src` is a
+        // distinct Rust buffer; the parallel routine writes exactly the range.
+        unsafe { copy::copy_to_mapping_parallel(self.cpu_ptr().add(offset), src, threads) };
+        Ok(())
+    }
+
+    /// [`read_at`](Self::read_at) split over up to `threads` CPU threads (the caller included)
+    /// on write-combined memory, where one thread's streaming loads leave the link idle
+    /// ([`copy::copy_from_mapping_parallel`]). With `threads` of 0 or 1, and on cached or
+    /// uncached memory (whose lines around the range need not be readable), it is `read_at`
+    /// on the calling thread.
+    ///
+    /// # Errors
+    /// [`AccessError::OutOfBounds`] when the range leaves the mapping; nothing is read and
+    /// `dst` is untouched then.
+    fn read_parallel(
+        &self,
+        offset: usize,
+        dst: &mut [u8],
+        threads: usize,
+    ) -> Result<(), AccessError> {
+        if threads <= 1 || self.caching() != Caching::WriteCombined {
+            return self.read_at(offset, dst);
+        }
+        check_range(offset, dst.len(), self.size())?;
+        // SAFETY: the range is inside the live mapping (trait contract, checked), and on
+        // write-combined memory the aligned lines around it are readable (trait contract), as
+        // the streaming loads need; `dst` is a distinct Rust buffer.
+        unsafe { copy::copy_from_mapping_parallel(dst, self.cpu_ptr().add(offset), threads) };
+        Ok(())
+    }
+
     /// Volatile load of the aligned 32-bit word at `offset` (a flag, a register).
     ///
     /// # Errors
@@ -386,6 +432,152 @@ mod tests {
                 }
                 m.write_at(off, &vec![0x5a; len]).unwrap();
             }
+        }
+    }
+
+    /// Page-aligned ordinary memory of any size, under a chosen caching kind: large enough
+    /// for the parallel routines to split a copy over several threads.
+    struct Block {
+        ptr: *mut u8,
+        layout: std::alloc::Layout,
+        caching: Caching,
+    }
+
+    impl Block {
+        fn new(len: usize, caching: Caching) -> Block {
+            let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
+            // SAFETY: the layout's size is not zero (every caller asks for pages).
+            let ptr = unsafe { std::alloc::alloc(layout) };
+            assert!(!ptr.is_null(), "allocation of {len} bytes");
+            // SAFETY: `len` writable bytes just allocated.
+            unsafe { ptr.write_bytes(0x5a, len) };
+            Block {
+                ptr,
+                layout,
+                caching,
+            }
+        }
+
+        /// Every byte, read on one thread with the plain routine.
+        fn contents(&self) -> Vec<u8> {
+            let mut all = vec![0u8; self.size()];
+            self.read_at(0, &mut all).unwrap();
+            all
+        }
+    }
+
+    impl Drop for Block {
+        fn drop(&mut self) {
+            // SAFETY: allocated in new with this layout, freed once.
+            unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+        }
+    }
+
+    // SAFETY: the allocation is owned, never moves, is a whole number of aligned pages (so
+    // whole lines) and is only reached through cpu_ptr.
+    unsafe impl MappedMemory for Block {
+        fn cpu_ptr(&self) -> *mut u8 {
+            self.ptr
+        }
+        fn size(&self) -> usize {
+            self.layout.size()
+        }
+        fn caching(&self) -> Caching {
+            self.caching
+        }
+    }
+
+    const KINDS: [Caching; 3] = [
+        Caching::WriteBack,
+        Caching::WriteCombined,
+        Caching::Uncached,
+    ];
+
+    #[test]
+    fn parallel_copies_round_trip_at_odd_offsets_and_lengths() {
+        let mut rng = rand::thread_rng();
+        let size = (1 << 20) + 8192;
+        for caching in KINDS {
+            let m = Block::new(size, caching);
+            // (offset, length, threads): split over several threads (lengths past twice
+            // crate::copy::PARALLEL_MIN_PART), cut into fewer parts than asked, run alone
+            // (small, or 0 and 1 threads), and reaching the mapping's last byte.
+            for (off, len, threads) in [
+                (3, 100_001, 4),
+                (4097, (64 << 10) + 5, 2),
+                (0, 1 << 20, 8),
+                (1, (1 << 20) + 8191, 3),
+                (65, 33, 4),
+                (127, 40_000, 0),
+                (4095, 40_000, 1),
+                (size - 70_001, 70_001, 7),
+            ] {
+                let mut data = vec![0u8; len];
+                rng.fill_bytes(&mut data);
+                m.write_parallel(off, &data, threads).unwrap();
+                let mut back = vec![0xa5u8; len];
+                m.read_parallel(off, &mut back, threads).unwrap();
+                assert!(back == data, "{caching:?} {off}+{len} on {threads}");
+                // Written exactly the range: one thread's plain read sees the data in place
+                // and the fill on both sides.
+                let all = m.contents();
+                assert!(
+                    all[off..off + len] == data,
+                    "{caching:?} {off}+{len} in place"
+                );
+                assert!(
+                    all[..off]
+                        .iter()
+                        .chain(&all[off + len..])
+                        .all(|&b| b == 0x5a),
+                    "{caching:?} {off}+{len} on {threads}: a byte outside the range changed"
+                );
+                m.write_at(off, &vec![0x5a; len]).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn parallel_and_one_thread_copies_agree() {
+        let mut rng = rand::thread_rng();
+        let m = Block::new(1 << 20, Caching::WriteCombined);
+        let mut data = vec![0u8; 300_007];
+        rng.fill_bytes(&mut data);
+        m.write_parallel(13, &data, 4).unwrap();
+        let mut one = vec![0u8; data.len()];
+        m.read_at(13, &mut one).unwrap();
+        assert!(one == data, "a parallel write read on one thread");
+        rng.fill_bytes(&mut data);
+        m.write_at(29, &data).unwrap();
+        let mut many = vec![0u8; data.len()];
+        m.read_parallel(29, &mut many, 4).unwrap();
+        assert!(many == data, "a one-thread write read in parallel");
+    }
+
+    #[test]
+    fn parallel_copies_out_of_range_touch_nothing() {
+        for caching in KINDS {
+            let m = Block::new(256 << 10, caching);
+            let size = m.size();
+            for (off, len) in [(size - 40_000, 40_001), (1, size), (usize::MAX, 2)] {
+                let want = AccessError::OutOfBounds {
+                    offset: off,
+                    len,
+                    size,
+                };
+                let src = vec![1u8; len];
+                assert_eq!(m.write_parallel(off, &src, 4), Err(want.clone()));
+                let mut dst = vec![0xa5u8; len];
+                assert_eq!(m.read_parallel(off, &mut dst, 4), Err(want));
+                assert!(
+                    dst.iter().all(|&b| b == 0xa5),
+                    "{caching:?}: a refused read wrote"
+                );
+            }
+            assert!(
+                m.contents().iter().all(|&b| b == 0x5a),
+                "{caching:?}: a refused write wrote"
+            );
         }
     }
 

@@ -14,9 +14,9 @@ use crate::queue::{init_rings, QueuePair, QueueParts, WorkerLink};
 use crate::{MemoryKind, QueueConfig, DEVICE_HEADER};
 use gdr::bar::VulkanBackend;
 use gdr::cuda::{
-    Attribute, Context, DeviceBuffer, DeviceMemory, HostBuffer, LaunchConfig, Module, Stream,
+    Attribute, Context, DeviceBuffer, DeviceMemory, HostBuffer, KernelArgs, LaunchConfig, Module,
+    Stream,
 };
-use std::ffi::c_void;
 use std::mem::{offset_of, size_of};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -478,18 +478,17 @@ impl GpuWorkers {
                 most
             )));
         }
-        let (mut p_descs, mut p_nq, mut p_bpq, mut p_idle) = (
+        let (p_descs, p_nq, p_bpq, p_idle): (u64, u32, u32, u64) = (
             descs.device_ptr(),
             cfg.queues,
             cfg.blocks_per_queue,
             cfg.idle_timeout.as_nanos().min(u64::MAX as u128) as u64,
         );
-        let mut params = [
-            &mut p_descs as *mut u64 as *mut c_void,
-            &mut p_nq as *mut u32 as *mut c_void,
-            &mut p_bpq as *mut u32 as *mut c_void,
-            &mut p_idle as *mut u64 as *mut c_void,
-        ];
+        let args = KernelArgs::new()
+            .arg(&p_descs)
+            .arg(&p_nq)
+            .arg(&p_bpq)
+            .arg(&p_idle);
         if cfg.shared_mem > 48 * 1024 {
             f.set_max_dynamic_shared(cfg.shared_mem)?;
         }
@@ -519,7 +518,7 @@ impl GpuWorkers {
         }
         // SAFETY: the parameters match gdr_mq_worker(const desc*, u32, u32, u64); every
         // buffer it reaches is held in Resources until the kernel is known to have ended.
-        unsafe { f.launch(&stream, launch, &mut params) }?;
+        unsafe { f.launch(&stream, launch, &args) }?;
         Ok(GpuWorkers {
             queues,
             link,

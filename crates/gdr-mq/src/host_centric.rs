@@ -6,9 +6,9 @@
 //! and gdr-serve's host-centric executor keeps several in flight, one per stream.
 
 use gdr::cuda::{
-    Context, CudaError, DeviceBuffer, DeviceMemory, Function, HostBuffer, LaunchConfig, Stream,
+    Context, CudaError, DeviceBuffer, DeviceMemory, Function, HostBuffer, KernelArgs, LaunchConfig,
+    Stream,
 };
-use std::ffi::c_void;
 
 /// The buffers and stream of one request in flight: a pinned request buffer and its device
 /// twin, a device output buffer (length word, then the response at
@@ -74,23 +74,22 @@ impl HostCentricSlot {
         unsafe {
             stream.memcpy_htod_async(&self.req_dev, 0, &self.req_host.as_slice()[..len])?;
         }
-        let (mut req, mut rlen, mut out, mut cap, mut olen) = (
+        let (req, rlen, out, cap, olen): (u64, u32, u64, u32, u64) = (
             self.req_dev.device_ptr(),
             len as u32,
             self.out_dev.device_ptr() + Self::RESP_OFF as u64,
             self.resp_cap as u32,
             self.out_dev.device_ptr(),
         );
-        let mut params = [
-            &mut req as *mut u64 as *mut c_void,
-            &mut rlen as *mut u32 as *mut c_void,
-            &mut out as *mut u64 as *mut c_void,
-            &mut cap as *mut u32 as *mut c_void,
-            &mut olen as *mut u64 as *mut c_void,
-        ];
+        let args = KernelArgs::new()
+            .arg(&req)
+            .arg(&rlen)
+            .arg(&out)
+            .arg(&cap)
+            .arg(&olen);
         // SAFETY: parameters match the kernel's (const u8*, u32, u8*, u32, u32*) (the type's
         // contract); the device buffers are owned by self.
-        unsafe { kernel.launch(stream, LaunchConfig::linear(1, threads), &mut params)? };
+        unsafe { kernel.launch(stream, LaunchConfig::linear(1, threads), &args)? };
         // SAFETY: the destination is pinned, owned by self, written only by this copy, and read
         // only after the stream has finished (the caller's contract).
         unsafe {

@@ -307,11 +307,13 @@ impl Region {
             off.is_multiple_of(8) && src.len().is_multiple_of(8),
             "write_words needs whole aligned words"
         );
-        let dst = self.at(off, src.len());
         if self.write_combined() {
-            // SAFETY: in bounds; `src` is our own buffer, not the mapping.
-            unsafe { gdr::copy::copy_to_mapping(dst, src) };
+            // The mapping's own routine (write_at: whole aligned stores, then the fence).
+            if let Err(e) = self.write_at(off, src) {
+                panic!("ring access: {e}");
+            }
         } else {
+            let dst = self.at(off, src.len());
             for (i, chunk) in src.chunks_exact(8).enumerate() {
                 let w = u64::from_ne_bytes(chunk.try_into().expect("8 bytes"));
                 // SAFETY: in bounds and 8-aligned (checked above and by `at`); words the
@@ -345,12 +347,13 @@ impl Region {
             off.is_multiple_of(8) && dst.len().is_multiple_of(8),
             "read_words needs whole aligned words"
         );
-        let src = self.at(off, dst.len());
         if self.write_combined() {
-            // SAFETY: in bounds; the region is a page-granular mapping, so the aligned lines
-            // around it are readable as copy_from_mapping requires.
-            unsafe { gdr::copy::copy_from_mapping(dst, src) };
+            // The mapping's own routine (read_at: streaming loads of whole aligned chunks).
+            if let Err(e) = self.read_at(off, dst) {
+                panic!("ring access: {e}");
+            }
         } else {
+            let src = self.at(off, dst.len());
             for (i, chunk) in dst.chunks_exact_mut(8).enumerate() {
                 // SAFETY: in bounds and 8-aligned (checked above and by `at`).
                 let w = unsafe { std::ptr::read_volatile(src.add(i * 8).cast::<u64>()) };

@@ -626,7 +626,7 @@ fn bad_configurations_are_errors() {
 
 #[test]
 fn device_compiler_sees_the_host_layout() {
-    use gdr::cuda::{DeviceBuffer, DeviceMemory, LaunchConfig, Module, Stream};
+    use gdr::cuda::{DeviceBuffer, DeviceMemory, KernelArgs, LaunchConfig, Module, Stream};
     let Some((ctx, _guard)) = gpu("device_compiler_sees_the_host_layout") else {
         return;
     };
@@ -635,10 +635,10 @@ fn device_compiler_sees_the_host_layout() {
     let out = DeviceBuffer::new(&ctx, 4).unwrap();
     gdr::cuda::memcpy_htod(&out, 0, &u32::MAX.to_le_bytes()).unwrap();
     let stream = Stream::new(&ctx).unwrap();
-    let mut p = out.device_ptr();
-    let mut params = [&mut p as *mut u64 as *mut std::ffi::c_void];
+    let p: u64 = out.device_ptr();
+    let args = KernelArgs::new().arg(&p);
     // SAFETY: gdr_mq_layout_check takes one pointer to a u32, which `out` is.
-    unsafe { f.launch(&stream, LaunchConfig::linear(1, 32), &mut params) }.unwrap();
+    unsafe { f.launch(&stream, LaunchConfig::linear(1, 32), &args) }.unwrap();
     stream.synchronize().unwrap();
     let mut b = [0u8; 4];
     gdr::cuda::memcpy_dtoh(&mut b, &out, 0).unwrap();

@@ -114,9 +114,9 @@ pub(crate) fn write(
     let bytes = src.as_slice();
     let mem = h.get(what)?;
     let r = if bytes.len() >= DETACH_AT {
-        py.detach(|| mem.write(offset, bytes, threads))
+        py.detach(|| mem.write_parallel(offset, bytes, threads))
     } else {
-        mem.write(offset, bytes, threads)
+        mem.write_parallel(offset, bytes, threads)
     };
     r.map_err(errors::access)
 }
@@ -145,9 +145,9 @@ pub(crate) fn read<'py>(
     check(offset, n, total)?;
     PyBytes::new_with(py, n, |dst| {
         let r = if n >= DETACH_AT {
-            py.detach(|| mem.read(offset, dst, threads))
+            py.detach(|| mem.read_parallel(offset, dst, threads))
         } else {
-            mem.read(offset, dst, threads)
+            mem.read_parallel(offset, dst, threads)
         };
         r.map_err(errors::access)
     })
@@ -168,9 +168,9 @@ pub(crate) fn read_into(
     let slice = dst.as_mut_slice();
     let mem = h.get(what)?;
     let r = if n >= DETACH_AT {
-        py.detach(|| mem.read(offset, slice, threads))
+        py.detach(|| mem.read_parallel(offset, slice, threads))
     } else {
-        mem.read(offset, slice, threads)
+        mem.read_parallel(offset, slice, threads)
     };
     r.map_err(errors::access)?;
     Ok(n)

@@ -145,40 +145,6 @@ impl Mem {
             Backing::Host(_) => "host",
         }
     }
-
-    /// Writes `src` at `offset` on `threads` CPU threads (stream stores, then a store fence).
-    pub(crate) fn write(
-        &self,
-        offset: usize,
-        src: &[u8],
-        threads: usize,
-    ) -> Result<(), AccessError> {
-        if threads <= 1 {
-            return self.write_at(offset, src);
-        }
-        check_range(offset, src.len(), self.size())?;
-        // SAFETY: the range is inside the live mapping (checked; MappedMemory contract below),
-        // and src is a distinct buffer.
-        unsafe { gdr::copy::copy_to_mapping_parallel(self.cpu_ptr().add(offset), src, threads) };
-        Ok(())
-    }
-
-    /// Reads `dst.len()` bytes at `offset` on `threads` CPU threads (stream loads).
-    pub(crate) fn read(
-        &self,
-        offset: usize,
-        dst: &mut [u8],
-        threads: usize,
-    ) -> Result<(), AccessError> {
-        if threads <= 1 {
-            return self.read_at(offset, dst);
-        }
-        check_range(offset, dst.len(), self.size())?;
-        // SAFETY: the range is inside the live mapping, whose 64-byte lines around it are
-        // readable (MappedMemory contract below); dst is a distinct buffer.
-        unsafe { gdr::copy::copy_from_mapping_parallel(dst, self.cpu_ptr().add(offset), threads) };
-        Ok(())
-    }
 }
 
 impl Drop for Mem {

@@ -5,7 +5,7 @@
 use crate::apps::App;
 use crate::exec::{Answer, AppFailure, Executor};
 use crate::ServeError;
-use gdr::cuda::{Context, LaunchConfig, Module};
+use gdr::cuda::{Context, KernelArgs, LaunchConfig, Module};
 use gdr_mq::HostCentricSlot;
 use gdr_mq::{GpuConfig, GpuWorkers, Placement, QueueConfig};
 use std::time::Duration;
@@ -343,7 +343,7 @@ impl HostCentricExec {
             init.launch(
                 slots[0].stream(),
                 LaunchConfig::linear(1, warps * 32),
-                &mut [],
+                &KernelArgs::new(),
             )?
         };
         slots[0].stream().synchronize()?;

@@ -5,12 +5,13 @@
 //! `GDR_SERVE_MARK` in lenet.cuh). The printout is a diagnostic, not a benchmark: the
 //! server-side figures come from `gdr load` against `gdr serve` (scripts/serve-bench.sh).
 
-use gdr::cuda::{memcpy_dtoh, memcpy_htod, DeviceBuffer, DeviceMemory, LaunchConfig, Stream};
+use gdr::cuda::{
+    memcpy_dtoh, memcpy_htod, DeviceBuffer, DeviceMemory, KernelArgs, LaunchConfig, Stream,
+};
 use gdr_serve::apps::CLUSTER_WARPS;
 use gdr_serve::lenet;
 use gdr_serve::App;
 use gdr_testing::gpu_context;
-use std::ffi::c_void;
 
 /// Timed requests per configuration (after one warm-up).
 const REPS: u32 = 300;
@@ -79,7 +80,7 @@ fn load_harness(
     let init = module.function("gdr_serve_init").unwrap();
     // SAFETY: gdr_serve_init takes no parameters.
     unsafe {
-        init.launch(&stream, LaunchConfig::linear(1, 512), &mut [])
+        init.launch(&stream, LaunchConfig::linear(1, 512), &KernelArgs::new())
             .unwrap()
     };
     stream.synchronize().unwrap();
@@ -113,25 +114,20 @@ fn run_harness(
     let resp = DeviceBuffer::new(ctx, 48).unwrap();
     memcpy_htod(&resp, 0, &[0xa5u8; 48]).unwrap(); // poisoned: NaN logits
     let marks = DeviceBuffer::new(ctx, nmarks * 8).unwrap();
-    let (mut rq, mut rs, mut mk, mut reps) = (
+    let (rq, rs, mk, reps): (u64, u64, u64, u32) = (
         req.device_ptr(),
         resp.device_ptr(),
         marks.device_ptr(),
         REPS,
     );
-    let mut params = [
-        &mut rq as *mut u64 as *mut c_void,
-        &mut rs as *mut u64 as *mut c_void,
-        &mut mk as *mut u64 as *mut c_void,
-        &mut reps as *mut u32 as *mut c_void,
-    ];
+    let args = KernelArgs::new().arg(&rq).arg(&rs).arg(&mk).arg(&reps);
     let cfg = LaunchConfig {
         shared_mem: dyn_smem,
         ..LaunchConfig::linear(grid, threads)
     };
     // SAFETY: both harness kernels take (const u8*, u8*, u64*, u32); the buffers outlive the
     // synchronize below. A cluster kernel's shape is compiled in (grid is a multiple of it).
-    unsafe { f.launch(stream, cfg, &mut params).unwrap() };
+    unsafe { f.launch(stream, cfg, &args).unwrap() };
     stream.synchronize().unwrap();
     let mut out = [0u8; 48];
     memcpy_dtoh(&mut out, &resp, 0).unwrap();

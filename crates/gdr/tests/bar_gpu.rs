@@ -1,25 +1,13 @@
 //! BAR mappings on a real GPU: data written through the CPU mapping must be what cuMemcpy
 //! reads, and the other way round. Skips without a GPU (fails under GDR_REQUIRE_GPU=1).
 
-use gdr::bar::{BarError, VulkanBackend};
+mod common;
+
+use common::{backend, random, untouched_around};
+use gdr::bar::BarError;
 use gdr::cuda::{self, DeviceMemory};
-use gdr::mem::AccessError;
-use gdr_testing::{gpu_context, skip_or_fail};
-use rand::{Rng, RngCore};
-
-fn backend(name: &str) -> Option<VulkanBackend> {
-    let ctx = gpu_context(name)?;
-    match VulkanBackend::new(&ctx) {
-        Ok(b) => Some(b),
-        Err(e) => skip_or_fail(name, &e.to_string()),
-    }
-}
-
-fn random(n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    rand::thread_rng().fill_bytes(&mut v);
-    v
-}
+use gdr::mem::{AccessError, MappedMemory};
+use rand::Rng;
 
 #[test]
 fn cpu_writes_are_what_the_gpu_reads() {
@@ -130,30 +118,11 @@ fn bad_requests_are_errors() {
 /// around them untouched, in both directions.
 #[test]
 fn auto_copier_contests_copy_exactly() {
-    use gdr::bar::auto::{AutoCopier, Calibration, Direction, Path, Point, CLASSES};
+    use gdr::bar::auto::Direction;
     let Some(be) = backend("auto_copier_contests_copy_exactly") else {
         return;
     };
-    let paths = [Path::Mapping { threads: 1 }, Path::CopyEngine];
-    let mut points = Vec::new();
-    for direction in [Direction::ToGpu, Direction::FromGpu] {
-        for k in 0..CLASSES {
-            for path in paths {
-                points.push(Point {
-                    direction,
-                    size: 1 << k,
-                    path,
-                    median_us: 1.0,
-                });
-            }
-        }
-    }
-    let copier = AutoCopier::from_calibration(Calibration {
-        key: "test".into(),
-        to_gpu: vec![paths[0]; CLASSES],
-        from_gpu: vec![paths[0]; CLASSES],
-        points,
-    });
+    let copier = common::contested_copier();
     const GUARD: usize = 64;
     for &size in &[1usize, 100, 4096, 8192 + 13, 70_000, 300_000] {
         let contest = copier.contest(Direction::ToGpu, size);
@@ -168,10 +137,7 @@ fn auto_copier_contests_copy_exactly() {
             let mut gpu = vec![0u8; buf.len()];
             cuda::memcpy_dtoh(&mut gpu, &buf, 0).unwrap();
             assert!(
-                gpu[..GUARD]
-                    .iter()
-                    .chain(&gpu[GUARD + size..])
-                    .all(|&b| b == 0xA5),
+                untouched_around(&gpu, GUARD, size, 0xA5),
                 "write of {size} B (call {call}) touched the guard bytes"
             );
             assert!(
@@ -182,10 +148,7 @@ fn auto_copier_contests_copy_exactly() {
             copier
                 .read(&buf, GUARD, &mut back[GUARD..GUARD + size])
                 .unwrap();
-            assert!(back[..GUARD]
-                .iter()
-                .chain(&back[GUARD + size..])
-                .all(|&b| b == 0x5A));
+            assert!(untouched_around(&back, GUARD, size, 0x5A));
             assert!(
                 back[GUARD..GUARD + size] == data[..],
                 "read of {size} B, call {call}"

@@ -1,11 +1,10 @@
 //! The CUDA layer on a real GPU: NVRTC compile, launch, mapped host memory, graphs.
 
 use gdr::cuda::{
-    self, DeviceBuffer, DeviceMemory, Graph, HostBuffer, LaunchConfig, Module, Stream,
+    self, DeviceBuffer, DeviceMemory, Graph, HostBuffer, KernelArgs, LaunchConfig, Module, Stream,
 };
 use gdr_testing::gpu_context;
 use rand::RngCore;
-use std::ffi::c_void;
 
 const SRC: &str = r#"
 extern "C" __global__ void add_one(unsigned char *dst, const unsigned char *src, unsigned long long n) {
@@ -27,18 +26,14 @@ fn nvrtc_kernel_on_device_and_mapped_host_memory() {
     rand::thread_rng().fill_bytes(src.as_mut_slice());
     let dst = DeviceBuffer::new(&ctx, n).unwrap();
     cuda::memset(&dst, 0).unwrap();
-    let (mut d, mut s, mut len) = (dst.device_ptr(), src.device_ptr(), n as u64);
-    let mut params = [
-        &mut d as *mut u64 as *mut c_void,
-        &mut s as *mut u64 as *mut c_void,
-        &mut len as *mut u64 as *mut c_void,
-    ];
+    let (d, s, len): (u64, u64, u64) = (dst.device_ptr(), src.device_ptr(), n as u64);
+    let args = KernelArgs::new().arg(&d).arg(&s).arg(&len);
     // SAFETY: parameters match add_one's signature; buffers live until synchronize.
     unsafe {
         f.launch(
             &stream,
             LaunchConfig::linear(n.div_ceil(256) as u32, 256),
-            &mut params,
+            &args,
         )
     }
     .unwrap();
@@ -52,13 +47,7 @@ fn nvrtc_kernel_on_device_and_mapped_host_memory() {
     // The same launch captured in a graph and replayed.
     let graph = Graph::capture(&stream, |st| {
         // SAFETY: as above.
-        unsafe {
-            f.launch(
-                st,
-                LaunchConfig::linear(n.div_ceil(256) as u32, 256),
-                &mut params,
-            )
-        }
+        unsafe { f.launch(st, LaunchConfig::linear(n.div_ceil(256) as u32, 256), &args) }
     })
     .unwrap();
     cuda::memset(&dst, 0).unwrap();

@@ -17,9 +17,9 @@
 use crate::stats::Summary;
 use gdr::bar::{BarError, MappedBuffer, VulkanBackend};
 use gdr::cuda::{
-    Context, CudaError, DeviceBuffer, DeviceMemory, Graph, HostBuffer, LaunchConfig, Module, Stream,
+    Context, CudaError, DeviceBuffer, DeviceMemory, Graph, HostBuffer, KernelArgs, LaunchConfig,
+    Module, Stream,
 };
-use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
 /// The CUDA C of the ping-pong and host-centric kernels.
@@ -300,28 +300,27 @@ pub fn ping_pong(
         .checked_add(rounds)
         .filter(|&t| t < STOP)
         .ok_or(PingPongError::TooManyRounds { warmup, rounds })?;
-    let (mut fp, mut ap, mut n, mut to) = (
+    let (fp, ap, n, to): (u64, u64, u32, u64) = (
         flag.device_ptr(),
         answer.device_ptr(),
         total,
         u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
     );
-    let (mut every, mut fence, mut loads, mut stride) = (
+    let (every, fence, loads, stride): (u32, u32, u32, u32) = (
         gpu_loop.timer_every.max(1),
         u32::from(gpu_loop.fence),
         gpu_loop.loads.clamp(1, MAX_LOADS),
         STRIDE_WORDS as u32,
     );
-    let mut params = [
-        &mut fp as *mut u64 as *mut c_void,
-        &mut ap as *mut u64 as *mut c_void,
-        &mut n as *mut u32 as *mut c_void,
-        &mut to as *mut u64 as *mut c_void,
-        &mut every as *mut u32 as *mut c_void,
-        &mut fence as *mut u32 as *mut c_void,
-        &mut loads as *mut u32 as *mut c_void,
-        &mut stride as *mut u32 as *mut c_void,
-    ];
+    let args = KernelArgs::new()
+        .arg(&fp)
+        .arg(&ap)
+        .arg(&n)
+        .arg(&to)
+        .arg(&every)
+        .arg(&fence)
+        .arg(&loads)
+        .arg(&stride);
     let launch = if blocks {
         LaunchConfig::linear(pollers, 32)
     } else {
@@ -331,7 +330,7 @@ pub fn ping_pong(
     // gdr_pingpong_blocks (the same); the blocks' words are `pollers` copies STRIDE_WORDS
     // apart, as the kernel reads them. Flag and answer outlive the kernel: we wait for the
     // stream below, and leak them if it never finishes.
-    unsafe { kernel.launch(&stream, launch, &mut params)? };
+    unsafe { kernel.launch(&stream, launch, &args)? };
 
     let mut samples = Vec::with_capacity(rounds as usize);
     let mut failure = None;
@@ -429,24 +428,21 @@ pub fn host_centric(
     let resp = HostBuffer::new(ctx, 4)?;
     let dreq = DeviceBuffer::new(ctx, 4)?;
     let dresp = DeviceBuffer::new(ctx, 4)?;
-    let (mut rp, mut sp) = (dreq.device_ptr(), dresp.device_ptr());
-    let mut params = [
-        &mut rp as *mut u64 as *mut c_void,
-        &mut sp as *mut u64 as *mut c_void,
-    ];
+    let (rp, sp): (u64, u64) = (dreq.device_ptr(), dresp.device_ptr());
+    let args = KernelArgs::new().arg(&rp).arg(&sp);
     let req_ptr = req.host_ptr();
     let resp_ptr = resp.host_ptr();
-    let mut enqueue = |st: &Stream| -> Result<(), CudaError> {
+    let enqueue = |st: &Stream| -> Result<(), CudaError> {
         // SAFETY: req/resp are page-locked and outlive every use of this closure (the stream
         // is synchronised each round); kernel parameters match gdr_answer_once.
         unsafe {
             st.memcpy_htod_async(&dreq, 0, std::slice::from_raw_parts(req_ptr, 4))?;
-            kernel.launch(st, LaunchConfig::linear(1, 32), &mut params)?;
+            kernel.launch(st, LaunchConfig::linear(1, 32), &args)?;
             st.memcpy_dtoh_async(std::slice::from_raw_parts_mut(resp_ptr, 4), &dresp, 0)
         }
     };
     let g = if graph {
-        Some(Graph::capture(&stream, &mut enqueue)?)
+        Some(Graph::capture(&stream, enqueue)?)
     } else {
         None
     };

@@ -8,7 +8,7 @@ use super::CmdResult;
 use gdr::bar::auto::AutoCopier;
 use gdr::bar::{BarError, MappedBuffer, VulkanBackend};
 use gdr::cuda;
-use gdr::mem::AccessError;
+use gdr::mem::{AccessError, MappedMemory};
 use rand::{Rng, RngCore};
 use serde::Serialize;
 use std::process::ExitCode;

@@ -14,8 +14,7 @@
 //! the bytes are in GPU memory (stores fenced, or the copy engine's copy synchronised); after
 //! [`AutoCopier::read`] returns `dst` holds them.
 
-use crate::bar::{BarError, MappedBuffer, VulkanBackend};
-use crate::cuda;
+use crate::bar::{BarError, DeviceMapped, MappedBuffer, VulkanBackend};
 use crate::timing;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -26,7 +25,8 @@ use contest::{Contest, Turn};
 /// Number of size classes: 1 B .. 2^(CLASSES-1) B; larger sizes use the last class.
 pub const CLASSES: usize = 29; // up to 256 MiB
 
-/// A way to move bytes between host memory and a [`MappedBuffer`].
+/// A way to move bytes between host memory and a [`DeviceMapped`] (a [`MappedBuffer`], a C
+/// library mapping, ...).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Path {
     /// CPU stream stores / stream loads through the BAR mapping, on this many threads.
@@ -142,40 +142,34 @@ pub fn class_of(len: usize) -> usize {
     k.min(CLASSES - 1)
 }
 
-/// Writes `src` into `buf` at `offset` on `path`.
-pub fn write_on(path: Path, buf: &MappedBuffer, offset: usize, src: &[u8]) -> Result<(), BarError> {
+/// Writes `src` into `mem` at `offset` on `path`: on one thread
+/// [`write_at`](crate::mem::MappedMemory::write_at), on several
+/// [`write_parallel`](crate::mem::MappedMemory::write_parallel), on the copy engine
+/// [`DeviceMapped::engine_write`].
+pub fn write_on(
+    path: Path,
+    mem: &(impl DeviceMapped + ?Sized),
+    offset: usize,
+    src: &[u8],
+) -> Result<(), BarError> {
     match path {
-        Path::Mapping { threads: 1 } => buf.write(offset, src),
-        Path::Mapping { threads } => buf.write_parallel(offset, src, threads),
-        Path::CopyEngine => {
-            // The copy engine needs the buffer's context current on this thread; the mapping
-            // paths need none, so a thread without it would fail on large copies only.
-            buf.context().bind()?;
-            cuda::memcpy_htod(buf, offset, src)?;
-            // A pageable HtoD returns once staged; wait until it has landed.
-            cuda::synchronize_legacy_stream()?;
-            Ok(())
-        }
+        Path::Mapping { threads: 1 } => Ok(mem.write_at(offset, src)?),
+        Path::Mapping { threads } => Ok(mem.write_parallel(offset, src, threads)?),
+        Path::CopyEngine => mem.engine_write(offset, src),
     }
 }
 
-/// Reads `dst.len()` bytes of `buf` at `offset` into `dst` on `path`.
+/// Reads `dst.len()` bytes of `mem` at `offset` into `dst` on `path`, as [`write_on`].
 pub fn read_on(
     path: Path,
-    buf: &MappedBuffer,
+    mem: &(impl DeviceMapped + ?Sized),
     offset: usize,
     dst: &mut [u8],
 ) -> Result<(), BarError> {
     match path {
-        Path::Mapping { threads: 1 } => buf.read(offset, dst),
-        Path::Mapping { threads } => buf.read_parallel(offset, dst, threads),
-        Path::CopyEngine => {
-            buf.context().bind()?;
-            // Through page-locked chunks where `dst` is pageable and at most 1 MiB (faster
-            // than the driver's pageable path there), on the legacy default stream as
-            // `cuMemcpyDtoH`.
-            Ok(cuda::read_into_host(buf.context(), dst, buf, offset, None)?)
-        }
+        Path::Mapping { threads: 1 } => Ok(mem.read_at(offset, dst)?),
+        Path::Mapping { threads } => Ok(mem.read_parallel(offset, dst, threads)?),
+        Path::CopyEngine => mem.engine_read(offset, dst),
     }
 }
 
@@ -718,8 +712,9 @@ impl AutoCopier {
     }
 
     /// Runs one copy of `len` bytes in `dir` with `copy`, on the path its class's contest picks.
-    /// For callers with their own kind of memory (the C library copies between raw pointers):
-    /// `copy` is called once, with the path to take, and whatever it returns is returned.
+    /// [`write`](Self::write) and [`read`](Self::read) are this with [`write_on`] and
+    /// [`read_on`]; memory that is a [`DeviceMapped`] needs nothing else. `copy` is called
+    /// once, with the path to take, and whatever it returns is returned.
     #[inline]
     pub fn copy_with<E>(
         &self,
@@ -743,14 +738,24 @@ impl AutoCopier {
     }
 
     /// Copies `src` into `dst` at `offset` on the fastest path for its size.
-    pub fn write(&self, dst: &MappedBuffer, offset: usize, src: &[u8]) -> Result<(), BarError> {
+    pub fn write(
+        &self,
+        dst: &(impl DeviceMapped + ?Sized),
+        offset: usize,
+        src: &[u8],
+    ) -> Result<(), BarError> {
         self.copy_with(Direction::ToGpu, src.len(), |p| {
             write_on(p, dst, offset, src)
         })
     }
 
     /// Copies `dst.len()` bytes at `offset` of `src` into `dst` on the fastest path.
-    pub fn read(&self, src: &MappedBuffer, offset: usize, dst: &mut [u8]) -> Result<(), BarError> {
+    pub fn read(
+        &self,
+        src: &(impl DeviceMapped + ?Sized),
+        offset: usize,
+        dst: &mut [u8],
+    ) -> Result<(), BarError> {
         let len = dst.len();
         self.copy_with(Direction::FromGpu, len, |p| read_on(p, src, offset, dst))
     }

@@ -12,22 +12,27 @@
 //! [`Pinned::map`], and the [`PinnedMapping`] holds its pin, so again no mapping can outlive
 //! its memory.
 //!
-//! [`auto`] picks the fastest way (stores through the mapping on 1..N threads, or the copy
-//! engine) per direction and size for such buffers. [`pool`] is the ABI through which memory of
-//! gdr's allocator is pinned; [`gdrdrv`] speaks to gdrcopy's kernel module directly.
+//! [`copies`] holds the copies every front end makes: [`DeviceMapped`], a mapping that knows the
+//! GPU memory behind it and so has the copy engine's copies beside the mapping's own, and
+//! [`EngineCopy`], how those engine copies run. [`auto`] picks the fastest way (stores through
+//! the mapping on 1..N threads, or the copy engine) per direction and size for any
+//! `DeviceMapped`. [`pool`] is the ABI through which memory of gdr's allocator is pinned;
+//! [`gdrdrv`] speaks to gdrcopy's kernel module directly.
 //!
 //! Inside, from the bottom: the backends (`backend::{gdrdrv, dmabuf, vulkan}`, which use only
 //! the crate's page sizes and the range allocator), then [`pool`], then the pin layer (`pin`),
-//! then [`auto`].
+//! then [`copies`] (which makes [`MappedBuffer`] a [`DeviceMapped`]), then [`auto`].
 
 pub mod auto;
 mod backend;
+pub mod copies;
 mod pin;
 pub mod pool;
 mod range_alloc;
 
 pub use backend::gdrdrv::{self, GdrDrv, GdrDrvAttr, GdrDrvError, GdrDrvMapping, GdrDrvPin};
 pub use backend::vulkan::{BarError, MappedBuffer, MappedImport, VulkanBackend, VulkanInfo};
+pub use copies::{DeviceMapped, EngineCopy, LazyStream};
 pub use pin::{
     vulkan_import_outcome, BackendStatus, PinBackend, PinError, Pinned, PinnedMapping, Pinner,
     VulkanImportOutcome, BACKEND_ENV, ENOTSUPP,

@@ -22,18 +22,29 @@
 //! shared reference on it), so the range stays pinned while any mapping of it lives and no
 //! mapping can outlive its memory, and reads and writes go through [`crate::copy`].
 //!
-//! The backends themselves are in `super::backend`, below this module; this one only chooses
-//! among them.
+//! The backends themselves are in `super::backend`, below this module. Each one pins through
+//! one file under `pin/`, which implements [`Backend`] (open, pin) and [`BackendPin`] (map,
+//! unmap, unpin on drop) for it: `gdrdrv`, `dmabuf`, `vulkan`, and `pooled` for the
+//! allocator's memory. This file keeps the public types, the choice among the backends (their
+//! registration: a [`PinBackend`] variant, its name, its place in [`PinBackend::ALL`] and its
+//! arm in `Pinner::open`) and the checks every pin shares.
 
-use super::backend::dmabuf::{allocation_range, DmaBuf, PeerError};
-use super::backend::gdrdrv::{self, GdrDrv, GdrDrvError, PinFlags};
-use super::backend::vulkan::{BarError, Imported, VulkanBackend};
-use super::pool::{self, PoolPin, PoolPinError};
-use crate::cuda::{self, buffer_id, vmm, Context, CudaError};
-use crate::page::keep_from_fork;
+mod dmabuf;
+mod gdrdrv;
+mod pooled;
+#[cfg(test)]
+mod tests;
+mod vulkan;
+
+pub use vulkan::{vulkan_import_outcome, VulkanImportOutcome};
+
+use super::backend::dmabuf::PeerError;
+use super::backend::gdrdrv::{GdrDrv, GdrDrvError};
+use super::backend::vulkan::BarError;
+use super::pool::PoolPinError;
+use crate::cuda::{buffer_id, Context, CudaError};
 use gdr_mem::{AccessError, Caching, MappedMemory};
 use std::fmt;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -183,33 +194,101 @@ pub struct BackendStatus {
 #[derive(Clone)]
 pub struct Pinner {
     ctx: Context,
-    imp: Imp,
+    backend: Arc<dyn Backend>,
     reason: String,
 }
 
-#[derive(Clone)]
-enum Imp {
-    GdrDrv(Arc<GdrDrv>),
-    DmaBuf,
-    Vulkan(VulkanBackend),
+/// One opened pin backend: pins ranges of its GPU's memory. Implemented once per backend, in
+/// that backend's file; [`Pinner::open`] is where each is registered.
+trait Backend: Send + Sync {
+    /// Which backend this is.
+    fn kind(&self) -> PinBackend;
+
+    /// Pins `[addr, addr + size)` (never empty: the shared checks come first). The pinner's
+    /// context is already current.
+    fn pin(&self, addr: u64, size: u64) -> Result<Pinning, PinError>;
+
+    /// The open gdrdrv, for the gdrdrv backend (its version and attributes).
+    fn gdrdrv(&self) -> Option<&GdrDrv> {
+        None
+    }
 }
 
-fn open_gdrdrv() -> Result<Arc<GdrDrv>, PinError> {
-    Ok(Arc::new(GdrDrv::open()?))
+/// What a backend's pin gives the shared [`Pinned`]: the pinned (rounded) range and the pin.
+struct Pinning {
+    /// GPU virtual address where the pinned range starts.
+    start: u64,
+    /// Bytes pinned.
+    len: u64,
+    pin: Box<dyn BackendPin>,
 }
 
-/// Proves the dma-buf mmap path on a small allocation: export, mmap, unmap.
-fn probe_dmabuf(ctx: &Context) -> Result<(), PinError> {
-    let buf = cuda::DeviceBuffer::new(ctx, 1 << 16)?;
-    let pinned = pin_dmabuf(ctx, cuda::DeviceMemory::device_ptr(&buf), 1 << 16)?;
+/// One range a backend pinned. Dropping it unpins; [`PinnedMapping`] holds it (through
+/// [`PinState`]), so that comes only after every mapping of it is unmapped.
+trait BackendPin: Send + Sync {
+    /// The backend that pinned the range, as [`Pinned::backend`] reports it.
+    fn backend(&self) -> PinBackend;
+
+    /// Whether the pin went through gdr's allocator.
+    fn is_pooled(&self) -> bool {
+        false
+    }
+
+    /// Whether the application freed the memory while pinned; `addr` is the caller's address.
+    fn callback_fired(&self, addr: u64) -> Result<bool, PinError>;
+
+    /// Maps the whole pinned range, `len` bytes, for the CPU. [`Pinned::map`] calls it at most
+    /// once at a time per pin and keeps the result in a [`PinnedMapping`], which hands it back
+    /// to [`unmap`](Self::unmap) on drop.
+    fn map(&self, len: usize) -> Result<RawMapping, PinError>;
+
+    /// Unmaps what [`map`](Self::map) returned.
+    ///
+    /// # Safety
+    /// `mapping` must be exactly what this pin's `map` returned, not yet unmapped, and nothing
+    /// may use that memory afterwards.
+    unsafe fn unmap(&self, mapping: RawMapping);
+}
+
+/// A CPU mapping a backend made of its whole pinned range.
+#[derive(Clone, Copy)]
+struct RawMapping {
+    /// CPU address of the first pinned byte.
+    base: *mut u8,
+    /// Bytes mapped from `base`, as the backend's unmap needs them.
+    len: usize,
+}
+
+/// Pins through `backend` and maps the result once, then drops both: how a backend is proven
+/// on a small allocation before it is taken.
+fn prove(backend: &dyn Backend, addr: u64, size: u64) -> Result<(), PinError> {
+    let pinned = Pinned::new(addr, size, backend.pin(addr, size)?);
     pinned.map().map(drop)
 }
 
-/// Proves the Vulkan import path on a small VMM allocation: allocate, export, import, map.
-fn probe_vulkan(ctx: &Context, be: &VulkanBackend) -> Result<(), PinError> {
-    let buf = vmm::VmmBuffer::new(ctx, 1)?;
-    let pinned = pin_vulkan(be, cuda::DeviceMemory::device_ptr(&buf), 1)?;
-    pinned.map().map(drop)
+/// Whether the allocation at `addr` is no longer the one pinned: CUDA's BUFFER_ID there
+/// differs from `pinned_id`, the one it had at the pin (never, when that was unknown). How the
+/// backends that keep the memory alive until unpin tell that the application freed it.
+fn pinned_buffer_freed(addr: u64, pinned_id: Option<u64>) -> Result<bool, PinError> {
+    Ok(pinned_id.is_some() && buffer_id(addr)? != pinned_id)
+}
+
+/// The checks every pin shares, then gdr's allocator when the range is its memory, else
+/// `backend` after `bind` (which makes the pinner's context current).
+fn pin_through(
+    backend: &dyn Backend,
+    bind: impl FnOnce() -> Result<(), CudaError>,
+    addr: u64,
+    size: u64,
+) -> Result<Pinned, PinError> {
+    if size == 0 {
+        return Err(PinError::Empty { addr });
+    }
+    if let Some(p) = pooled::pin(addr, size)? {
+        return Ok(Pinned::new(addr, size, p));
+    }
+    bind()?;
+    Ok(Pinned::new(addr, size, backend.pin(addr, size)?))
 }
 
 impl Pinner {
@@ -221,20 +300,20 @@ impl Pinner {
             None => PinBackend::from_env()?,
         };
         if let Some(c) = choice {
-            let (imp, reason) = Self::open(ctx, c)?;
+            let (backend, reason) = Self::open(ctx, c)?;
             return Ok(Pinner {
                 ctx: ctx.clone(),
-                imp,
+                backend,
                 reason: format!("{c} asked for: {reason}"),
             });
         }
         let mut why = Vec::new();
         for b in PinBackend::ALL {
             match Self::open(ctx, b) {
-                Ok((imp, reason)) => {
+                Ok((backend, reason)) => {
                     return Ok(Pinner {
                         ctx: ctx.clone(),
-                        imp,
+                        backend,
                         reason: format!("first that works: {reason}"),
                     })
                 }
@@ -244,30 +323,13 @@ impl Pinner {
         Err(PinError::NoBackend(why.join("; ")))
     }
 
-    fn open(ctx: &Context, b: PinBackend) -> Result<(Imp, String), PinError> {
+    /// Opens backend `b` on `ctx`'s GPU, with what it found: the registration of every
+    /// backend (its file's `open`).
+    fn open(ctx: &Context, b: PinBackend) -> Result<(Arc<dyn Backend>, String), PinError> {
         match b {
-            PinBackend::GdrDrv => {
-                let drv = open_gdrdrv()?;
-                let v = drv.version();
-                Ok((
-                    Imp::GdrDrv(drv),
-                    format!("{} driver {}", gdrdrv::DEVICE_PATH, v.driver),
-                ))
-            }
-            PinBackend::DmaBuf => {
-                probe_dmabuf(ctx)?;
-                Ok((Imp::DmaBuf, "mmap of a CUDA dma-buf works".into()))
-            }
-            PinBackend::Vulkan => {
-                let be = VulkanBackend::new(ctx)?;
-                probe_vulkan(ctx, &be)?;
-                Ok((
-                    Imp::Vulkan(be),
-                    "Vulkan imports POSIX-fd cuMemCreate memory into a host-visible type \
-                     (only such allocations can be pinned)"
-                        .into(),
-                ))
-            }
+            PinBackend::GdrDrv => gdrdrv::open(ctx),
+            PinBackend::DmaBuf => dmabuf::open(ctx),
+            PinBackend::Vulkan => vulkan::open(ctx),
         }
     }
 
@@ -293,19 +355,12 @@ impl Pinner {
     /// The backend this pinner pins through (memory of gdr's allocator is pinned through the
     /// allocator whatever it is).
     pub fn backend(&self) -> PinBackend {
-        match self.imp {
-            Imp::GdrDrv(_) => PinBackend::GdrDrv,
-            Imp::DmaBuf => PinBackend::DmaBuf,
-            Imp::Vulkan(_) => PinBackend::Vulkan,
-        }
+        self.backend.kind()
     }
 
     /// The open gdrdrv, when that is the backend (for its version and attributes).
     pub fn gdrdrv(&self) -> Option<&GdrDrv> {
-        match &self.imp {
-            Imp::GdrDrv(d) => Some(d),
-            _ => None,
-        }
+        self.backend.gdrdrv()
     }
 
     /// Why this backend was chosen.
@@ -321,138 +376,8 @@ impl Pinner {
     /// Pins `[addr, addr + size)` of existing CUDA memory: through gdr's allocator when the
     /// range is its memory, else through this pinner's backend.
     pub fn pin(&self, addr: u64, size: u64) -> Result<Pinned, PinError> {
-        if size == 0 {
-            return Err(PinError::Empty { addr });
-        }
-        if let Some(p) = pool::pin(addr, size)? {
-            return Ok(Pinned::new(PinState {
-                addr,
-                size,
-                start: p.base(),
-                len: p.size(),
-                imp: PinnedImp::Pool(p),
-                mapped: AtomicBool::new(false),
-            }));
-        }
-        self.ctx.bind()?;
-        match &self.imp {
-            Imp::GdrDrv(drv) => {
-                let handle = drv.pin_buffer(addr, size, PinFlags::NONE)?;
-                let info = match drv.get_info(handle) {
-                    Ok(i) => i,
-                    Err(e) => {
-                        let _ = drv.unpin(handle);
-                        return Err(e.into());
-                    }
-                };
-                Ok(Pinned::new(PinState {
-                    addr,
-                    size,
-                    start: info.va,
-                    len: info.mapped_size,
-                    imp: PinnedImp::GdrDrv {
-                        drv: drv.clone(),
-                        handle,
-                    },
-                    mapped: AtomicBool::new(false),
-                }))
-            }
-            Imp::DmaBuf => pin_dmabuf(&self.ctx, addr, size),
-            Imp::Vulkan(be) => pin_vulkan(be, addr, size),
-        }
+        pin_through(&*self.backend, || self.ctx.bind(), addr, size)
     }
-}
-
-fn pin_dmabuf(ctx: &Context, addr: u64, size: u64) -> Result<Pinned, PinError> {
-    // Unknown (None) when CUDA will not say: the callback flag then stays 0.
-    let buffer_id = buffer_id(addr).ok().flatten();
-    let buf = DmaBuf::export(ctx, addr, size)?;
-    Ok(Pinned::new(PinState {
-        addr,
-        size,
-        start: buf.start(),
-        len: buf.len(),
-        imp: PinnedImp::DmaBuf { buf, buffer_id },
-        mapped: AtomicBool::new(false),
-    }))
-}
-
-fn pin_vulkan(be: &VulkanBackend, addr: u64, size: u64) -> Result<Pinned, PinError> {
-    be.context().bind()?;
-    let (base, alloc_size) = allocation_range(addr)?;
-    // Whether the memory can be exported at all comes first: for plain cudaMalloc memory that
-    // is the real cause, whatever the range (UCX pins the 64 KiB pages around a small buffer,
-    // which run past a cudaMalloc allocation but not past a cuMemCreate chunk).
-    let fd = vmm::export_allocation(base).map_err(|e| PinError::NotExportable {
-        addr,
-        cumemcreate: !matches!(e, vmm::NotExportable::NotVmm(_)),
-        why: e.to_string(),
-    })?;
-    if addr + size > base + alloc_size {
-        return Err(PeerError::OutsideAllocation {
-            addr,
-            size,
-            base,
-            alloc_size,
-        }
-        .into());
-    }
-    let buffer_id = buffer_id(addr).ok().flatten();
-    let gran = vmm::granularity(be.context())? as u64;
-    let import_size = alloc_size.next_multiple_of(gran);
-    let imported = be
-        .import_fd(fd, import_size as usize, true)
-        .map_err(PinError::ImportRefused)?;
-    Ok(Pinned::new(PinState {
-        addr,
-        size,
-        start: base,
-        len: imported.size() as u64,
-        imp: PinnedImp::Vulkan {
-            imported,
-            buffer_id,
-        },
-        mapped: AtomicBool::new(false),
-    }))
-}
-
-/// What Vulkan does with a POSIX-fd `cuMemCreate` allocation of `ctx`'s GPU: the result of
-/// importing it into the host-visible device-local type and mapping it, and of importing it
-/// into a device-only type (which tells "no import at all" from "no host-visible import").
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct VulkanImportOutcome {
-    /// Importing the allocation's fd into the host-visible device-local memory type; the error
-    /// as text.
-    pub host_visible_import: Result<(), String>,
-    /// `vkMapMemory` of that import (an error saying "not imported" when the import failed).
-    pub host_visible_map: Result<(), String>,
-    /// Importing the same allocation into a device-local type without HOST_VISIBLE.
-    pub device_only_import: Result<(), String>,
-}
-
-/// Tries the Vulkan import of CUDA VMM memory both ways (see [`VulkanImportOutcome`]).
-pub fn vulkan_import_outcome(ctx: &Context) -> Result<VulkanImportOutcome, PinError> {
-    let be = VulkanBackend::new(ctx)?;
-    let buf = vmm::VmmBuffer::new(ctx, 1)?;
-    let size = buf.alloc_size();
-    let host = be.import_fd(buf.export_fd()?, size, true);
-    let host_visible_map = match &host {
-        Ok(imp) => imp.map().map(|_| {
-            // SAFETY: mapped just now, not used.
-            unsafe { imp.unmap() }
-        }),
-        Err(_) => Err(BarError::BadLayout("not imported".into())),
-    }
-    .map_err(|e| e.to_string());
-    let device_only_import = be
-        .import_fd(buf.export_fd()?, size, false)
-        .map(drop)
-        .map_err(|e| e.to_string());
-    Ok(VulkanImportOutcome {
-        host_visible_import: host.map(drop).map_err(|e| e.to_string()),
-        host_visible_map,
-        device_only_import,
-    })
 }
 
 /// A pinned range of existing GPU memory. Unpinned when it and its mapping (which holds it)
@@ -461,37 +386,28 @@ pub struct Pinned {
     state: Arc<PinState>,
 }
 
-/// What a [`Pinned`] and its [`PinnedMapping`] share; unpins on drop, so after the last of
-/// them goes.
+/// What a [`Pinned`] and its [`PinnedMapping`] share; unpins on drop (its backend's pin does),
+/// so after the last of them goes.
 struct PinState {
     addr: u64,
     size: u64,
     start: u64,
     len: u64,
-    imp: PinnedImp,
+    pin: Box<dyn BackendPin>,
     mapped: AtomicBool,
 }
 
-enum PinnedImp {
-    GdrDrv {
-        drv: Arc<GdrDrv>,
-        handle: gdrdrv::Handle,
-    },
-    /// `buffer_id`: CUDA's BUFFER_ID of the allocation when pinned (a different one later
-    /// means the application freed it while pinned).
-    DmaBuf { buf: DmaBuf, buffer_id: Option<u64> },
-    Vulkan {
-        imported: Imported,
-        buffer_id: Option<u64>,
-    },
-    /// Memory of gdr's allocator, mapped by it.
-    Pool(PoolPin),
-}
-
 impl Pinned {
-    fn new(state: PinState) -> Pinned {
+    fn new(addr: u64, size: u64, pinning: Pinning) -> Pinned {
         Pinned {
-            state: Arc::new(state),
+            state: Arc::new(PinState {
+                addr,
+                size,
+                start: pinning.start,
+                len: pinning.len,
+                pin: pinning.pin,
+                mapped: AtomicBool::new(false),
+            }),
         }
     }
 
@@ -515,16 +431,12 @@ impl Pinned {
     /// The backend that pinned the range ([`PinBackend::Vulkan`] for memory of gdr's
     /// allocator, whose chunk mapping is Vulkan's).
     pub fn backend(&self) -> PinBackend {
-        match self.state.imp {
-            PinnedImp::GdrDrv { .. } => PinBackend::GdrDrv,
-            PinnedImp::DmaBuf { .. } => PinBackend::DmaBuf,
-            PinnedImp::Vulkan { .. } | PinnedImp::Pool(_) => PinBackend::Vulkan,
-        }
+        self.state.pin.backend()
     }
 
     /// Whether the pin went through gdr's allocator (its memory, its chunk's mapping).
     pub fn is_pooled(&self) -> bool {
-        matches!(self.state.imp, PinnedImp::Pool(_))
+        self.state.pin.is_pooled()
     }
 
     /// Whether the application freed the pinned memory while pinned (what gdrcopy's callback
@@ -533,12 +445,7 @@ impl Pinned {
     /// at the address any more, or another one), or, for allocator memory, by asking the
     /// allocator.
     pub fn callback_fired(&self) -> Result<bool, PinError> {
-        let pinned_id = match &self.state.imp {
-            PinnedImp::GdrDrv { drv, handle } => return Ok(drv.get_callback_flag(*handle)?),
-            PinnedImp::Pool(p) => return Ok(p.freed()?),
-            PinnedImp::DmaBuf { buffer_id, .. } | PinnedImp::Vulkan { buffer_id, .. } => *buffer_id,
-        };
-        Ok(pinned_id.is_some() && buffer_id(self.state.addr)? != pinned_id)
+        self.state.pin.callback_fired(self.state.addr)
     }
 
     /// Maps the whole pinned range for the CPU. The mapping holds the pin: the range stays
@@ -558,83 +465,16 @@ impl Pinned {
 
     fn map_once(&self) -> Result<PinnedMapping, PinError> {
         let state = &self.state;
-        let map_len = state.len as usize;
-        let (base, imp) = match &state.imp {
-            PinnedImp::GdrDrv { drv, handle } => {
-                // SAFETY: the mapping is kept in a PinnedMapping that holds this pin's state,
-                // which unpins only in its own drop, after the mapping is unmapped.
-                let m = unsafe { drv.map(*handle, map_len)? };
-                let (ptr, len) = m.into_raw();
-                keep_from_fork(ptr.as_ptr(), map_len);
-                (
-                    ptr.as_ptr(),
-                    MapImp::GdrDrv {
-                        drv: drv.clone(),
-                        ptr,
-                        len,
-                    },
-                )
-            }
-            PinnedImp::DmaBuf { buf, .. } => {
-                // SAFETY: a fresh shared mapping at an address the kernel picks cannot overlap
-                // memory Rust already uses.
-                let p = unsafe {
-                    libc::mmap(
-                        std::ptr::null_mut(),
-                        map_len,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                        libc::MAP_SHARED,
-                        std::os::fd::AsRawFd::as_raw_fd(&buf.fd()),
-                        0,
-                    )
-                };
-                if p == libc::MAP_FAILED {
-                    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-                    let driver = cuda::driver()
-                        .map(|d| d.version_string())
-                        .unwrap_or_default();
-                    return Err(PinError::MmapRefused { errno, driver });
-                }
-                keep_from_fork(p.cast(), map_len);
-                let p = NonNull::new(p.cast::<u8>()).ok_or(PinError::MmapRefused {
-                    errno: libc::EFAULT,
-                    driver: String::new(),
-                })?;
-                (
-                    p.as_ptr(),
-                    MapImp::Mmap {
-                        ptr: p,
-                        len: map_len,
-                    },
-                )
-            }
-            PinnedImp::Vulkan { imported, .. } => (imported.map()?, MapImp::OfPin),
-            // The allocator keeps the chunk mapped while the pin lives; the pin's pages are
-            // opened for as long as this mapping lives.
-            PinnedImp::Pool(p) => {
-                p.map()?;
-                (p.cpu(), MapImp::OfPin)
-            }
-        };
+        let mapping = state.pin.map(state.len as usize)?;
         // SAFETY: the caller's address lies in the pinned range, which the mapping covers whole.
-        let host = unsafe { base.add((state.addr - state.start) as usize) };
+        let host = unsafe { mapping.base.add((state.addr - state.start) as usize) };
         Ok(PinnedMapping {
             pinned: Pinned {
                 state: state.clone(),
             },
             host,
-            imp,
+            mapping,
         })
-    }
-}
-
-impl Drop for PinState {
-    fn drop(&mut self) {
-        if let PinnedImp::GdrDrv { drv, handle } = &self.imp {
-            let _ = drv.unpin(*handle);
-        }
-        // A DmaBuf closes its fd, an Imported frees its Vulkan memory, a PoolPin unpins, on
-        // their own drops.
     }
 }
 
@@ -650,29 +490,14 @@ impl fmt::Debug for Pinned {
     }
 }
 
-/// What unmapping a [`PinnedMapping`] takes beyond its pin.
-enum MapImp {
-    /// gdrdrv's mapping of the handle (given up by its borrowing guard, which cannot live next
-    /// to the pin it borrows from), unmapped through the driver's file.
-    GdrDrv {
-        drv: Arc<GdrDrv>,
-        ptr: NonNull<u8>,
-        len: usize,
-    },
-    /// An `mmap` of the dma-buf's descriptor.
-    Mmap { ptr: NonNull<u8>, len: usize },
-    /// The pin's own mapping, opened for this mapping and closed through the pin: Vulkan's
-    /// `vkMapMemory` of the import, or the allocator's mapping of its chunk.
-    OfPin,
-}
-
 /// A CPU mapping of a [`Pinned`] range; offsets are relative to the caller's address. Unmapped
 /// on drop. It holds the pin, so the memory stays pinned while the mapping lives.
 pub struct PinnedMapping {
     pinned: Pinned,
     /// CPU address of the caller's first byte.
     host: *mut u8,
-    imp: MapImp,
+    /// What the backend's unmap takes back, in drop.
+    mapping: RawMapping,
 }
 
 // SAFETY: the mapping is of device memory reached only through the copy routines; the pin it
@@ -748,67 +573,11 @@ unsafe impl MappedMemory for PinnedMapping {
 impl Drop for PinnedMapping {
     fn drop(&mut self) {
         let state = &self.pinned.state;
-        match &self.imp {
-            MapImp::GdrDrv { drv, ptr, len } => {
-                // SAFETY: ptr/len are the mapping gdrdrv made for this value (given up by its
-                // guard in map_once), unused from now on; the handle is still pinned, since the
-                // pin's state, held here, unpins only after this.
-                let _ = unsafe { gdrdrv::DeviceFile::munmap(drv.file(), *ptr, *len) };
-            }
-            MapImp::Mmap { ptr, len } => {
-                // SAFETY: our own live mapping, unused from now on.
-                unsafe { libc::munmap(ptr.as_ptr().cast(), *len) };
-            }
-            MapImp::OfPin => match &state.imp {
-                PinnedImp::Vulkan { imported, .. } => {
-                    // SAFETY: mapped by Pinned::map for this value; unused from now on.
-                    unsafe { imported.unmap() };
-                }
-                PinnedImp::Pool(p) => {
-                    let _ = p.unmap();
-                }
-                PinnedImp::GdrDrv { .. } | PinnedImp::DmaBuf { .. } => {}
-            },
-        }
+        // SAFETY: `mapping` is what this pin's map returned for this value (in map_once), and
+        // this drop is its only unmap; nothing uses it from now on. The pin is still held here,
+        // so it unpins only after this.
+        unsafe { state.pin.unmap(self.mapping) };
         state.mapped.store(false, Ordering::Release);
         // The pin itself goes with the last of this mapping and its Pinned.
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pins_and_mappings_cross_threads() {
-        // libgdrapi's table and the Python package share both between threads.
-        fn send_sync<T: Send + Sync>() {}
-        send_sync::<Pinned>();
-        send_sync::<PinnedMapping>();
-    }
-
-    #[test]
-    fn backend_names_round_trip() {
-        for b in PinBackend::ALL {
-            assert_eq!(PinBackend::parse(b.name()).unwrap(), b);
-        }
-        assert_eq!(PinBackend::parse(" DMABUF ").unwrap(), PinBackend::DmaBuf);
-        assert!(matches!(
-            PinBackend::parse("nvidia-peermem"),
-            Err(PinError::UnknownBackend(_))
-        ));
-    }
-
-    #[test]
-    fn mmap_refusal_names_the_driver_requirement() {
-        let e = PinError::MmapRefused {
-            errno: ENOTSUPP,
-            driver: "13.0".into(),
-        };
-        let s = e.to_string();
-        assert!(
-            s.contains("524") && s.contains("ENOTSUPP") && s.contains("13.3"),
-            "{s}"
-        );
     }
 }

@@ -56,7 +56,9 @@
 //! One file (about 1,000 lines) on purpose: the invariants above (non-overlapping entries,
 //! budgets counted over live registrations, no deregistration under the lock, the shard and
 //! writer lock order) are upheld together by the lookup, the writer and eviction below; split
-//! apart, each piece would have to restate them.
+//! apart, each piece would have to restate them. Inside it, `RegCache`'s methods come in one
+//! impl block per concern: making it and its state, the lookups (the hit path), removal (with
+//! the writer), and the miss path.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -558,6 +560,7 @@ struct Plan {
     epoch: u64,
 }
 
+// Making the cache and reading its state.
 impl<R: Registrar> RegCache<R> {
     /// A cache over `registrar` with the given budgets.
     pub fn new(registrar: R, config: CacheConfig) -> Result<Self, CacheConfigError> {
@@ -608,6 +611,38 @@ impl<R: Registrar> RegCache<R> {
         self.config
     }
 
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> CacheStats {
+        let (entries, bytes_cached) = {
+            let meta = self.meta.lock().unwrap_or_else(PoisonError::into_inner);
+            let map = self.shards[0]
+                .map
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            (map.len() as u64, meta.bytes)
+        };
+        CacheStats {
+            hits: self
+                .shards
+                .iter()
+                .map(|s| s.hits.load(Ordering::Relaxed))
+                .sum(),
+            misses: self.misses.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed),
+            invalidations: self.invalidations.load(Ordering::Relaxed),
+            registrations: self.registrations.load(Ordering::Relaxed),
+            registration_failures: self.registration_failures.load(Ordering::Relaxed),
+            uncached: self.uncached.load(Ordering::Relaxed),
+            entries,
+            bytes_cached,
+            live_registrations: self.core.live_regs.load(Ordering::Relaxed),
+            bytes_pinned: self.core.live_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+// Lookups: the hit path, which takes one shard's read lock and touches only atomics.
+impl<R: Registrar> RegCache<R> {
     /// A registration covering `[addr, addr + len)`, from the cache or fresh. No tag check: the
     /// caller vouches that the memory was not freed since it was registered (or relies on the
     /// allocator calling [`invalidate`](Self::invalidate)).
@@ -651,6 +686,51 @@ impl<R: Registrar> RegCache<R> {
         }
     }
 
+    fn shard(&self) -> &Shard<R> {
+        &self.shards[shard_index() % self.shards.len()]
+    }
+
+    fn round(&self, addr: u64, len: u64) -> Result<(u64, u64), CacheError<R::Error>> {
+        if len == 0 {
+            return Err(CacheError::Empty { addr });
+        }
+        let mask = self.config.page_size - 1;
+        let end = addr
+            .checked_add(len)
+            .and_then(|end| end.checked_add(mask))
+            .ok_or(CacheError::Overflow { addr, len })?;
+        Ok((addr & !mask, end & !mask))
+    }
+
+    fn entry_covers(&self, entry: &Entry<R>, addr: u64, size: u64) -> bool {
+        entry
+            .reg
+            .as_ref()
+            .is_some_and(|reg| self.core.registrar.covers(reg, addr, size))
+    }
+
+    fn lookup(shard: &Shard<R>, start: u64, end: u64) -> Option<Arc<Entry<R>>> {
+        let map = shard.map.read().unwrap_or_else(PoisonError::into_inner);
+        covering(&map, start, end).map(|slot| Arc::clone(&slot.entry))
+    }
+
+    fn hit(&self, shard: &Shard<R>, entry: Arc<Entry<R>>, addr: u64, size: u64) -> RegHandle<R> {
+        shard.hits.fetch_add(1, Ordering::Relaxed);
+        // LRU granularity is one miss: entries hit since the latest miss rank after the entry that
+        // miss created (odd stamp above its even one) and tie among themselves. Evictions only
+        // happen at misses, so finer order would buy little, and reading a clock that only misses
+        // write keeps the line shared between cores.
+        let stamp = self.clock.load(Ordering::Relaxed) + 1;
+        if entry.last_used.load(Ordering::Relaxed) != stamp {
+            entry.last_used.store(stamp, Ordering::Relaxed);
+        }
+        RegHandle { entry, addr, size }
+    }
+}
+
+// Removal: invalidation, eviction of unused entries, and the writer every change goes
+// through (all shard locks, in order, under the meta mutex).
+impl<R: Registrar> RegCache<R> {
     /// Removes every entry overlapping `[start, start + len)` (the allocator's free hook).
     /// Registrations still held stay valid for their holders. Returns how many entries went.
     pub fn invalidate(&self, start: u64, len: u64) -> usize {
@@ -694,88 +774,6 @@ impl<R: Registrar> RegCache<R> {
         gone.len()
     }
 
-    /// A snapshot of the counters.
-    pub fn stats(&self) -> CacheStats {
-        let (entries, bytes_cached) = {
-            let meta = self.meta.lock().unwrap_or_else(PoisonError::into_inner);
-            let map = self.shards[0]
-                .map
-                .read()
-                .unwrap_or_else(PoisonError::into_inner);
-            (map.len() as u64, meta.bytes)
-        };
-        CacheStats {
-            hits: self
-                .shards
-                .iter()
-                .map(|s| s.hits.load(Ordering::Relaxed))
-                .sum(),
-            misses: self.misses.load(Ordering::Relaxed),
-            evictions: self.evictions.load(Ordering::Relaxed),
-            invalidations: self.invalidations.load(Ordering::Relaxed),
-            registrations: self.registrations.load(Ordering::Relaxed),
-            registration_failures: self.registration_failures.load(Ordering::Relaxed),
-            uncached: self.uncached.load(Ordering::Relaxed),
-            entries,
-            bytes_cached,
-            live_registrations: self.core.live_regs.load(Ordering::Relaxed),
-            bytes_pinned: self.core.live_bytes.load(Ordering::Relaxed),
-        }
-    }
-
-    fn shard(&self) -> &Shard<R> {
-        &self.shards[shard_index() % self.shards.len()]
-    }
-
-    fn writer(&self) -> Writer<'_, R> {
-        // Maps and meta are consistent between statements; a panic elsewhere (in a registrar
-        // callback on another thread, say) leaves nothing half-done, so poisoning is ignored.
-        let meta = self.meta.lock().unwrap_or_else(PoisonError::into_inner);
-        let maps = self
-            .shards
-            .iter()
-            .map(|s| s.map.write().unwrap_or_else(PoisonError::into_inner))
-            .collect();
-        Writer { meta, maps }
-    }
-
-    fn round(&self, addr: u64, len: u64) -> Result<(u64, u64), CacheError<R::Error>> {
-        if len == 0 {
-            return Err(CacheError::Empty { addr });
-        }
-        let mask = self.config.page_size - 1;
-        let end = addr
-            .checked_add(len)
-            .and_then(|end| end.checked_add(mask))
-            .ok_or(CacheError::Overflow { addr, len })?;
-        Ok((addr & !mask, end & !mask))
-    }
-
-    fn entry_covers(&self, entry: &Entry<R>, addr: u64, size: u64) -> bool {
-        entry
-            .reg
-            .as_ref()
-            .is_some_and(|reg| self.core.registrar.covers(reg, addr, size))
-    }
-
-    fn lookup(shard: &Shard<R>, start: u64, end: u64) -> Option<Arc<Entry<R>>> {
-        let map = shard.map.read().unwrap_or_else(PoisonError::into_inner);
-        covering(&map, start, end).map(|slot| Arc::clone(&slot.entry))
-    }
-
-    fn hit(&self, shard: &Shard<R>, entry: Arc<Entry<R>>, addr: u64, size: u64) -> RegHandle<R> {
-        shard.hits.fetch_add(1, Ordering::Relaxed);
-        // LRU granularity is one miss: entries hit since the latest miss rank after the entry that
-        // miss created (odd stamp above its even one) and tie among themselves. Evictions only
-        // happen at misses, so finer order would buy little, and reading a clock that only misses
-        // write keeps the line shared between cores.
-        let stamp = self.clock.load(Ordering::Relaxed) + 1;
-        if entry.last_used.load(Ordering::Relaxed) != stamp {
-            entry.last_used.store(stamp, Ordering::Relaxed);
-        }
-        RegHandle { entry, addr, size }
-    }
-
     /// Takes `entry` out of the cache (if it is still there) because its memory was freed.
     fn retire(&self, entry: &Arc<Entry<R>>) {
         let gone = {
@@ -797,6 +795,22 @@ impl<R: Registrar> RegCache<R> {
         }
     }
 
+    fn writer(&self) -> Writer<'_, R> {
+        // Maps and meta are consistent between statements; a panic elsewhere (in a registrar
+        // callback on another thread, say) leaves nothing half-done, so poisoning is ignored.
+        let meta = self.meta.lock().unwrap_or_else(PoisonError::into_inner);
+        let maps = self
+            .shards
+            .iter()
+            .map(|s| s.map.write().unwrap_or_else(PoisonError::into_inner))
+            .collect();
+        Writer { meta, maps }
+    }
+}
+
+// The miss path: plan under the lock, register with no lock held, cache the result if no
+// overlapping invalidation raced with it, and make room within the budgets.
+impl<R: Registrar> RegCache<R> {
     /// Registers a range for a lookup that found no usable entry. `stale` is an entry a checked
     /// lookup rejected (`tag` is the tag it saw); it is replaced like an overlapping entry.
     #[allow(clippy::too_many_arguments)]

@@ -4,7 +4,7 @@
 
 use super::{BarError, Block, PoolRef};
 use crate::cuda::{self, DeviceMemory};
-use gdr_mem::{check_range, Caching, MappedMemory};
+use gdr_mem::{Caching, MappedMemory};
 use std::sync::Arc;
 
 /// GPU memory with a CPU mapping: a CUDA device pointer and a write-combined BAR1 mapping of
@@ -57,40 +57,10 @@ impl MappedBuffer {
         Ok(self.write_at(offset, src)?)
     }
 
-    /// Like [`write`](Self::write) but split across `threads` CPU threads (bulk copies).
-    pub fn write_parallel(
-        &self,
-        offset: usize,
-        src: &[u8],
-        threads: usize,
-    ) -> Result<(), BarError> {
-        check_range(offset, src.len(), self.len)?;
-        // SAFETY: the range is inside this buffer's part of the mapping (checked), which stays
-        // mapped while self holds the block.
-        unsafe { crate::copy::copy_to_mapping_parallel(self.host_ptr().add(offset), src, threads) };
-        Ok(())
-    }
-
     /// Reads `dst.len()` bytes at `offset` through the CPU mapping (stream loads).
     #[inline]
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), BarError> {
         Ok(self.read_at(offset, dst)?)
-    }
-
-    /// Like [`read`](Self::read) but split across `threads` CPU threads.
-    pub fn read_parallel(
-        &self,
-        offset: usize,
-        dst: &mut [u8],
-        threads: usize,
-    ) -> Result<(), BarError> {
-        check_range(offset, dst.len(), self.len)?;
-        // SAFETY: the range is inside the buffer; the aligned 64-byte lines around it are
-        // inside the block's page-granular mapping, which the copy routine may read.
-        unsafe {
-            crate::copy::copy_from_mapping_parallel(dst, self.host_ptr().add(offset), threads)
-        };
-        Ok(())
     }
 
     /// The CPU address of the first byte. Valid only while `self` lives; for code that shares
