@@ -86,6 +86,33 @@ pub enum CpuIdle {
 pub const PARK_AFTER: Duration = Duration::from_millis(1);
 
 /// A set of queue pairs each served by one CPU thread.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_mq::{CpuHandler, CpuWorkers, QueueConfig};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// // Each worker answers with the request reversed.
+/// let reverse: CpuHandler = Arc::new(|req: &[u8], resp: &mut [u8]| {
+///     for (o, i) in resp.iter_mut().zip(req.iter().rev()) {
+///         *o = *i;
+///     }
+///     req.len()
+/// });
+/// let cfg = QueueConfig { slots: 4, max_msg: 32, ..Default::default() };
+/// // Two queue pairs, a thread each; a worker exits on stop or after 10 s without a request.
+/// let mut workers = CpuWorkers::spawn(&cfg, 2, Duration::from_secs(10), reverse)?;
+/// let mut resp = [0u8; 32];
+/// for (i, q) in workers.queues_mut().iter_mut().enumerate() {
+///     assert_eq!(q.id(), i);
+///     let n = q.call(b"gdr", &mut resp)?;
+///     assert_eq!(&resp[..n], b"rdg");
+/// }
+/// workers.stop();
+/// # Ok::<(), gdr_mq::MqError>(())
+/// ```
 pub struct CpuWorkers {
     queues: Vec<QueuePair>,
     threads: Vec<JoinHandle<()>>,

@@ -41,6 +41,31 @@ pub const CAPTURE_NOTE: &str = "gdr-capture.txt";
 
 /// Reads the tree under `source` (usually `/sys`) and writes what was read under `dest`, which
 /// must be absent or empty.
+///
+/// # Examples
+///
+/// ```
+/// use gdr_pci::capture::capture;
+/// use gdr_pci::{TopoError, Topology};
+/// use std::path::Path;
+///
+/// // A capture of a capture; `/sys` is captured the same way.
+/// let source = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/topo/workstation"));
+/// let dest = tempfile::tempdir()?;
+/// let summary = capture(source, dest.path())?;
+/// assert!(summary.files > 0 && summary.links > 0);
+/// // It reads back as the source did.
+/// let back = Topology::read(dest.path())?;
+/// assert_eq!(back.devices().len(), summary.topology.devices().len());
+/// let (gpu, nic) = (back.find("gpu0")?.bdf, back.find("mlx5_0")?.bdf);
+/// assert_eq!(back.path(gpu, nic)?.class, summary.topology.path(gpu, nic)?.class);
+/// // A capture never writes over anything.
+/// assert!(matches!(
+///     capture(source, dest.path()),
+///     Err(TopoError::CaptureDestinationNotEmpty(_))
+/// ));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn capture(source: &Path, dest: &Path) -> Result<CaptureSummary, TopoError> {
     let io_err = |path: &Path| {
         let path = path.to_path_buf();

@@ -169,6 +169,17 @@ impl GdrDrvError {
 }
 
 /// A `major << 16 | minor` version as gdrdrv encodes them.
+///
+/// # Examples
+///
+/// ```
+/// use gdr::bar::gdrdrv::Version;
+///
+/// let v = Version(2 << 16 | 5);
+/// assert_eq!((v.major(), v.minor()), (2, 5));
+/// assert_eq!(v.to_string(), "2.5");
+/// assert!(Version(2 << 16 | 4) < v && v < Version(3 << 16), "ordered as versions");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Version(pub u32);
 
