@@ -110,6 +110,9 @@ fi
 
 if want ucx; then
   u=$dir/ucx/bin
+  # The UCX built for this run, not one the host may have in the system's library folders
+  # (its programs carry no run path; a host's older libucs lacks their symbols).
+  export LD_LIBRARY_PATH=$dir/ucx/lib:$LD_LIBRARY_PATH
   if run ucx-info.log "$u/ucx_info" -d && grep -q 'Transport: gdr_copy' "$out/ucx-info.log"; then
     ok "ucx_info -d lists the gdr_copy transport"
   else

@@ -172,8 +172,11 @@ static void staged_pin(gdr_t g, CUdeviceptr d, size_t len, const char *what) {
             if (o + s > len) continue;
             n++;
             /* To the GPU: the device bytes around the range must stay as they were. */
+            /* cuMemcpyHtoD from pageable memory may return before its DMA has landed, and
+               gdr's copy engine runs on a stream of its own, unordered with the legacy one:
+               the context is synchronised first, or the DMA may land over the copy. */
             fill_random(dev, len);
-            to_ok &= cu.htod(d, dev, len) == 0;
+            to_ok &= cu.htod(d, dev, len) == 0 && cu.sync() == 0;
             fill_random(src, s);
             to_ok &= gdr_copy_to_mapping(mh, (uint8_t *)va + o, src, s) == 0;
             memcpy(dev + o, src, s);
@@ -181,7 +184,7 @@ static void staged_pin(gdr_t g, CUdeviceptr d, size_t len, const char *what) {
             to_ok &= cu.dtoh(back, d, len) == 0 && memcmp(back, dev, len) == 0;
             /* From the GPU, into a poisoned buffer with guards. */
             fill_random(dev, len);
-            from_ok &= cu.htod(d, dev, len) == 0;
+            from_ok &= cu.htod(d, dev, len) == 0 && cu.sync() == 0;
             memset(back, 0xee, s + 2);
             from_ok &= gdr_copy_from_mapping(mh, back + 1, (uint8_t *)va + o, s) == 0;
             from_ok &= memcmp(back + 1, dev + o, s) == 0 && back[0] == 0xee && back[s + 1] == 0xee;
