@@ -50,6 +50,7 @@ cp scripts/run-gpu.sh "$out/run.sh"
 cp scripts/serve-bench.sh "$out/serve-bench.sh"
 cp scripts/two-gpu.sh "$out/two-gpu.sh"
 cp scripts/compare-gdr.sh "$out/compare-gdr.sh"
+cp scripts/lanes.sh "$out/lanes.sh"
 cp scripts/ucx-gpu.sh scripts/ucxx-gpu.sh scripts/mpi-gpu.sh scripts/lat_medians.py "$out/"
 # gdr's allocator on the GPU host: the CUDA programs (built there with nvcc) and the scripts.
 mkdir -p "$out/alloc"

@@ -33,9 +33,12 @@ fi
 icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 [ -f "$icd" ] && export VK_DRIVER_FILES=${VK_DRIVER_FILES:-$icd}
 # libgdrapi and libgdr_alloc installed as a user installs them (into /usr/local, then
-# ldconfig); pkg-config for the C programs built against them, from the carried packages when
-# the host has none.
-cp -a "$here/capi/root/usr/local/." /usr/local/ && ldconfig
+# ldconfig), unless GDR_RUN_INSTALLED=1 says it is done (lanes.sh installs once, then starts
+# several run.sh at once); pkg-config for the C programs built against them, from the carried
+# packages when the host has none.
+if [ "${GDR_RUN_INSTALLED:-}" != 1 ]; then
+  cp -a "$here/capi/root/usr/local/." /usr/local/ && ldconfig
+fi
 if ! command -v pkg-config >/dev/null && [ -d "$here/gl" ]; then
   for f in "$here"/gl/pkgconf*.deb "$here"/gl/libpkgconf3*.deb; do dpkg -x "$f" /; done; ldconfig
 fi
