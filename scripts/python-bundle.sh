@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python part of the bundle (scripts/bundle.sh), into DIR: gdr's wheel (one abi3 wheel for
-# CPython 3.9+, manylinux2014 x86-64: maturin links with zig so that this machine's newer glibc
+# CPython 3.10+, manylinux2014 x86-64: maturin links with zig so that this machine's newer glibc
 # does not leak into it), with gdr's allocator library (libgdr_alloc.so) inside when
 # crates/gdr-alloc-preload builds; the package's tests; the benchmark beside vkgdr; and the
 # wheels of .whl/ (scripts/python-wheels.sh: vkgdr, cffi, pycparser, pytest).

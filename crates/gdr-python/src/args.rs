@@ -10,6 +10,7 @@
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyInt;
 
 /// The most threads a copy may be asked for. A copy uses at most
 /// `gdr::copy::PARALLEL_MAX_THREADS` of them (more are clamped to it); the bound is wider so
@@ -62,8 +63,31 @@ where
 /// A count of bytes that the platform can hold: `0..=usize::MAX` as `u64` (the only `usize`
 /// this extension builds for is 64 bits wide).
 fn bytes(obj: &Bound<'_, PyAny>, name: &str, lo: u64) -> PyResult<usize> {
+    if let Some(v) = small_nonnegative_int(obj).filter(|&v| v as u64 >= lo) {
+        return Ok(v);
+    }
     let v = in_range(obj, name, lo, usize::MAX as u64)?;
     Ok(v as usize)
+}
+
+/// `obj` when it is an `int` (or a subclass) from 0 to `isize::MAX`: one C call, for the
+/// arguments of the copies, which are on the hot path of every small copy. `None` for
+/// anything else, which the full check then takes (and reports).
+#[inline]
+fn small_nonnegative_int(obj: &Bound<'_, PyAny>) -> Option<usize> {
+    if !obj.is_instance_of::<PyInt>() {
+        return None;
+    }
+    // SAFETY: `obj` is a live int (checked above) and we are attached to the interpreter.
+    // PyLong_AsSsize_t takes ints only, which it is, and sets an error only for one out of
+    // range, which is taken (cleared) below before any other call.
+    let v = unsafe { pyo3::ffi::PyLong_AsSsize_t(obj.as_ptr()) };
+    if v < 0 {
+        // -1 with OverflowError set, or a negative int: the full check decides.
+        drop(PyErr::take(obj.py()));
+        return None;
+    }
+    Some(v as usize)
 }
 
 /// `offset=`: a byte offset, `0..=usize::MAX` (whether it lies inside the memory is
@@ -120,6 +144,9 @@ pub(crate) fn align(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
 
 /// `threads=`: `1..=MAX_THREADS`.
 pub(crate) fn threads(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
+    if let Some(t) = small_nonnegative_int(obj).filter(|t| (1..=MAX_THREADS).contains(t)) {
+        return Ok(t);
+    }
     let t = in_range(obj, "threads", 1u64, MAX_THREADS as u64)?;
     Ok(t as usize)
 }

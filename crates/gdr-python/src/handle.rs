@@ -61,6 +61,20 @@ impl Handle {
         mem.ok_or_else(|| errors::closed(what))
     }
 
+    /// Runs `f` on the memory under the read lock, without taking a reference to it: for
+    /// short copies, where cloning and dropping the `Arc` is a measurable part of the call.
+    /// `f` must neither run Python nor wait for the interpreter (a `close()` on another thread
+    /// waits for the lock while attached), so it is plain Rust: a copy on the calling thread.
+    #[inline]
+    pub(crate) fn with_mem<R>(&self, what: &str, f: impl FnOnce(&Mem) -> R) -> PyResult<R> {
+        let r = {
+            let guard = self.mem.read().unwrap_or_else(|p| p.into_inner());
+            guard.as_deref().map(f)
+        };
+        // As in `get`: the error is made after the lock is let go.
+        r.ok_or_else(|| errors::closed(what))
+    }
+
     pub(crate) fn is_closed(&self) -> bool {
         self.mem.read().unwrap_or_else(|p| p.into_inner()).is_none()
     }
@@ -112,11 +126,14 @@ pub(crate) fn write(
 ) -> PyResult<()> {
     let src = HeldBuffer::readable(data)?;
     let bytes = src.as_slice();
-    let mem = h.get(what)?;
     let r = if bytes.len() >= DETACH_AT {
+        // Detached, the copy holds a reference rather than the lock: letting go of the lock
+        // after the copy needs the interpreter back, which a `close()` waiting for the lock
+        // while attached would never give.
+        let mem = h.get(what)?;
         py.detach(|| mem.write_parallel(offset, bytes, threads))
     } else {
-        mem.write_parallel(offset, bytes, threads)
+        h.with_mem(what, |mem| mem.write_parallel(offset, bytes, threads))?
     };
     r.map_err(errors::access)
 }
@@ -166,11 +183,11 @@ pub(crate) fn read_into(
     let mut dst = HeldBuffer::writable(out)?;
     let n = dst.len();
     let slice = dst.as_mut_slice();
-    let mem = h.get(what)?;
     let r = if n >= DETACH_AT {
+        let mem = h.get(what)?; // a reference, not the lock: see `write`
         py.detach(|| mem.read_parallel(offset, slice, threads))
     } else {
-        mem.read_parallel(offset, slice, threads)
+        h.with_mem(what, |mem| mem.read_parallel(offset, slice, threads))?
     };
     r.map_err(errors::access)?;
     Ok(n)

@@ -2,9 +2,9 @@
 //! array, `array.array`, ...) through Python's buffer protocol, without a copy.
 //!
 //! The protocol's two functions joined the limited API only in Python 3.11, so the abi3
-//! bindings of PyO3 built for 3.9 leave them out. Every CPython 3 exports them, with the
+//! bindings of PyO3 built for 3.10 leave them out. Every CPython 3 exports them, with the
 //! `Py_buffer` layout below unchanged since 3.3, so this module declares them itself: the
-//! extension then loads on 3.9 and 3.10 as well as on every later version.
+//! extension then loads on 3.10 as well as on every later version.
 
 use pyo3::ffi;
 use pyo3::prelude::*;

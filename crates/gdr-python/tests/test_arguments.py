@@ -102,6 +102,32 @@ def test_thread_counts_at_the_bounds_are_taken():
         assert b.read(100, 3, threads=threads) == b"y" * 100
 
 
+@pytest.mark.parametrize("offset", [4096, 2**63 - 1, 2**63, 2**64 - 1])
+def test_offsets_past_the_buffer_up_to_2_64_minus_1_are_bounds_errors(offset):
+    # Offsets up to 2**63 - 1 take the copies' one-call path, larger ones the full check; both
+    # must give the same answer: a valid int, outside the buffer.
+    b = buf()
+    b.write(b"k" * 8)
+    for call in (
+        lambda: b.write(b"x", offset),
+        lambda: b.read(1, offset),
+        lambda: b.read_into(bytearray(1), offset),
+    ):
+        with pytest.raises(gdr.BoundsError):
+            call()
+    assert b.read(8) == b"k" * 8  # nothing written
+
+
+def test_an_int_subclass_is_taken_at_its_int_value():
+    class Offset(int):
+        def __index__(self) -> int:  # Python's own APIs take an int's value, not this
+            return 0
+
+    b = buf()
+    b.write(b"abc", Offset(7))
+    assert b.read(3, 7) == b"abc" and b.read(3, 0) == bytes(3)
+
+
 def test_ints_of_other_int_types_are_taken():
     class Index:
         def __index__(self) -> int:
