@@ -17,11 +17,14 @@
 # SERVE_ROUNDS (default 3: the low-load and the peak comparisons each run that many rounds,
 # the GPU mode and host-centric alternated; summary.json gives the median of each mode over its
 # rounds, the ratio of the medians, and every round beside them),
-# SERVE_ONLY (space-separated parts to run: low profile peak floor million sweep heavy sockperf;
-# default all); "sweep" runs the million run at each rate of SERVE_SWEEP_RATES (default 200k-700k
+# SERVE_ONLY (space-separated parts to run: low profile peak floor million sweep heavy sockperf
+# sockets; default all); "sweep" runs the million run at each rate of SERVE_SWEEP_RATES (default 200k-700k
 # in steps of 100k). "floor" runs echo (no compute, LeNet's 784-byte request) at low load and at
 # peak in the GPU mode: the server's path without the app, whose figures bound the ratios
-# (summary.json "floor").
+# (summary.json "floor"). "sockets" runs the peak runs (echo, and LeNet in both modes) with the
+# network threads sharing one socket and with one socket each (`--sockets per-thread`,
+# SO_REUSEPORT), alternated over SERVE_ROUNDS rounds on the same cores (summary.json "sockets").
+# SERVE_SOCKETS (shared or per-thread) is passed to every other server; default the server's own.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: serve-bench.sh OUTDIR [GDR]}
@@ -71,8 +74,11 @@ start_server() { # name, serve args...
   local name=$1; shift
   port=$((port + 1))
   # --stats: the loads account for drops with the server's counters.
+  # SERVE_SOCKETS for every server whose arguments do not choose the sharing themselves.
+  local sock=()
+  [[ " $* " == *" --sockets "* ]] || [ -z "${SERVE_SOCKETS:-}" ] || sock=(--sockets "$SERVE_SOCKETS")
   taskset -c "$SCPUS" "$g" serve --listen 127.0.0.1:$port --threads "$T" --idle spin --stats \
-    --duration 120 --json "$@" >"$out/$name.server.json" 2>"$out/$name.server.log" &
+    --duration 120 --json "${sock[@]}" "$@" >"$out/$name.server.json" 2>"$out/$name.server.log" &
   pid=$!
   for _ in $(seq 600); do
     grep -q "ready on" "$out/$name.server.log" 2>/dev/null && return 0
@@ -108,6 +114,8 @@ run() { # name, "serve args", load args...
 }
 
 want() { [ -z "${SERVE_ONLY:-}" ] || [[ " $SERVE_ONLY " == *" $1 "* ]]; }
+case ${SERVE_SOCKETS:-shared} in shared|per-thread) ;; *)
+  echo "SERVE_SOCKETS must be shared or per-thread, not '$SERVE_SOCKETS'"; exit 2 ;; esac
 
 # The comparisons the ratios come from run in rounds, the two modes alternated: on one machine
 # the host-centric baseline's p50 moves from one run to the next by more than the differences
@@ -149,6 +157,18 @@ want floor && run "echo-low-gpu-queue" "--app echo --mode gpu-queue" \
   --app echo --size 784 --outstanding 1 --duration 3 --verify
 want floor && run_peak "echo-peak-gpu-queue" "--app echo --mode gpu-queue --max-in-flight 512" \
   --app echo --size 784 --outstanding 64 --threads "$PEAK_THREADS" --duration 6 --verify
+# Socket sharing at peak, the two kinds alternated round by round on the same cores.
+want sockets && for r in $(seq "$ROUNDS"); do
+  for sk in shared per-thread; do
+    run_peak "sockets-echo-$sk-r$r" "--app echo --mode gpu-queue --max-in-flight 512 --sockets $sk" \
+      --app echo --size 784 --outstanding 64 --threads "$PEAK_THREADS" --duration 4 --verify
+    for mode in gpu-queue host-centric; do
+      run_peak "sockets-lenet-$mode-$sk-r$r" \
+        "--app lenet --mode $mode --max-in-flight 512 --streams 8 --sockets $sk" \
+        --app lenet --outstanding 64 --threads "$PEAK_THREADS" --duration 4 --verify
+    done
+  done
+done
 want million && run "million-gpu-queue" "--app lenet --mode gpu-queue" \
   --app lenet --rate 400000 --requests 1000000 --threads 4 --duration 60 --timeout-ms 2000
 # Where the million run starts to shed: 10^6 LeNet requests at each rate of SERVE_SWEEP_RATES,
@@ -298,6 +318,25 @@ if el and eL:
         if hp:
             f["peak_ratio_bound"] = ratio(ep["throughput_rps"], hp)
     s["floor"] = f
+# Socket sharing: each kind's median peak over its rounds, the rounds beside; per-thread /
+# shared for each run, and LeNet gpu-queue / host-centric with each sharing.
+sk = {}
+for f in os.listdir(out):
+    m = re.fullmatch(r"sockets-(echo|lenet-gpu-queue|lenet-host-centric)-(shared|per-thread)-r(\d+)\.load\.json", f)
+    if m and j(f):
+        sk.setdefault(m.group(1), {}).setdefault(m.group(2), {})[int(m.group(3))] = j(f)["throughput_rps"]
+if sk:
+    t = {"server_threads": int(os.environ.get("PEAK_SERVE_THREADS", "0")), "rounds": sk}
+    med = {k: {h: median(list(v.values())) for h, v in by.items()} for k, by in sk.items()}
+    t["median_rps"] = med
+    t["per_thread_over_shared"] = {k: ratio(m.get("per-thread"), m.get("shared")) for k, m in med.items()}
+    g, h = med.get("lenet-gpu-queue", {}), med.get("lenet-host-centric", {})
+    t["lenet_ratio"] = {x: ratio(g.get(x), h.get(x)) for x in ("shared", "per-thread")}
+    t["lenet_ratio_rounds"] = {
+        x: [ratio(sk["lenet-gpu-queue"][x].get(r), sk["lenet-host-centric"][x].get(r))
+            for r in sorted(sk.get("lenet-gpu-queue", {}).get(x, {}))]
+        for x in ("shared", "per-thread") if x in sk.get("lenet-gpu-queue", {}) and x in sk.get("lenet-host-centric", {})}
+    s["sockets"] = t
 m = j("million-gpu-queue.load.json")
 if m:
     answered = m["ok"] + sum(m["errors"].values())

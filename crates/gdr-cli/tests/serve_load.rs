@@ -132,6 +132,44 @@ fn serve_duration_is_serving_time_after_setup_and_the_cpu_mode_names_no_gpu() {
 }
 
 #[test]
+fn socket_sharing_is_named_in_the_totals_and_a_bad_name_is_refused() {
+    let r = gdr(
+        &[
+            "serve",
+            "--mode",
+            "cpu",
+            "--listen",
+            "127.0.0.1:0",
+            "--threads",
+            "2",
+            "--sockets",
+            "per-thread",
+            "--duration",
+            "0.2",
+            "--json",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("JSON totals");
+    assert_eq!(v["report"]["sockets"], "per-thread");
+    assert!(r.stderr.contains("(per-thread sockets)"), "{}", r.stderr);
+    let r = gdr(
+        &[
+            "serve",
+            "--mode",
+            "cpu",
+            "--listen",
+            "127.0.0.1:0",
+            "--sockets",
+            "many",
+        ],
+        Duration::from_secs(20),
+    );
+    assert_one_error_line(&r, "shared, per-thread");
+}
+
+#[test]
 fn load_fails_with_status_1_when_nothing_is_answered() {
     let port = std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()

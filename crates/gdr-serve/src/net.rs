@@ -4,7 +4,7 @@
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 
 /// Control buffer per message: room for one `SO_RXQ_OVFL` cmsg (a u32) with headers.
 const CMSG_ROOM: usize = 64;
@@ -77,6 +77,75 @@ fn setsockopt_int(fd: RawFd, level: i32, name: i32, v: i32) -> io::Result<()> {
 /// system allows) and drop counting on.
 pub fn bind(addr: SocketAddr, buffer_bytes: usize) -> io::Result<UdpSocket> {
     let s = UdpSocket::bind(addr)?;
+    configure(s, buffer_bytes)
+}
+
+/// As [`bind`], with `SO_REUSEPORT` set before the bind: several such sockets of one user
+/// share `addr`'s port, and the kernel spreads the datagrams it receives over them by the
+/// peers' addresses (each peer's datagrams go to one socket, so they stay in order). The
+/// first of a group may ask for port 0; the others then bind the port it got.
+pub fn bind_reuseport(addr: SocketAddr, buffer_bytes: usize) -> io::Result<UdpSocket> {
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: plain system call; the descriptor it returns is owned just below.
+    let fd = unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a socket just opened here, owned by nothing else; the UdpSocket closes
+    // it when dropped, on every path below.
+    let s = unsafe { UdpSocket::from_raw_fd(fd) };
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+    let (storage, len) = sockaddr_of(addr);
+    // SAFETY: `storage` holds a sockaddr of `len` bytes of the socket's family.
+    let rc = unsafe { libc::bind(fd, (&storage as *const libc::sockaddr_storage).cast(), len) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    configure(s, buffer_bytes)
+}
+
+/// `addr` as the kernel takes it.
+fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain bytes; all-zero is a valid (AF_UNSPEC) value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than, and aligned for, any sockaddr.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo().to_be(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}
+
+/// Non-blocking, large buffers, drop counting on.
+fn configure(s: UdpSocket, buffer_bytes: usize) -> io::Result<UdpSocket> {
     s.set_nonblocking(true)?;
     let fd = s.as_raw_fd();
     let b = buffer_bytes.min(i32::MAX as usize) as i32;
@@ -368,6 +437,50 @@ pub(crate) fn wait_readable(fd: RawFd, timeout_ms: i32) {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn reuseport_sockets_share_a_port_that_a_plain_bind_cannot_take() {
+        let first = bind_reuseport("127.0.0.1:0".parse().unwrap(), 1 << 16).unwrap();
+        let addr = first.local_addr().unwrap();
+        assert_ne!(addr.port(), 0);
+        let second = bind_reuseport(addr, 1 << 16).unwrap();
+        assert_eq!(second.local_addr().unwrap(), addr);
+        let plain = bind(addr, 1 << 16).unwrap_err();
+        assert_eq!(plain.kind(), io::ErrorKind::AddrInUse);
+        // Each is non-blocking, as `bind`'s are: an empty socket says so at once.
+        let mut b = [0u8; 8];
+        assert_eq!(
+            first.recv(&mut b).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        // A datagram to the port reaches one of the two (which one is the kernel's choice).
+        let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+        c.send_to(b"reuse", addr).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let got = loop {
+            if let Some(n) = [&first, &second].iter().find_map(|s| s.recv(&mut b).ok()) {
+                break n;
+            }
+            assert!(std::time::Instant::now() < deadline, "no datagram in 5 s");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert_eq!(&b[..got], b"reuse");
+    }
+
+    #[test]
+    fn reuseport_binds_ipv6_addresses_with_their_port() {
+        // Hosts without IPv6 loopback cannot bind [::1]; nothing to check there.
+        let Ok(first) = bind_reuseport("[::1]:0".parse().unwrap(), 1 << 16) else {
+            eprintln!("skipped: no IPv6 loopback");
+            return;
+        };
+        let addr = first.local_addr().unwrap();
+        assert!(addr.is_ipv6() && addr.port() != 0);
+        assert_eq!(
+            bind_reuseport(addr, 1 << 16).unwrap().local_addr().unwrap(),
+            addr
+        );
+    }
 
     #[test]
     fn a_failed_datagram_is_reported_where_it_was_in_the_batch() {

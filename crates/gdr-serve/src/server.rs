@@ -55,6 +55,41 @@ pub struct ServerConfig {
     pub socket_buffer: usize,
     /// What a network thread does when idle.
     pub idle: Idle,
+    /// One socket for all network threads, or one each.
+    pub sockets: Sockets,
+}
+
+/// How the network threads share the listening port (in JSON by the names `--sockets` takes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sockets {
+    /// One socket, which every network thread receives from and sends on: any thread takes
+    /// any datagram, and the threads contend for the socket's queue.
+    Shared,
+    /// One socket a thread, all bound to the port with `SO_REUSEPORT`: the kernel sends each
+    /// client address's datagrams to one of them, so the threads do not contend, but a thread
+    /// serves only the clients that hash to it (few clients may leave threads idle). Another
+    /// process of the same user could bind the port too and take a share of the datagrams.
+    PerThread,
+}
+
+impl Sockets {
+    /// The sharing a command line names: `shared` or `per-thread`; None for anything else.
+    pub fn parse(s: &str) -> Option<Sockets> {
+        match s {
+            "shared" => Some(Sockets::Shared),
+            "per-thread" => Some(Sockets::PerThread),
+            _ => None,
+        }
+    }
+
+    /// The name [`parse`](Self::parse) takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sockets::Shared => "shared",
+            Sockets::PerThread => "per-thread",
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -67,6 +102,7 @@ impl Default for ServerConfig {
             drain_timeout: Duration::from_millis(500),
             socket_buffer: 16 << 20,
             idle: Idle::Backoff,
+            sockets: Sockets::Shared,
         }
     }
 }
@@ -151,6 +187,8 @@ pub struct ServeReport {
     pub app: String,
     /// Network threads.
     pub threads: usize,
+    /// Whether they shared one socket or had one each.
+    pub sockets: Sockets,
     /// Every executor's name, thread by thread (`gpu0/q1`, `gpu0/hc1`, `cpu0/q1`, ...).
     pub executors: Vec<String>,
     /// From the start of `run::serve` to ready (binding, building the backends: compiling
@@ -247,18 +285,28 @@ struct Shared {
 /// ```
 pub struct Server {
     sock: UdpSocket,
+    /// The buffer size and sharing the socket was made with, for the other threads' sockets.
+    socket_buffer: usize,
+    sockets: Sockets,
     shared: Shared,
 }
 
 impl Server {
     /// Binds a non-blocking UDP socket to `addr` (port 0: any free port, see
     /// [`local_addr`](Self::local_addr)) with `cfg.socket_buffer` asked for both ways and the
-    /// kernel's drop counting on; [`ServeError::Io`] when the address cannot be bound.
+    /// kernel's drop counting on; [`ServeError::Io`] when the address cannot be bound. With
+    /// [`Sockets::PerThread`] the socket is the first of the group that [`run`](Self::run)
+    /// completes, one for each further network thread.
     pub fn bind(addr: SocketAddr, cfg: &ServerConfig) -> Result<Server, ServeError> {
-        let sock = net::bind(addr, cfg.socket_buffer)
-            .map_err(|e| ServeError::Io(format!("cannot bind UDP {addr}"), e))?;
+        let sock = match cfg.sockets {
+            Sockets::Shared => net::bind(addr, cfg.socket_buffer),
+            Sockets::PerThread => net::bind_reuseport(addr, cfg.socket_buffer),
+        }
+        .map_err(|e| ServeError::Io(format!("cannot bind UDP {addr}"), e))?;
         Ok(Server {
             sock,
+            socket_buffer: cfg.socket_buffer,
+            sockets: cfg.sockets,
             shared: Shared {
                 counters: Mutex::new(Counters::default()),
                 kernel_drops: AtomicU64::new(0),
@@ -294,18 +342,35 @@ impl Server {
         }
         let names: Vec<String> = lanes.iter().flatten().map(|e| e.name()).collect();
         let threads = lanes.len();
+        // The other threads' sockets, on the port the first one got; closed when `run` returns.
+        let mut more = Vec::new();
+        if self.sockets == Sockets::PerThread {
+            let addr = self.local_addr()?;
+            for _ in 1..threads {
+                more.push(
+                    net::bind_reuseport(addr, self.socket_buffer)
+                        .map_err(|e| ServeError::Io(format!("cannot bind UDP {addr} again"), e))?,
+                );
+            }
+        }
+        let fds: Vec<RawFd> = std::iter::once(&self.sock)
+            .chain(&more)
+            .map(|s| s.as_raw_fd())
+            .collect();
+        let own_socket = self.sockets == Sockets::PerThread;
         let start = Instant::now();
-        let fd = self.sock.as_raw_fd();
         let results: Vec<Result<Times, ServeError>> = std::thread::scope(|s| {
             let handles: Vec<_> = lanes
                 .into_iter()
                 .enumerate()
                 .map(|(t, execs)| {
                     let shared = &self.shared;
+                    let fd = fds[t % fds.len()];
                     std::thread::Builder::new()
                         .name(format!("serve-net-{t}"))
                         .spawn_scoped(s, move || {
-                            let r = NetThread::new(fd, cfg, app, execs, shared).run(stop);
+                            let r =
+                                NetThread::new(fd, own_socket, cfg, app, execs, shared).run(stop);
                             if r.is_err() {
                                 // One thread failing stops the others (they drain).
                                 stop.store(true, Ordering::Release);
@@ -331,6 +396,7 @@ impl Server {
         Ok(ServeReport {
             app: app.name().into(),
             threads,
+            sockets: self.sockets,
             executors: names,
             setup_s: 0.0,
             elapsed_s: start.elapsed().as_secs_f64(),
@@ -425,6 +491,11 @@ struct Lane<'a> {
 
 struct NetThread<'s, 'a> {
     fd: RawFd,
+    /// Whether `fd` is this thread's alone ([`Sockets::PerThread`]): its kernel drop counter
+    /// is then this thread's to add to the total, rather than one every thread sees.
+    own_socket: bool,
+    /// The socket's kernel drop counter when last seen (it counts from the socket's start).
+    drops_seen: u32,
     cfg: &'s ServerConfig,
     app: &'s App,
     lanes: Vec<Lane<'a>>,
@@ -441,6 +512,7 @@ struct NetThread<'s, 'a> {
 impl<'s, 'a> NetThread<'s, 'a> {
     fn new(
         fd: RawFd,
+        own_socket: bool,
         cfg: &'s ServerConfig,
         app: &'s App,
         execs: Vec<Box<dyn Executor + 'a>>,
@@ -449,6 +521,8 @@ impl<'s, 'a> NetThread<'s, 'a> {
         let batch = cfg.batch.max(1);
         NetThread {
             fd,
+            own_socket,
+            drops_seen: 0,
             cfg,
             app,
             lanes: execs
@@ -479,6 +553,19 @@ impl<'s, 'a> NetThread<'s, 'a> {
 
     fn in_flight(&self) -> usize {
         self.lanes.iter().map(|l| l.pending.len()).sum()
+    }
+
+    /// Takes the socket's kernel drop counter `d` into the total: one socket for every thread
+    /// counts once (the highest any thread saw), a thread's own socket adds what is new.
+    fn count_kernel_drops(&mut self, d: u32) {
+        let k = &self.shared.kernel_drops;
+        if self.own_socket {
+            let new = d.wrapping_sub(self.drops_seen);
+            self.drops_seen = d;
+            k.fetch_add(u64::from(new), Ordering::Relaxed);
+        } else {
+            k.fetch_max(u64::from(d), Ordering::Relaxed);
+        }
     }
 
     fn publish(&mut self) {
@@ -527,9 +614,7 @@ impl<'s, 'a> NetThread<'s, 'a> {
                         // Before dispatch: a stats query in this batch must see the drops
                         // its own datagram reports.
                         if let Some(d) = rx.kernel_drops() {
-                            self.shared
-                                .kernel_drops
-                                .fetch_max(d as u64, Ordering::Relaxed);
+                            self.count_kernel_drops(d);
                         }
                         self.dispatch(&rx, n)?;
                     }

@@ -5,6 +5,7 @@ mod common;
 
 use common::{quick_cfg, with_server};
 use gdr_serve::load::{self, LoadMode, Payload};
+use gdr_serve::server::Sockets;
 use gdr_serve::wire::{decode_response, encode_request, encode_stats_query, Framing, Status};
 use gdr_serve::{App, LoadConfig, ServerConfig};
 use std::net::{SocketAddr, UdpSocket};
@@ -83,6 +84,37 @@ fn echo_and_vecadd_answers_are_exact_over_loopback() {
         load::run(&cfg, &no).unwrap()
     });
     assert_eq!((rep.ok, rep.verified, rep.verify_failed), (500, 500, 0));
+}
+
+#[test]
+fn per_thread_sockets_answer_every_client_exactly() {
+    // Three threads with a socket each on one port: the kernel spreads the 12 clients over
+    // the three sockets, so a socket that no thread served would lose its clients' requests.
+    let echo = App::builtin("echo", 1, 1024).unwrap();
+    let cfg = ServerConfig {
+        sockets: Sockets::PerThread,
+        ..quick_cfg()
+    };
+    let (rep, srv) = with_server(&echo, 3, 1, 256, cfg, |addr, _, _| {
+        let no = AtomicBool::new(false);
+        let cfg = LoadConfig {
+            target: addr,
+            payload: Payload::Echo { size: 333 },
+            mode: LoadMode::Closed { outstanding: 8 },
+            duration: Duration::from_secs(30),
+            requests: Some(6000),
+            threads: 12,
+            verify: true,
+            ..Default::default()
+        };
+        load::run(&cfg, never(&no)).unwrap()
+    });
+    assert_eq!(
+        (rep.ok, rep.verified, rep.verify_failed, rep.lost),
+        (6000, 6000, 0, 0)
+    );
+    assert_eq!(srv.sockets, Sockets::PerThread);
+    assert_eq!(srv.counters.responses, 6000);
 }
 
 #[test]

@@ -5,7 +5,7 @@ use super::CmdResult;
 use gdr_mq::Placement;
 use gdr_serve::exec::Idle;
 use gdr_serve::gpu::GpuShape;
-use gdr_serve::server::ServeReport;
+use gdr_serve::server::{ServeReport, Sockets};
 use gdr_serve::wire::Framing;
 use gdr_serve::{serve, App, Mode, ServeOptions, ServerConfig};
 use std::process::ExitCode;
@@ -118,6 +118,12 @@ pub struct ServeArgs {
     /// until a datagram comes, and the CPU mode's workers nap 1 ms after 10 ms of quiet)
     #[arg(long, default_value = "backoff")]
     idle: String,
+    /// How the network threads share the port: shared (one socket, any thread takes any
+    /// datagram) or per-thread (one socket each with SO_REUSEPORT: no contention for the
+    /// socket; the kernel gives each client address to one thread, so a few clients may not
+    /// keep every thread busy)
+    #[arg(long, default_value = "shared")]
+    sockets: String,
     /// The same as --idle spin (kept so that older command lines still run)
     #[arg(long, hide = true)]
     busy_poll: bool,
@@ -162,6 +168,12 @@ pub fn run(a: ServeArgs) -> CmdResult {
         Some(i) => i,
         None => return Err(format!("unknown idle policy {:?} (spin, backoff)", a.idle).into()),
     };
+    let sockets = Sockets::parse(&a.sockets).ok_or_else(|| {
+        format!(
+            "unknown socket sharing {:?} (shared, per-thread)",
+            a.sockets
+        )
+    })?;
     if a.batch == 0 || a.max_in_flight == 0 || a.streams == 0 {
         return Err("--batch, --max-in-flight and --streams must be at least 1".into());
     }
@@ -213,6 +225,7 @@ pub fn run(a: ServeArgs) -> CmdResult {
             stats: a.stats,
             batch: a.batch,
             idle,
+            sockets,
             ..Default::default()
         },
     };
@@ -229,12 +242,14 @@ pub fn run(a: ServeArgs) -> CmdResult {
             format!("GPU(s) {gpus:?}")
         };
         eprintln!(
-            "gdr serve: ready on {addr}: app {} (id {}, work {}), mode {}, {} thread(s), {on}",
+            "gdr serve: ready on {addr}: app {} (id {}, work {}), mode {}, {} thread(s) \
+             ({} sockets), {on}",
             app.name(),
             app.id(),
             app.work(),
             mode.name(),
             opts.threads,
+            sockets.name(),
         );
     });
     stop.store(true, Ordering::Release);
@@ -257,10 +272,12 @@ pub fn run(a: ServeArgs) -> CmdResult {
 fn print_totals(mode: Mode, r: &ServeReport) {
     let c = &r.counters;
     println!(
-        "gdr serve: {} in {} mode, {} thread(s), served {:.1} s after {:.1} s of setup",
+        "gdr serve: {} in {} mode, {} thread(s) ({} sockets), served {:.1} s after {:.1} s of \
+         setup",
         r.app,
         mode.name(),
         r.threads,
+        r.sockets.name(),
         r.elapsed_s,
         r.setup_s
     );
