@@ -18,7 +18,8 @@
 # private `struct gdr` (the gdrdrv file descriptor, handed to a child over a UNIX socket):
 # gdr's gdr_t is a token, not that structure.
 #
-# UCX: ucx_perftest in one process (-l), UCP put latency, put bandwidth and get, host buffer
+# UCX: ucx_info -d lists gdr_copy under `gdr run` and not without it; ucx_perftest in one
+# process (-l), UCP put latency, put bandwidth and get, host buffer
 # to CUDA memory (-m host,cuda; UCP allocates it with cuMemAlloc, served by the allocator),
 # 8 B .. 1 MiB, with UCX_TLS=self,cuda_copy,gdr_copy and beside it UCX_TLS=self,cuda_copy,
 # in the same call.
@@ -113,10 +114,19 @@ if want ucx; then
   # The UCX built for this run, not one the host may have in the system's library folders
   # (its programs carry no run path; a host's older libucs lacks their symbols).
   export LD_LIBRARY_PATH=$dir/ucx/lib:$LD_LIBRARY_PATH
-  if run ucx-info.log "$u/ucx_info" -d && grep -q 'Transport: gdr_copy' "$out/ucx-info.log"; then
-    ok "ucx_info -d lists the gdr_copy transport"
+  # gdr_copy is offered under `gdr run` only (docs/ucx.md: outside it libgdrapi's gdr_open
+  # fails, as gdrcopy's does without gdrdrv, so that UCX keeps to its other transports).
+  if run ucx-info.log "$gdr" run -q -- "$u/ucx_info" -d &&
+    grep -q 'Transport: gdr_copy' "$out/ucx-info.log"; then
+    ok "ucx_info -d under gdr run lists the gdr_copy transport"
   else
-    bad "ucx_info -d does not list gdr_copy (UCX_LOG_LEVEL=debug ucx_info -d says why)"
+    bad "ucx_info -d under gdr run does not list gdr_copy (UCX_LOG_LEVEL=debug says why)"
+  fi
+  if run ucx-info-plain.log "$u/ucx_info" -d &&
+    ! grep -q 'Transport: gdr_copy' "$out/ucx-info-plain.log"; then
+    ok "ucx_info -d without gdr run leaves gdr_copy out"
+  else
+    bad "ucx_info -d without gdr run lists gdr_copy (or failed)"
   fi
   {
     echo "| test | size | with gdr_copy: latency (us) / bandwidth (MB/s) | cuda_copy only | ratio |"

@@ -185,6 +185,8 @@ fn freed_while_pinned_stays_readable_and_idle_chunks_go_back() {
     let a = p.alloc(0, 8192).unwrap();
     let data = random(8192);
     cuda::memcpy_htod(&Range(a, 8192), 0, &data).unwrap();
+    // A pageable cuMemcpyHtoD returns once staged; the mapping read below needs it landed.
+    cuda::synchronize_legacy_stream().unwrap();
     let pin = p.pin(a, 8192).unwrap();
     p.map(pin.id).unwrap();
     p.free(a).unwrap();

@@ -197,6 +197,8 @@ fn write_ceiling_cases_land_their_bytes_in_gpu_memory() {
     let mut poison = vec![0u8; size];
     rand::thread_rng().fill_bytes(&mut poison);
     gdr::cuda::memcpy_htod(&buf, 0, &poison).unwrap();
+    // Landed before the CPU's stores through the mapping, which it must not overwrite.
+    gdr::cuda::synchronize_legacy_stream().unwrap();
     let cfg = CeilingConfig {
         sizes: vec![size / 2],
         cases: vec![case],

@@ -159,7 +159,10 @@ fn a_signal_while_serving_ends_serve_within_a_second_with_its_totals() {
             took <= SECOND,
             "signal {sig}: ended {took:?} after it; {err}"
         );
-        assert!(out.contains("1024 thread(s) (shared sockets), served"), "{out}");
+        assert!(
+            out.contains("1024 thread(s) (shared sockets), served"),
+            "{out}"
+        );
     }
 }
 

@@ -634,6 +634,8 @@ fn device_compiler_sees_the_host_layout() {
     let f = module.function("gdr_mq_layout_check").unwrap();
     let out = DeviceBuffer::new(&ctx, 4).unwrap();
     gdr::cuda::memcpy_htod(&out, 0, &u32::MAX.to_le_bytes()).unwrap();
+    // The kernel runs on a non-blocking stream: the poison must land before it writes.
+    gdr::cuda::synchronize_legacy_stream().unwrap();
     let stream = Stream::new(&ctx).unwrap();
     let p: u64 = out.device_ptr();
     let args = KernelArgs::new().arg(&p);

@@ -6,7 +6,8 @@
 //! server-side figures come from `gdr load` against `gdr serve` (scripts/serve-bench.sh).
 
 use gdr::cuda::{
-    memcpy_dtoh, memcpy_htod, DeviceBuffer, DeviceMemory, KernelArgs, LaunchConfig, Stream,
+    memcpy_dtoh, memcpy_htod, synchronize_legacy_stream, DeviceBuffer, DeviceMemory, KernelArgs,
+    LaunchConfig, Stream,
 };
 use gdr_serve::apps::CLUSTER_WARPS;
 use gdr_serve::lenet;
@@ -113,6 +114,8 @@ fn run_harness(
     memcpy_htod(&req, 0, img).unwrap();
     let resp = DeviceBuffer::new(ctx, 48).unwrap();
     memcpy_htod(&resp, 0, &[0xa5u8; 48]).unwrap(); // poisoned: NaN logits
+                                                   // Both landed before the kernel, which runs on a non-blocking stream.
+    synchronize_legacy_stream().unwrap();
     let marks = DeviceBuffer::new(ctx, nmarks * 8).unwrap();
     let (rq, rs, mk, reps): (u64, u64, u64, u32) = (
         req.device_ptr(),

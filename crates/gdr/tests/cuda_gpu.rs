@@ -83,6 +83,9 @@ fn reads_into_host_memory_give_the_device_bytes() {
     rand::thread_rng().fill_bytes(&mut want);
     let dev = DeviceBuffer::new(&ctx, n).unwrap();
     cuda::memcpy_htod(&dev, 0, &want).unwrap();
+    // Landed before the reads below, some of them on a non-blocking stream that does not wait
+    // for the legacy one.
+    cuda::synchronize_legacy_stream().unwrap();
     let stream = Stream::new(&ctx).unwrap();
     let sizes = [
         1,
