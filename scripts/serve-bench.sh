@@ -107,7 +107,15 @@ run() { # name, "serve args", load args...
   echo "== $name"
   # shellcheck disable=SC2086
   if start_server "$name" $sargs; then
-    load "$name.warm" --duration 1 "$@" >/dev/null
+    # A second of the same load first, its --duration (and --requests) replaced: given twice,
+    # gdr load refuses the options, and until 2026-11-28 every warm-up failed so, unseen.
+    local warm=() skip=0 a
+    for a in "$@"; do
+      if [ $skip = 1 ]; then skip=0; continue; fi
+      case $a in --duration|--requests) skip=1; continue ;; --duration=*|--requests=*) continue ;; esac
+      warm+=("$a")
+    done
+    load "$name.warm" "${warm[@]}" --duration 1
     load "$name" "$@"
     stop_server
   fi

@@ -65,6 +65,13 @@ fn gdr(args: &[&str], limit: Duration) -> Run {
     }
 }
 
+/// `gdr serve` in the CPU mode on a free loopback port, then `extra`.
+fn cpu_serve<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["serve", "--mode", "cpu", "--listen", "127.0.0.1:0"];
+    v.extend_from_slice(extra);
+    v
+}
+
 /// The run failed with exit code 2 and one `gdr: error:` line that mentions `what`.
 fn assert_one_error_line(r: &Run, what: &str) {
     assert_eq!(r.code, Some(2), "stderr: {}", r.stderr);
@@ -98,18 +105,7 @@ fn durations_a_duration_cannot_hold_are_refused_in_one_line() {
 fn serve_duration_is_serving_time_after_setup_and_the_cpu_mode_names_no_gpu() {
     // Eight network threads and eight CPU workers on a small machine: setup takes a while.
     let r = gdr(
-        &[
-            "serve",
-            "--mode",
-            "cpu",
-            "--listen",
-            "127.0.0.1:0",
-            "--threads",
-            "8",
-            "--duration",
-            "0.5",
-            "--json",
-        ],
+        &cpu_serve(&["--threads", "8", "--duration", "0.5", "--json"]),
         Duration::from_secs(60),
     );
     assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
@@ -134,38 +130,20 @@ fn serve_duration_is_serving_time_after_setup_and_the_cpu_mode_names_no_gpu() {
 #[test]
 fn socket_sharing_is_named_in_the_totals_and_a_bad_name_is_refused() {
     let r = gdr(
-        &[
-            "serve",
-            "--mode",
-            "cpu",
-            "--listen",
-            "127.0.0.1:0",
+        &cpu_serve(&[
             "--threads",
             "2",
-            "--sockets",
-            "per-thread",
-            "--duration",
-            "0.2",
+            "--sockets=per-thread",
+            "--duration=0.2",
             "--json",
-        ],
+        ]),
         Duration::from_secs(60),
     );
     assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
     let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("JSON totals");
     assert_eq!(v["report"]["sockets"], "per-thread");
     assert!(r.stderr.contains("(per-thread sockets)"), "{}", r.stderr);
-    let r = gdr(
-        &[
-            "serve",
-            "--mode",
-            "cpu",
-            "--listen",
-            "127.0.0.1:0",
-            "--sockets",
-            "many",
-        ],
-        Duration::from_secs(20),
-    );
+    let r = gdr(&cpu_serve(&["--sockets", "many"]), Duration::from_secs(20));
     assert_one_error_line(&r, "shared, per-thread");
 }
 
