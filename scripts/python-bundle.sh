@@ -2,7 +2,8 @@
 # The Python part of the bundle (scripts/bundle.sh), into DIR: gdr's wheel (one abi3 wheel for
 # CPython 3.10+, manylinux2014 x86-64: maturin links with zig so that this machine's newer glibc
 # does not leak into it), with gdr's allocator library (libgdr_alloc.so) inside when
-# crates/gdr-alloc-preload builds; the package's tests; the benchmark beside vkgdr; and the
+# crates/gdr-alloc-preload builds; the package's tests; the benchmark beside vkgdr and the
+# measure of a call's cost (bench/call_cost.py, which a test runs); and the
 # wheels of .whl/ (scripts/python-wheels.sh: vkgdr, cffi, pycparser, pytest).
 # Usage: scripts/python-bundle.sh DIR
 set -euo pipefail
@@ -53,6 +54,8 @@ for h in crates/gdr-alloc-preload/include/gdr_alloc.h crates/gdr-alloc/include/g
   if [ -f "$h" ]; then cp "$h" "$dest/tests/include/"; break; fi
 done
 cp crates/gdr-python/bench/bench_vkgdr.py "$dest/"
+# call_cost.py where the tests look for it (tests/../bench), for test_call_cost.py.
+mkdir -p "$dest/bench" && cp crates/gdr-python/bench/call_cost.py "$dest/bench/"
 mkdir -p "$dest/wheels"
 if ls .whl/*.whl >/dev/null 2>&1; then
   cp .whl/*.whl "$dest/wheels/"

@@ -14,6 +14,9 @@ Two measures:
   two loop lengths, the difference divided by the calls between them, so that start-up cancels),
   less the empty loop's. Deterministic to a few instructions; needs valgrind.
 
+The NumPy modes (write_np, read_into_np: the same copies from and into NumPy arrays) run when
+NumPy is installed.
+
 Usage: call_cost.py [--instructions] [--calls N] [--rounds R] [--mode NAME ...]
 """
 
@@ -27,7 +30,7 @@ import sys
 import time
 from typing import Callable, Dict
 
-MODES = ["empty", "write", "write_kw", "read_into", "read", "len"]
+MODES = ["empty", "write", "write_kw", "read_into", "read", "len", "write_np", "read_into_np"]
 
 
 def loop_of(mode: str) -> Callable[[int], None]:
@@ -64,11 +67,35 @@ def loop_of(mode: str) -> Callable[[int], None]:
             length()
 
     loops = {"empty": empty, "write": w, "write_kw": w_kw, "read_into": ri, "read": r, "len": ln}
+    if mode.endswith("_np"):
+        # The same copies from and into NumPy arrays (slices of larger ones, as in
+        # bench_vkgdr.py): NumPy's buffer export costs more than bytes' and bytearray's.
+        import numpy as np
+
+        src = np.frombuffer(data * 1024, np.uint8)[:8]
+        dst = np.zeros(8192, np.uint8)[:8]
+
+        def w_np(n: int) -> None:
+            for _ in range(n):
+                write(src, 0)
+
+        def ri_np(n: int) -> None:
+            for _ in range(n):
+                read_into(dst, 0)
+
+        loops.update(write_np=w_np, read_into_np=ri_np)
     # Every mode is checked before it is timed: the bytes written come back.
     write(data, 0)
     read_into(out, 0)
     if bytes(out) != data or read(8, 0) != data:
         raise SystemExit("call_cost: the host buffer did not give back the bytes written")
+    if mode.endswith("_np"):
+        dst[:] = 0
+        write(bytes(8), 0)
+        write(src, 0)
+        read_into(dst, 0)
+        if dst.tobytes() != data:
+            raise SystemExit("call_cost: the NumPy copies did not give back the bytes written")
     return loops[mode]
 
 
@@ -112,7 +139,14 @@ def main() -> int:
     if a.run:
         loop_of(a.run)(a.calls or 1)
         return 0
-    modes = ["empty"] + [m for m in (a.mode or MODES) if m != "empty"]
+    default = [m for m in MODES if not m.endswith("_np")]
+    try:
+        import numpy  # noqa: F401  (the NumPy modes only where it is installed)
+
+        default = MODES
+    except ImportError:
+        pass
+    modes = ["empty"] + [m for m in (a.mode or default) if m != "empty"]
     if a.instructions:
         if not shutil.which("valgrind"):
             print("call_cost: --instructions needs valgrind (apt-get install valgrind)")
@@ -125,7 +159,7 @@ def main() -> int:
         unit = "ns"
     print(f"per call, {unit}, over the empty loop ({per['empty']:.1f} {unit} an iteration):")
     for m in modes[1:]:
-        print(f"  {m:10} {per[m] - per['empty']:8.1f}")
+        print(f"  {m:13} {per[m] - per['empty']:8.1f}")
     return 0
 
 
