@@ -114,7 +114,8 @@ fn run_harness(
     memcpy_htod(&req, 0, img).unwrap();
     let resp = DeviceBuffer::new(ctx, 48).unwrap();
     memcpy_htod(&resp, 0, &[0xa5u8; 48]).unwrap(); // poisoned: NaN logits
-                                                   // Both landed before the kernel, which runs on a non-blocking stream.
+
+    // Both copies landed before the kernel, which runs on a non-blocking stream.
     synchronize_legacy_stream().unwrap();
     let marks = DeviceBuffer::new(ctx, nmarks * 8).unwrap();
     let (rq, rs, mk, reps): (u64, u64, u64, u32) = (
