@@ -275,6 +275,13 @@ fn target(buf: &Bound<'_, PyAny>, offset: usize, len: usize) -> PyResult<(Arc<Me
     Ok((mem, base + offset))
 }
 
+impl AutoCopier {
+    /// The Rust copier behind this object (for the benchmark loop in `bench`).
+    pub(crate) fn copier(&self) -> &auto::AutoCopier {
+        &self.inner
+    }
+}
+
 fn dir(direction: &str) -> PyResult<Direction> {
     match direction {
         "write" | "to_gpu" | "h2d" => Ok(Direction::ToGpu),

@@ -8,13 +8,15 @@
 //!
 //! Layers: `mem` (the memory every Python object shares through an `Arc`), `pybuf` (bytes-like
 //! objects through the buffer protocol), `dlpack` (capsules), `dtype`; then the Python classes
-//! (`handle` shared by `buffer` and `pin`, `gpu`). Unsafe code is only at the CPython and DLPack
+//! (`handle` shared by `buffer` and `pin`, `gpu`), and `bench`, the Rust side of the
+//! package's benchmarks. Unsafe code is only at the CPython and DLPack
 //! edges (`pybuf`, `dlpack`) and where memory is owned (`mem`).
 //!
 //! Nothing here needs a GPU, CUDA or Vulkan to load: they are loaded on first use, and what is
 //! missing is raised then as `gdr.UnavailableError`.
 
 mod args;
+mod bench;
 mod buffer;
 mod dlpack;
 mod dtype;
@@ -185,5 +187,6 @@ fn _gdr(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_device_arg, m)?)?;
     m.add_function(wrap_pyfunction!(_alloc_args, m)?)?;
     m.add_function(wrap_pyfunction!(_pin_args, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::_rust_copy_loop, m)?)?;
     Ok(())
 }

@@ -197,3 +197,20 @@ def test_gpu_facts(gpu):
         assert "no pinning backend" in str(e)
     else:
         assert backend in ("gdrdrv", "dmabuf", "vulkan") and why
+
+
+def test_the_benchmarks_rust_loop_copies_through_the_auto_copier(gpu, auto, live):
+    """`_rust_copy_loop` with `auto=` (bench_vkgdr.py's Rust side of the auto copier) copies
+    what `auto.write`/`read_into` copy, checked through the other path."""
+    from gdr._gdr import _rust_copy_loop
+
+    with gpu.alloc(8 << 20) as buf:
+        for size in (8, 4096 + 3, (1 << 20) + 1, 4 << 20):
+            data = np.frombuffer(random_bytes(size, size + 5), np.uint8)
+            assert _rust_copy_loop("write", buf, data, 2, 9, auto=auto) > 0
+            assert buf.read(size, 9, threads=4) == data.tobytes(), size
+            out = np.full(size, 0xEE, np.uint8)
+            assert _rust_copy_loop("read", buf, out, 2, 9, auto=auto) > 0
+            assert out.tobytes() == data.tobytes(), size
+        with pytest.raises(gdr.BoundsError):
+            _rust_copy_loop("read", buf, bytearray(16), 1, (8 << 20) - 8, auto=auto)

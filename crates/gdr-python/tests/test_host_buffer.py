@@ -388,3 +388,36 @@ def test_repr_len_and_properties():
     assert len(buf) == 123 == buf.nbytes
     assert repr(buf) == "<gdr.Buffer 123 bytes of host memory>"
     assert buf.device is None and not buf.closed
+
+
+def test_the_benchmarks_rust_loop_makes_the_same_copies(live):
+    """`_rust_copy_loop` (bench_vkgdr.py's Rust side) copies what `write`/`read_into` copy, k
+    times, and returns a time; bad arguments raise before any copy."""
+    from gdr._gdr import _rust_copy_loop
+
+    buf = _host_buffer(8192)
+    data = rand_bytes(1000, 44)
+    buf.write(b"\xa5" * 8192)
+    ns = _rust_copy_loop("write", buf, data, 3, 17)
+    assert isinstance(ns, int) and ns > 0
+    assert buf.read(1000, 17) == data
+    assert buf.read(1, 16) == b"\xa5" and buf.read(1, 1017) == b"\xa5"
+    out = np.full(1000, 0x5A, np.uint8)
+    assert _rust_copy_loop("read", buf, out, 2, offset=17) > 0
+    assert out.tobytes() == data
+    for args, exc in [
+        (("write", buf, data, 0), ValueError),  # no copies
+        (("write", buf, data, (1 << 24) + 1), ValueError),
+        (("sideways", buf, data, 1), ValueError),
+        (("read", buf, b"immutable", 1), (BufferError, TypeError)),
+        (("write", bytearray(8), data, 1), TypeError),  # not a gdr.Buffer
+        (("write", buf, data, 1, 8192 - 999), gdr.BoundsError),
+        (("write", buf, data, 1, -1), ValueError),
+    ]:
+        before = buf.read()
+        with pytest.raises(exc):
+            _rust_copy_loop(*args)
+        assert buf.read() == before, args
+    buf.close()
+    with pytest.raises(gdr.ClosedError):
+        _rust_copy_loop("write", buf, data, 1)
