@@ -22,9 +22,11 @@
 # in steps of 100k). "floor" runs echo (no compute, LeNet's 784-byte request) at low load and at
 # peak in the GPU mode: the server's path without the app, whose figures bound the ratios
 # (summary.json "floor"). "sockets" runs the peak runs (echo, and LeNet in both modes) with the
-# network threads sharing one socket and with one socket each (`--sockets per-thread`,
-# SO_REUSEPORT), alternated over SERVE_ROUNDS rounds on the same cores (summary.json "sockets").
-# SERVE_SOCKETS (shared or per-thread) is passed to every other server; default the server's own.
+# network threads sharing one socket, with one socket each (`--sockets per-thread`,
+# SO_REUSEPORT) and with one each and stealing (`--sockets stealing`), alternated over
+# SERVE_ROUNDS rounds on the same cores (summary.json "sockets"; SERVE_SOCKET_KINDS picks the
+# kinds, default all three). SERVE_SOCKETS (shared, per-thread or stealing) is passed to every
+# other server; default the server's own.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: serve-bench.sh OUTDIR [GDR]}
@@ -122,8 +124,13 @@ run() { # name, "serve args", load args...
 }
 
 want() { [ -z "${SERVE_ONLY:-}" ] || [[ " $SERVE_ONLY " == *" $1 "* ]]; }
-case ${SERVE_SOCKETS:-shared} in shared|per-thread) ;; *)
-  echo "SERVE_SOCKETS must be shared or per-thread, not '$SERVE_SOCKETS'"; exit 2 ;; esac
+case ${SERVE_SOCKETS:-shared} in shared|per-thread|stealing) ;; *)
+  echo "SERVE_SOCKETS must be shared, per-thread or stealing, not '$SERVE_SOCKETS'"; exit 2 ;; esac
+socket_kinds=${SERVE_SOCKET_KINDS:-shared per-thread stealing}
+for sk in $socket_kinds; do
+  case $sk in shared|per-thread|stealing) ;; *)
+    echo "SERVE_SOCKET_KINDS: shared, per-thread or stealing, not '$sk'"; exit 2 ;; esac
+done
 
 # The comparisons the ratios come from run in rounds, the two modes alternated: on one machine
 # the host-centric baseline's p50 moves from one run to the next by more than the differences
@@ -167,7 +174,7 @@ want floor && run_peak "echo-peak-gpu-queue" "--app echo --mode gpu-queue --max-
   --app echo --size 784 --outstanding 64 --threads "$PEAK_THREADS" --duration 6 --verify
 # Socket sharing at peak, the two kinds alternated round by round on the same cores.
 want sockets && for r in $(seq "$ROUNDS"); do
-  for sk in shared per-thread; do
+  for sk in $socket_kinds; do
     run_peak "sockets-echo-$sk-r$r" "--app echo --mode gpu-queue --max-in-flight 512 --sockets $sk" \
       --app echo --size 784 --outstanding 64 --threads "$PEAK_THREADS" --duration 4 --verify
     for mode in gpu-queue host-centric; do
@@ -330,7 +337,7 @@ if el and eL:
 # shared for each run, and LeNet gpu-queue / host-centric with each sharing.
 sk = {}
 for f in os.listdir(out):
-    m = re.fullmatch(r"sockets-(echo|lenet-gpu-queue|lenet-host-centric)-(shared|per-thread)-r(\d+)\.load\.json", f)
+    m = re.fullmatch(r"sockets-(echo|lenet-gpu-queue|lenet-host-centric)-(shared|per-thread|stealing)-r(\d+)\.load\.json", f)
     if m and j(f):
         sk.setdefault(m.group(1), {}).setdefault(m.group(2), {})[int(m.group(3))] = j(f)["throughput_rps"]
 if sk:
@@ -338,12 +345,14 @@ if sk:
     med = {k: {h: median(list(v.values())) for h, v in by.items()} for k, by in sk.items()}
     t["median_rps"] = med
     t["per_thread_over_shared"] = {k: ratio(m.get("per-thread"), m.get("shared")) for k, m in med.items()}
+    t["stealing_over_shared"] = {k: ratio(m.get("stealing"), m.get("shared")) for k, m in med.items()}
+    t["stealing_over_per_thread"] = {k: ratio(m.get("stealing"), m.get("per-thread")) for k, m in med.items()}
     g, h = med.get("lenet-gpu-queue", {}), med.get("lenet-host-centric", {})
-    t["lenet_ratio"] = {x: ratio(g.get(x), h.get(x)) for x in ("shared", "per-thread")}
+    t["lenet_ratio"] = {x: ratio(g.get(x), h.get(x)) for x in ("shared", "per-thread", "stealing")}
     t["lenet_ratio_rounds"] = {
         x: [ratio(sk["lenet-gpu-queue"][x].get(r), sk["lenet-host-centric"][x].get(r))
             for r in sorted(sk.get("lenet-gpu-queue", {}).get(x, {}))]
-        for x in ("shared", "per-thread") if x in sk.get("lenet-gpu-queue", {}) and x in sk.get("lenet-host-centric", {})}
+        for x in ("shared", "per-thread", "stealing") if x in sk.get("lenet-gpu-queue", {}) and x in sk.get("lenet-host-centric", {})}
     s["sockets"] = t
 m = j("million-gpu-queue.load.json")
 if m:

@@ -143,8 +143,20 @@ fn socket_sharing_is_named_in_the_totals_and_a_bad_name_is_refused() {
     let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("JSON totals");
     assert_eq!(v["report"]["sockets"], "per-thread");
     assert!(r.stderr.contains("(per-thread sockets)"), "{}", r.stderr);
+    let r = gdr(
+        &cpu_serve(&["--threads", "2", "--sockets", "stealing", "--duration=0.2"]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    assert!(r.stderr.contains("(stealing sockets)"), "{}", r.stderr);
+    assert!(
+        r.stdout.contains("(stealing sockets), served")
+            && r.stdout.contains("taken from other threads' sockets 0"),
+        "{}",
+        r.stdout
+    );
     let r = gdr(&cpu_serve(&["--sockets", "many"]), Duration::from_secs(20));
-    assert_one_error_line(&r, "shared, per-thread");
+    assert_one_error_line(&r, "shared, per-thread, stealing");
 }
 
 #[test]

@@ -433,6 +433,21 @@ pub(crate) fn wait_readable(fd: RawFd, timeout_ms: i32) {
     unsafe { libc::poll(&mut p, 1, timeout_ms) };
 }
 
+/// Blocks until one of `fds` has something to read or `timeout_ms` pass, as
+/// [`wait_readable`] does for one.
+pub(crate) fn wait_readable_any(fds: &[RawFd], timeout_ms: i32) {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: p.len() live pollfds, for the duration of the call; errors as in wait_readable.
+    unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

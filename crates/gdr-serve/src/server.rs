@@ -71,14 +71,21 @@ pub enum Sockets {
     /// serves only the clients that hash to it (few clients may leave threads idle). Another
     /// process of the same user could bind the port too and take a share of the datagrams.
     PerThread,
+    /// One socket a thread, as [`PerThread`](Self::PerThread), and a thread that finds its
+    /// own socket empty, with room in its executors, receives a batch from the others' sockets
+    /// in turn: threads whose clients hash elsewhere help the busiest socket, contending for
+    /// it only then. The replies go out on the thread's own socket (the same port).
+    Stealing,
 }
 
 impl Sockets {
-    /// The sharing a command line names: `shared` or `per-thread`; None for anything else.
+    /// The sharing a command line names: `shared`, `per-thread` or `stealing`; None for
+    /// anything else.
     pub fn parse(s: &str) -> Option<Sockets> {
         match s {
             "shared" => Some(Sockets::Shared),
             "per-thread" => Some(Sockets::PerThread),
+            "stealing" => Some(Sockets::Stealing),
             _ => None,
         }
     }
@@ -88,6 +95,7 @@ impl Sockets {
         match self {
             Sockets::Shared => "shared",
             Sockets::PerThread => "per-thread",
+            Sockets::Stealing => "stealing",
         }
     }
 }
@@ -160,6 +168,10 @@ counters! {
     stats_queries,
     /// In flight when the drain timed out or their executor failed.
     abandoned,
+    /// Datagrams a thread received from another thread's socket ([`Sockets::Stealing`]);
+    /// also counted in `datagrams`.
+    #[serde(default)]
+    stolen,
 }
 
 impl Counters {
@@ -300,7 +312,7 @@ impl Server {
     pub fn bind(addr: SocketAddr, cfg: &ServerConfig) -> Result<Server, ServeError> {
         let sock = match cfg.sockets {
             Sockets::Shared => net::bind(addr, cfg.socket_buffer),
-            Sockets::PerThread => net::bind_reuseport(addr, cfg.socket_buffer),
+            Sockets::PerThread | Sockets::Stealing => net::bind_reuseport(addr, cfg.socket_buffer),
         }
         .map_err(|e| ServeError::Io(format!("cannot bind UDP {addr}"), e))?;
         Ok(Server {
@@ -344,7 +356,7 @@ impl Server {
         let threads = lanes.len();
         // The other threads' sockets, on the port the first one got; closed when `run` returns.
         let mut more = Vec::new();
-        if self.sockets == Sockets::PerThread {
+        if self.sockets != Sockets::Shared {
             let addr = self.local_addr()?;
             for _ in 1..threads {
                 more.push(
@@ -357,7 +369,14 @@ impl Server {
             .chain(&more)
             .map(|s| s.as_raw_fd())
             .collect();
-        let own_socket = self.sockets == Sockets::PerThread;
+        let own_socket = self.sockets != Sockets::Shared;
+        // A stealing thread's others: the sockets after its own, in turn.
+        let peers_of = |t: usize| -> Vec<RawFd> {
+            if self.sockets != Sockets::Stealing {
+                return Vec::new();
+            }
+            (1..fds.len()).map(|k| fds[(t + k) % fds.len()]).collect()
+        };
         let start = Instant::now();
         let results: Vec<Result<Times, ServeError>> = std::thread::scope(|s| {
             let handles: Vec<_> = lanes
@@ -366,11 +385,13 @@ impl Server {
                 .map(|(t, execs)| {
                     let shared = &self.shared;
                     let fd = fds[t % fds.len()];
+                    let peers = peers_of(t);
                     std::thread::Builder::new()
                         .name(format!("serve-net-{t}"))
                         .spawn_scoped(s, move || {
-                            let r =
-                                NetThread::new(fd, own_socket, cfg, app, execs, shared).run(stop);
+                            let r = NetThread::new(fd, own_socket, cfg, app, execs, shared)
+                                .stealing_from(peers)
+                                .run(stop);
                             if r.is_err() {
                                 // One thread failing stops the others (they drain).
                                 stop.store(true, Ordering::Release);
@@ -496,6 +517,11 @@ struct NetThread<'s, 'a> {
     own_socket: bool,
     /// The socket's kernel drop counter when last seen (it counts from the socket's start).
     drops_seen: u32,
+    /// The other threads' sockets, which this one receives from when its own is empty
+    /// ([`Sockets::Stealing`]; empty otherwise).
+    peers: Vec<RawFd>,
+    /// The peer to try first next time: the one after the last one taken from.
+    next_peer: usize,
     cfg: &'s ServerConfig,
     app: &'s App,
     lanes: Vec<Lane<'a>>,
@@ -523,6 +549,8 @@ impl<'s, 'a> NetThread<'s, 'a> {
             fd,
             own_socket,
             drops_seen: 0,
+            peers: Vec::new(),
+            next_peer: 0,
             cfg,
             app,
             lanes: execs
@@ -549,6 +577,35 @@ impl<'s, 'a> NetThread<'s, 'a> {
             },
             rr: 0,
         }
+    }
+
+    fn stealing_from(mut self, peers: Vec<RawFd>) -> Self {
+        self.peers = peers;
+        self
+    }
+
+    /// With its own socket empty: receives one batch from the first of the other sockets that
+    /// has datagrams, the others in turn, and dispatches it. Only while an executor has room, so
+    /// that a thread never takes work it would shed. A peer's kernel drop counter is its owner's
+    /// to count. Returns the datagrams taken.
+    fn steal(&mut self, rx: &mut RecvBatch) -> Result<usize, ServeError> {
+        if self.peers.is_empty() || !self.lanes.iter().any(|l| !l.dead && l.exec.room() > 0) {
+            return Ok(0);
+        }
+        let np = self.peers.len();
+        for k in 0..np {
+            let i = (self.next_peer + k) % np;
+            let n = rx
+                .recv(self.peers[i])
+                .map_err(|e| ServeError::Io("recvmmsg".into(), e))?;
+            if n > 0 {
+                self.next_peer = (i + 1) % np;
+                self.c.stolen += n as u64;
+                self.dispatch(rx, n)?;
+                return Ok(n);
+            }
+        }
+        Ok(0)
     }
 
     fn in_flight(&self) -> usize {
@@ -618,7 +675,13 @@ impl<'s, 'a> NetThread<'s, 'a> {
                         }
                         self.dispatch(&rx, n)?;
                     }
-                    Ok(_) => {}
+                    Ok(_) => match self.steal(&mut rx) {
+                        Ok(n) => {
+                            work += n;
+                            received = n;
+                        }
+                        Err(e) => break Err(e),
+                    },
                     Err(e) => break Err(ServeError::Io("recvmmsg".into(), e)),
                 }
             }
@@ -647,7 +710,15 @@ impl<'s, 'a> NetThread<'s, 'a> {
                 let since = *idle_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > IDLE_SPIN {
                     self.publish();
-                    net::wait_readable(self.fd, IDLE_POLL_MS);
+                    if self.peers.is_empty() {
+                        net::wait_readable(self.fd, IDLE_POLL_MS);
+                    } else {
+                        // A stealing thread wakes for its peers' datagrams too.
+                        let mut fds = Vec::with_capacity(1 + self.peers.len());
+                        fds.push(self.fd);
+                        fds.extend_from_slice(&self.peers);
+                        net::wait_readable_any(&fds, IDLE_POLL_MS);
+                    }
                 }
             } else {
                 std::hint::spin_loop();
@@ -864,7 +935,98 @@ fn recycle<'b>(mut v: Vec<&'_ [u8]>) -> Vec<&'b [u8]> {
 
 #[cfg(test)]
 mod tests {
-    use super::recycle;
+    use super::*;
+    use crate::exec::{cpu_workers, split_queues};
+
+    fn echo_request(id: u64) -> Vec<u8> {
+        let mut d = Vec::new();
+        let payload: Vec<u8> = (0..100).map(|i| (id as u8).wrapping_mul(31) ^ i).collect();
+        wire::encode_request(
+            &mut d,
+            App::builtin("echo", 1, 1024).unwrap().id(),
+            id,
+            &payload,
+        );
+        d
+    }
+
+    #[test]
+    fn a_stealing_thread_serves_another_sockets_datagrams_and_answers_from_its_own() {
+        let app = App::builtin("echo", 1, 1024).unwrap();
+        let cfg = ServerConfig::default();
+        let own = net::bind("127.0.0.1:0".parse().unwrap(), 1 << 16).unwrap();
+        let peer = net::bind("127.0.0.1:0".parse().unwrap(), 1 << 16).unwrap();
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let to_peer = peer.local_addr().unwrap();
+        let mut workers = cpu_workers(&app, 1, 64, Idle::Spin).unwrap();
+        // At most 5 in flight, and none collected until the end: after 5, no room to steal.
+        let mut lanes = split_queues(vec![("cpu".into(), workers.queues_mut())], 1, 5).unwrap();
+        let shared = Shared {
+            counters: Mutex::new(Counters::default()),
+            kernel_drops: AtomicU64::new(0),
+        };
+        let mut t = NetThread::new(own.as_raw_fd(), true, &cfg, &app, lanes.remove(0), &shared)
+            .stealing_from(vec![peer.as_raw_fd()]);
+        let mut rx = RecvBatch::new(cfg.batch, 2048);
+        for id in 1..=5 {
+            client.send_to(&echo_request(id), to_peer).unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut taken = 0;
+        while taken < 5 {
+            assert!(Instant::now() < deadline, "stole {taken} of 5");
+            taken += t.steal(&mut rx).unwrap();
+        }
+        assert_eq!(
+            (t.c.stolen, t.c.datagrams, t.c.accepted, t.c.shed),
+            (5, 5, 5, 0)
+        );
+        // Full: a sixth datagram stays in the peer's socket for its owner.
+        client.send_to(&echo_request(6), to_peer).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(t.steal(&mut rx).unwrap(), 0);
+        assert_eq!(t.c.stolen, 5);
+        assert_eq!(rx.recv(peer.as_raw_fd()).unwrap(), 1, "left for the owner");
+        // The five taken are answered on the thread's own socket, bytes intact.
+        while t.out.answers_sent < 5 {
+            assert!(Instant::now() < deadline, "answered {}", t.out.answers_sent);
+            t.collect().unwrap();
+            t.out.flush();
+        }
+        let own_addr = own.local_addr().unwrap();
+        let mut buf = [0u8; 2048];
+        let mut ids = Vec::new();
+        for _ in 0..5 {
+            let (n, from) = client.recv_from(&mut buf).unwrap();
+            assert_eq!(from, own_addr);
+            let r = wire::decode_response(&buf[..n]).unwrap();
+            assert_eq!(r.status, Status::Ok);
+            assert_eq!(r.payload, &echo_request(r.id)[wire::HEADER_LEN..]);
+            ids.push(r.id);
+        }
+        ids.sort_unstable();
+        assert_eq!(ids, [1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn a_thread_without_peers_steals_nothing() {
+        let app = App::builtin("echo", 1, 1024).unwrap();
+        let cfg = ServerConfig::default();
+        let own = net::bind("127.0.0.1:0".parse().unwrap(), 1 << 16).unwrap();
+        let mut workers = cpu_workers(&app, 1, 64, Idle::Spin).unwrap();
+        let mut lanes = split_queues(vec![("cpu".into(), workers.queues_mut())], 1, 8).unwrap();
+        let shared = Shared {
+            counters: Mutex::new(Counters::default()),
+            kernel_drops: AtomicU64::new(0),
+        };
+        let mut t = NetThread::new(own.as_raw_fd(), true, &cfg, &app, lanes.remove(0), &shared);
+        let mut rx = RecvBatch::new(cfg.batch, 2048);
+        assert_eq!(t.steal(&mut rx).unwrap(), 0);
+        assert_eq!(t.c, Counters::default());
+    }
 
     #[test]
     fn recycling_keeps_the_allocation_and_empties_the_vector() {

@@ -90,31 +90,39 @@ fn echo_and_vecadd_answers_are_exact_over_loopback() {
 fn per_thread_sockets_answer_every_client_exactly() {
     // Three threads with a socket each on one port: the kernel spreads the 12 clients over
     // the three sockets, so a socket that no thread served would lose its clients' requests.
+    // Stealing threads also take from each other's sockets; every request is answered once.
     let echo = App::builtin("echo", 1, 1024).unwrap();
-    let cfg = ServerConfig {
-        sockets: Sockets::PerThread,
-        ..quick_cfg()
-    };
-    let (rep, srv) = with_server(&echo, 3, 1, 256, cfg, |addr, _, _| {
-        let no = AtomicBool::new(false);
-        let cfg = LoadConfig {
-            target: addr,
-            payload: Payload::Echo { size: 333 },
-            mode: LoadMode::Closed { outstanding: 8 },
-            duration: Duration::from_secs(30),
-            requests: Some(6000),
-            threads: 12,
-            verify: true,
-            ..Default::default()
+    for sockets in [Sockets::PerThread, Sockets::Stealing] {
+        let cfg = ServerConfig {
+            sockets,
+            ..quick_cfg()
         };
-        load::run(&cfg, never(&no)).unwrap()
-    });
-    assert_eq!(
-        (rep.ok, rep.verified, rep.verify_failed, rep.lost),
-        (6000, 6000, 0, 0)
-    );
-    assert_eq!(srv.sockets, Sockets::PerThread);
-    assert_eq!(srv.counters.responses, 6000);
+        let (rep, srv) = with_server(&echo, 3, 1, 256, cfg, |addr, _, _| {
+            let no = AtomicBool::new(false);
+            let cfg = LoadConfig {
+                target: addr,
+                payload: Payload::Echo { size: 333 },
+                mode: LoadMode::Closed { outstanding: 8 },
+                duration: Duration::from_secs(30),
+                requests: Some(6000),
+                threads: 12,
+                verify: true,
+                ..Default::default()
+            };
+            load::run(&cfg, never(&no)).unwrap()
+        });
+        assert_eq!(
+            (rep.ok, rep.verified, rep.verify_failed, rep.lost),
+            (6000, 6000, 0, 0),
+            "{sockets:?}"
+        );
+        assert_eq!(srv.sockets, sockets);
+        assert_eq!(srv.counters.responses, 6000, "{sockets:?}");
+        assert!(srv.counters.stolen <= srv.counters.datagrams, "{sockets:?}");
+        if sockets == Sockets::PerThread {
+            assert_eq!(srv.counters.stolen, 0);
+        }
+    }
 }
 
 #[test]

@@ -121,7 +121,8 @@ pub struct ServeArgs {
     /// How the network threads share the port: shared (one socket, any thread takes any
     /// datagram) or per-thread (one socket each with SO_REUSEPORT: no contention for the
     /// socket; the kernel gives each client address to one thread, so a few clients may not
-    /// keep every thread busy)
+    /// keep every thread busy) or stealing (one socket each, and a thread whose socket is
+    /// empty takes a batch from the others': the busiest socket gets help)
     #[arg(long, default_value = "shared")]
     sockets: String,
     /// The same as --idle spin (kept so that older command lines still run)
@@ -170,7 +171,7 @@ pub fn run(a: ServeArgs) -> CmdResult {
     };
     let sockets = Sockets::parse(&a.sockets).ok_or_else(|| {
         format!(
-            "unknown socket sharing {:?} (shared, per-thread)",
+            "unknown socket sharing {:?} (shared, per-thread, stealing)",
             a.sockets
         )
     })?;
@@ -298,8 +299,17 @@ fn print_totals(mode: Mode, r: &ServeReport) {
         c.bad_dropped
     );
     println!(
-        "  shed {}  kernel drops {}  send failed {}  abandoned {}  stats queries {}",
-        c.shed, c.kernel_drops, c.send_failed, c.abandoned, c.stats_queries
+        "  shed {}  kernel drops {}  send failed {}  abandoned {}  stats queries {}{}",
+        c.shed,
+        c.kernel_drops,
+        c.send_failed,
+        c.abandoned,
+        c.stats_queries,
+        if r.sockets == Sockets::Stealing {
+            format!("  taken from other threads' sockets {}", c.stolen)
+        } else {
+            String::new()
+        }
     );
     let t = &r.server_time;
     println!(
