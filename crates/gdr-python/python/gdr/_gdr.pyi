@@ -151,3 +151,11 @@ def _alloc_args(size: int, device: int, align: int) -> Tuple[int, int, int]: ...
 def _pin_args(
     size: Optional[int], device: Optional[int]
 ) -> Tuple[Optional[int], Optional[int]]: ...
+def _rust_copy_loop(
+    direction: str,
+    buf: Buffer,
+    host: _BytesLike,
+    k: int,
+    offset: int = 0,
+    auto: Optional[AutoCopier] = None,
+) -> int: ...
