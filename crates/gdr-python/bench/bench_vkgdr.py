@@ -16,7 +16,9 @@ path's figure is the median per-call time over its rounds. Beside each gdr call,
 (same buffer, same host array, same offset) runs k times in a loop in Rust
 (``gdr._gdr._rust_copy_loop``), in the same rounds: the Python overhead of a call is its
 per-call time less the loop's own per-iteration time less the Rust copy's, and for bulk copies
-the speed ratio is the Rust copy's time over the Python call's. ``--gdr``/``--copylat`` add
+the speed ratio is the Rust copy's time over the Python call's. These four paths then run
+again on their own, at least 9 rounds more, since vkgdr's slow reads leave few rounds at the
+largest sizes. ``--gdr``/``--copylat`` add
 ``gdr copylat``'s figures (another process, its own host buffer) for comparison only.
 
 Goals (issues 28 and 44): at least vkgdr's speed on small writes; 10x or more on reads from
@@ -48,6 +50,7 @@ from gdr._gdr import _rust_copy_loop
 
 LAT_SIZES = [8, 64, 1024, 4096]
 BW_SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+PAIRED = ("gdr", "gdr rust", "gdr auto", "gdr auto rust")  # timed again, on their own
 NUMPY_VIEW_MAX = 1 << 20  # reads through gdr's NumPy view beyond this only take time
 perf = time.perf_counter_ns
 
@@ -99,11 +102,14 @@ class RustOp(Op):
         return _rust_copy_loop(self.direction, self.buf, self.host, k, 0, auto=self.auto)
 
 
-def measure(ops: Sequence[Op], budget_s: float, min_rounds: int = 3, max_rounds: int = 41
-            ) -> None:
+def measure(ops: Sequence[Op], budget_s: float, min_rounds: int = 3, max_rounds: int = 41,
+            more: bool = False) -> None:
     """Fills each op's samples (us per call), interleaved round by round. The caller ran each
-    op once already (its check), which warmed it up."""
+    op once already (its check), which warmed it up. With `more`, adds rounds to the samples
+    an earlier call took, with the same loop lengths."""
     for op in ops:
+        if more:
+            continue
         once = max(op.run(1), 1)
         op.k = int(min(max(200_000 // once, 1), 20_000))
         op.samples = []
@@ -278,6 +284,10 @@ def main() -> int:
                     op.run(1)
                     check(f"{op.name} read {size}", d.tobytes(), want)
             measure(ops, args.budget)
+            # The Python calls and their Rust loops again, on their own: vkgdr's slow reads
+            # leave the largest sizes only the minimum of rounds above, too few for a ratio.
+            pairs = [op for op in ops if op.name in PAIRED]
+            measure(pairs, args.budget, min_rounds=9, more=True)
             med = {op.name: median(op.samples) for op in ops}
             gdr_best = min(med[n] for n in ("gdr", "gdr auto", "gdr numpy view") if n in med)
             vk_paths = [med[n] for n in ("vkgdr numpy", "vkgdr memmove") if n in med]
