@@ -172,7 +172,7 @@ want floor && run "echo-low-gpu-queue" "--app echo --mode gpu-queue" \
   --app echo --size 784 --outstanding 1 --duration 3 --verify
 want floor && run_peak "echo-peak-gpu-queue" "--app echo --mode gpu-queue --max-in-flight 512" \
   --app echo --size 784 --outstanding 64 --threads "$PEAK_THREADS" --duration 6 --verify
-# Socket sharing at peak, the two kinds alternated round by round on the same cores.
+# Socket sharing at peak, the kinds alternated round by round on the same cores.
 want sockets && for r in $(seq "$ROUNDS"); do
   for sk in $socket_kinds; do
     run_peak "sockets-echo-$sk-r$r" "--app echo --mode gpu-queue --max-in-flight 512 --sockets $sk" \
