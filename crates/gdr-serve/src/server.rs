@@ -27,6 +27,16 @@ use std::time::{Duration, Instant};
 /// before the next receive system call (see the serve loop).
 const TX_SPIN: Duration = Duration::from_micros(2);
 
+/// A stealing thread's pause after a steal that found little (fewer than a quarter of a batch),
+/// doubled after each such steal up to [`STEAL_PAUSE_MAX`], and dropped after a good one. At low
+/// load the other sockets hold a datagram or two at most, which their owners take at once: a
+/// thread that kept polling them would only contend with each owner for its socket (and it
+/// added about 0.9 us end to end when it did). At peak an overloaded socket keeps a backlog,
+/// and every steal takes a full batch.
+const STEAL_PAUSE_MIN: Duration = Duration::from_micros(1);
+/// The longest pause between a stealing thread's looks at the other sockets.
+const STEAL_PAUSE_MAX: Duration = Duration::from_micros(256);
+
 /// How long a network thread with nothing in flight polls before it backs off.
 const IDLE_SPIN: Duration = Duration::from_millis(1);
 
@@ -522,6 +532,10 @@ struct NetThread<'s, 'a> {
     peers: Vec<RawFd>,
     /// The peer to try first next time: the one after the last one taken from.
     next_peer: usize,
+    /// The current pause between steals ([`STEAL_PAUSE_MIN`]); zero after a good steal.
+    steal_pause: Duration,
+    /// No steal before this moment.
+    steal_after: Option<Instant>,
     cfg: &'s ServerConfig,
     app: &'s App,
     lanes: Vec<Lane<'a>>,
@@ -551,6 +565,8 @@ impl<'s, 'a> NetThread<'s, 'a> {
             drops_seen: 0,
             peers: Vec::new(),
             next_peer: 0,
+            steal_pause: Duration::ZERO,
+            steal_after: None,
             cfg,
             app,
             lanes: execs
@@ -586,13 +602,18 @@ impl<'s, 'a> NetThread<'s, 'a> {
 
     /// With its own socket empty: receives one batch from the first of the other sockets that
     /// has datagrams, the others in turn, and dispatches it. Only while an executor has room, so
-    /// that a thread never takes work it would shed. A peer's kernel drop counter is its owner's
-    /// to count. Returns the datagrams taken.
+    /// that a thread never takes work it would shed, and not during a pause
+    /// ([`STEAL_PAUSE_MIN`]). A peer's kernel drop counter is its owner's to count. Returns the
+    /// datagrams taken.
     fn steal(&mut self, rx: &mut RecvBatch) -> Result<usize, ServeError> {
         if self.peers.is_empty() || !self.lanes.iter().any(|l| !l.dead && l.exec.room() > 0) {
             return Ok(0);
         }
+        if self.steal_after.is_some_and(|t| Instant::now() < t) {
+            return Ok(0);
+        }
         let np = self.peers.len();
+        let mut taken = 0;
         for k in 0..np {
             let i = (self.next_peer + k) % np;
             let n = rx
@@ -602,10 +623,18 @@ impl<'s, 'a> NetThread<'s, 'a> {
                 self.next_peer = (i + 1) % np;
                 self.c.stolen += n as u64;
                 self.dispatch(rx, n)?;
-                return Ok(n);
+                taken = n;
+                break;
             }
         }
-        Ok(0)
+        if taken >= (self.cfg.batch / 4).max(1) {
+            self.steal_pause = Duration::ZERO;
+            self.steal_after = None;
+        } else {
+            self.steal_pause = (self.steal_pause * 2).clamp(STEAL_PAUSE_MIN, STEAL_PAUSE_MAX);
+            self.steal_after = Some(Instant::now() + self.steal_pause);
+        }
+        Ok(taken)
     }
 
     fn in_flight(&self) -> usize {
@@ -1009,6 +1038,57 @@ mod tests {
         }
         ids.sort_unstable();
         assert_eq!(ids, [1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn a_thread_that_finds_little_to_steal_pauses_longer_until_a_good_steal() {
+        let app = App::builtin("echo", 1, 1024).unwrap();
+        let cfg = ServerConfig::default();
+        let good = cfg.batch / 4;
+        let own = net::bind("127.0.0.1:0".parse().unwrap(), 1 << 16).unwrap();
+        let peer = net::bind("127.0.0.1:0".parse().unwrap(), 1 << 16).unwrap();
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to_peer = peer.local_addr().unwrap();
+        let mut workers = cpu_workers(&app, 1, 64, Idle::Spin).unwrap();
+        let mut lanes = split_queues(vec![("cpu".into(), workers.queues_mut())], 1, 64).unwrap();
+        let shared = Shared {
+            counters: Mutex::new(Counters::default()),
+            kernel_drops: AtomicU64::new(0),
+        };
+        let mut t = NetThread::new(own.as_raw_fd(), true, &cfg, &app, lanes.remove(0), &shared)
+            .stealing_from(vec![peer.as_raw_fd()]);
+        let mut rx = RecvBatch::new(cfg.batch, 2048);
+        // Nothing to take: each look doubles the pause, up to the longest.
+        let mut want = STEAL_PAUSE_MIN;
+        for _ in 0..12 {
+            while t.steal_after.is_some_and(|a| Instant::now() < a) {
+                std::hint::spin_loop();
+            }
+            assert_eq!(t.steal(&mut rx).unwrap(), 0);
+            assert_eq!(t.steal_pause, want);
+            want = (want * 2).min(STEAL_PAUSE_MAX);
+        }
+        assert_eq!(t.steal_pause, STEAL_PAUSE_MAX);
+        let send = |n: u64, first: u64| {
+            for id in first..first + n {
+                client.send_to(&echo_request(id), to_peer).unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        // During a pause nothing is taken, however much waits.
+        send(good as u64, 1);
+        t.steal_after = Some(Instant::now() + Duration::from_secs(3600));
+        assert_eq!(t.steal(&mut rx).unwrap(), 0);
+        assert_eq!(t.c.stolen, 0);
+        // After it, a quarter of a batch is a good steal: no more pause.
+        t.steal_after = Some(Instant::now());
+        assert_eq!(t.steal(&mut rx).unwrap(), good);
+        assert_eq!((t.steal_pause, t.steal_after), (Duration::ZERO, None));
+        // One datagram fewer is little: the pause starts again from the shortest.
+        send(good as u64 - 1, 100);
+        assert_eq!(t.steal(&mut rx).unwrap(), good - 1);
+        assert_eq!(t.steal_pause, STEAL_PAUSE_MIN);
+        assert_eq!(t.c.stolen, 2 * good as u64 - 1);
     }
 
     #[test]
