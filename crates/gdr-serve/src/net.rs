@@ -204,7 +204,16 @@ impl RecvBatch {
 
     /// Receives up to a batch without blocking: Ok(0) when nothing is waiting.
     pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
-        let n = self.lens.len();
+        self.recv_at_most(fd, usize::MAX)
+    }
+
+    /// Receives up to a batch, and at most `max` datagrams, without blocking: Ok(0) when
+    /// nothing is waiting or `max` is 0. The rest stays in the socket.
+    pub fn recv_at_most(&mut self, fd: RawFd, max: usize) -> io::Result<usize> {
+        let n = self.lens.len().min(max);
+        if n == 0 {
+            return Ok(0);
+        }
         for i in 0..n {
             self.iovs[i] = libc::iovec {
                 iov_base: self.bufs[i * self.cap..].as_mut_ptr().cast(),
@@ -452,6 +461,28 @@ pub(crate) fn wait_readable_any(fds: &[RawFd], timeout_ms: i32) {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_receive_takes_at_most_what_it_is_allowed_and_leaves_the_rest() {
+        let sock = bind("127.0.0.1:0".parse().unwrap(), 1 << 16).unwrap();
+        let to = sock.local_addr().unwrap();
+        let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for i in 0..5u8 {
+            client.send_to(&[i; 9], to).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let mut rx = RecvBatch::new(32, 64);
+        let fd = sock.as_raw_fd();
+        assert_eq!(rx.recv_at_most(fd, 0).unwrap(), 0);
+        assert_eq!(rx.recv_at_most(fd, 2).unwrap(), 2);
+        assert_eq!(
+            (rx.datagram(0).0, rx.datagram(1).0),
+            (&[0u8; 9][..], &[1u8; 9][..])
+        );
+        assert_eq!(rx.recv(fd).unwrap(), 3);
+        assert_eq!(rx.datagram(2).0, &[4u8; 9][..]);
+        assert_eq!(rx.recv(fd).unwrap(), 0);
+    }
 
     #[test]
     fn reuseport_sockets_share_a_port_that_a_plain_bind_cannot_take() {

@@ -601,12 +601,21 @@ impl<'s, 'a> NetThread<'s, 'a> {
     }
 
     /// With its own socket empty: receives one batch from the first of the other sockets that
-    /// has datagrams, the others in turn, and dispatches it. Only while an executor has room, so
-    /// that a thread never takes work it would shed, and not during a pause
-    /// ([`STEAL_PAUSE_MIN`]). A peer's kernel drop counter is its owner's to count. Returns the
-    /// datagrams taken.
+    /// has datagrams, the others in turn, and dispatches it. At most as many datagrams as its
+    /// executors have room for, so that a thread never takes work it would shed (the rest stays
+    /// for the socket's owner), and not during a pause ([`STEAL_PAUSE_MIN`]). A peer's kernel
+    /// drop counter is its owner's to count. Returns the datagrams taken.
     fn steal(&mut self, rx: &mut RecvBatch) -> Result<usize, ServeError> {
-        if self.peers.is_empty() || !self.lanes.iter().any(|l| !l.dead && l.exec.room() > 0) {
+        if self.peers.is_empty() {
+            return Ok(0);
+        }
+        let room: usize = self
+            .lanes
+            .iter()
+            .filter(|l| !l.dead)
+            .map(|l| l.exec.room())
+            .sum();
+        if room == 0 {
             return Ok(0);
         }
         if self.steal_after.is_some_and(|t| Instant::now() < t) {
@@ -617,7 +626,7 @@ impl<'s, 'a> NetThread<'s, 'a> {
         for k in 0..np {
             let i = (self.next_peer + k) % np;
             let n = rx
-                .recv(self.peers[i])
+                .recv_at_most(self.peers[i], room)
                 .map_err(|e| ServeError::Io("recvmmsg".into(), e))?;
             if n > 0 {
                 self.next_peer = (i + 1) % np;
@@ -991,7 +1000,8 @@ mod tests {
             .unwrap();
         let to_peer = peer.local_addr().unwrap();
         let mut workers = cpu_workers(&app, 1, 64, Idle::Spin).unwrap();
-        // At most 5 in flight, and none collected until the end: after 5, no room to steal.
+        // At most 5 in flight, and none collected until the end: 7 wait, 5 are taken (none
+        // shed), and then there is no room to steal.
         let mut lanes = split_queues(vec![("cpu".into(), workers.queues_mut())], 1, 5).unwrap();
         let shared = Shared {
             counters: Mutex::new(Counters::default()),
@@ -1000,9 +1010,10 @@ mod tests {
         let mut t = NetThread::new(own.as_raw_fd(), true, &cfg, &app, lanes.remove(0), &shared)
             .stealing_from(vec![peer.as_raw_fd()]);
         let mut rx = RecvBatch::new(cfg.batch, 2048);
-        for id in 1..=5 {
+        for id in 1..=7 {
             client.send_to(&echo_request(id), to_peer).unwrap();
         }
+        std::thread::sleep(Duration::from_millis(50));
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut taken = 0;
         while taken < 5 {
@@ -1013,12 +1024,11 @@ mod tests {
             (t.c.stolen, t.c.datagrams, t.c.accepted, t.c.shed),
             (5, 5, 5, 0)
         );
-        // Full: a sixth datagram stays in the peer's socket for its owner.
-        client.send_to(&echo_request(6), to_peer).unwrap();
-        std::thread::sleep(Duration::from_millis(50));
+        // Full: the other two stay in the peer's socket for its owner.
+        t.steal_after = None;
         assert_eq!(t.steal(&mut rx).unwrap(), 0);
         assert_eq!(t.c.stolen, 5);
-        assert_eq!(rx.recv(peer.as_raw_fd()).unwrap(), 1, "left for the owner");
+        assert_eq!(rx.recv(peer.as_raw_fd()).unwrap(), 2, "left for the owner");
         // The five taken are answered on the thread's own socket, bytes intact.
         while t.out.answers_sent < 5 {
             assert!(Instant::now() < deadline, "answered {}", t.out.answers_sent);
