@@ -30,9 +30,8 @@ const TX_SPIN: Duration = Duration::from_micros(2);
 /// A stealing thread's pause after a steal that found little (fewer than a quarter of a batch),
 /// doubled after each such steal up to [`STEAL_PAUSE_MAX`], and dropped after a good one. At low
 /// load the other sockets hold a datagram or two at most, which their owners take at once: a
-/// thread that kept polling them would only contend with each owner for its socket (and it
-/// added about 0.9 us end to end when it did). At peak an overloaded socket keeps a backlog,
-/// and every steal takes a full batch.
+/// thread that kept polling them would only contend with each owner for its socket, and add
+/// latency. At peak an overloaded socket keeps a backlog, and its steals stay good.
 const STEAL_PAUSE_MIN: Duration = Duration::from_micros(1);
 /// The longest pause between a stealing thread's looks at the other sockets.
 const STEAL_PAUSE_MAX: Duration = Duration::from_micros(256);

@@ -122,8 +122,8 @@ pub struct ServeArgs {
     /// datagram), per-thread (one socket each with SO_REUSEPORT: no contention for the
     /// socket; the kernel gives each client address to one thread, so a few clients may not
     /// keep every thread busy) or stealing (one socket each, and a thread whose socket is
-    /// empty takes a batch from the others': the busiest socket gets help at peak load; at low
-    /// load the idle threads contend for the busy socket and add latency)
+    /// empty takes at most what it has room for from the others': the busiest socket gets help
+    /// at peak load; a thread that finds little pauses between such looks)
     #[arg(long, default_value = "shared")]
     sockets: String,
     /// The same as --idle spin (kept so that older command lines still run)
