@@ -605,7 +605,7 @@ impl<'s, 'a> NetThread<'s, 'a> {
     /// for the socket's owner), and not during a pause ([`STEAL_PAUSE_MIN`]). A peer's kernel
     /// drop counter is its owner's to count. Returns the datagrams taken.
     fn steal(&mut self, rx: &mut RecvBatch) -> Result<usize, ServeError> {
-        if self.peers.is_empty() {
+        if self.peers.is_empty() || self.steal_after.is_some_and(|t| Instant::now() < t) {
             return Ok(0);
         }
         let room: usize = self
@@ -615,9 +615,6 @@ impl<'s, 'a> NetThread<'s, 'a> {
             .map(|l| l.exec.room())
             .sum();
         if room == 0 {
-            return Ok(0);
-        }
-        if self.steal_after.is_some_and(|t| Instant::now() < t) {
             return Ok(0);
         }
         let np = self.peers.len();
