@@ -984,28 +984,76 @@ mod tests {
         d
     }
 
+    /// The default batch, which the rigs' threads receive with.
+    const BATCH: usize = 32;
+
+    /// A non-blocking UDP socket on a free loopback port.
+    fn loopback() -> UdpSocket {
+        net::bind("127.0.0.1:0".parse().unwrap(), 1 << 16).unwrap()
+    }
+
+    /// What a network thread borrows: the echo app, the default configuration, one CPU queue
+    /// and the shared totals.
+    struct Rig {
+        app: App,
+        cfg: ServerConfig,
+        workers: gdr_mq::CpuWorkers,
+        shared: Shared,
+    }
+
+    impl Rig {
+        fn new() -> Rig {
+            let app = App::builtin("echo", 1, 1024).unwrap();
+            let workers = cpu_workers(&app, 1, 64, Idle::Spin).unwrap();
+            let cfg = ServerConfig::default();
+            assert_eq!(cfg.batch, BATCH);
+            Rig {
+                app,
+                cfg,
+                workers,
+                shared: Shared {
+                    counters: Mutex::new(Counters::default()),
+                    kernel_drops: AtomicU64::new(0),
+                },
+            }
+        }
+
+        /// A thread on `own` that steals from `peers`, its executor taking at most `limit`
+        /// requests in flight.
+        fn thread(
+            &mut self,
+            own: &UdpSocket,
+            peers: &[&UdpSocket],
+            limit: usize,
+        ) -> NetThread<'_, '_> {
+            let queues = vec![("cpu".into(), self.workers.queues_mut())];
+            let lane = split_queues(queues, 1, limit).unwrap().remove(0);
+            NetThread::new(
+                own.as_raw_fd(),
+                true,
+                &self.cfg,
+                &self.app,
+                lane,
+                &self.shared,
+            )
+            .stealing_from(peers.iter().map(|p| p.as_raw_fd()).collect())
+        }
+    }
+
     #[test]
     fn a_stealing_thread_serves_another_sockets_datagrams_and_answers_from_its_own() {
-        let app = App::builtin("echo", 1, 1024).unwrap();
-        let cfg = ServerConfig::default();
-        let own = net::bind("127.0.0.1:0".parse().unwrap(), 1 << 16).unwrap();
-        let peer = net::bind("127.0.0.1:0".parse().unwrap(), 1 << 16).unwrap();
+        let (own, peer) = (loopback(), loopback());
+        // A blocking client: it waits for the answers (10 s at most).
         let client = UdpSocket::bind("127.0.0.1:0").unwrap();
         client
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         let to_peer = peer.local_addr().unwrap();
-        let mut workers = cpu_workers(&app, 1, 64, Idle::Spin).unwrap();
+        let mut rig = Rig::new();
         // At most 5 in flight, and none collected until the end: 7 wait, 5 are taken (none
         // shed), and then there is no room to steal.
-        let mut lanes = split_queues(vec![("cpu".into(), workers.queues_mut())], 1, 5).unwrap();
-        let shared = Shared {
-            counters: Mutex::new(Counters::default()),
-            kernel_drops: AtomicU64::new(0),
-        };
-        let mut t = NetThread::new(own.as_raw_fd(), true, &cfg, &app, lanes.remove(0), &shared)
-            .stealing_from(vec![peer.as_raw_fd()]);
-        let mut rx = RecvBatch::new(cfg.batch, 2048);
+        let mut t = rig.thread(&own, &[&peer], 5);
+        let mut rx = RecvBatch::new(BATCH, 2048);
         for id in 1..=7 {
             client.send_to(&echo_request(id), to_peer).unwrap();
         }
@@ -1048,22 +1096,12 @@ mod tests {
 
     #[test]
     fn a_thread_that_finds_little_to_steal_pauses_longer_until_a_good_steal() {
-        let app = App::builtin("echo", 1, 1024).unwrap();
-        let cfg = ServerConfig::default();
-        let good = cfg.batch / 4;
-        let own = net::bind("127.0.0.1:0".parse().unwrap(), 1 << 16).unwrap();
-        let peer = net::bind("127.0.0.1:0".parse().unwrap(), 1 << 16).unwrap();
-        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let good = BATCH / 4;
+        let (own, peer, client) = (loopback(), loopback(), loopback());
         let to_peer = peer.local_addr().unwrap();
-        let mut workers = cpu_workers(&app, 1, 64, Idle::Spin).unwrap();
-        let mut lanes = split_queues(vec![("cpu".into(), workers.queues_mut())], 1, 64).unwrap();
-        let shared = Shared {
-            counters: Mutex::new(Counters::default()),
-            kernel_drops: AtomicU64::new(0),
-        };
-        let mut t = NetThread::new(own.as_raw_fd(), true, &cfg, &app, lanes.remove(0), &shared)
-            .stealing_from(vec![peer.as_raw_fd()]);
-        let mut rx = RecvBatch::new(cfg.batch, 2048);
+        let mut rig = Rig::new();
+        let mut t = rig.thread(&own, &[&peer], 64);
+        let mut rx = RecvBatch::new(BATCH, 2048);
         // Nothing to take: each look doubles the pause, up to the longest.
         let mut want = STEAL_PAUSE_MIN;
         for _ in 0..12 {
@@ -1099,17 +1137,10 @@ mod tests {
 
     #[test]
     fn a_thread_without_peers_steals_nothing() {
-        let app = App::builtin("echo", 1, 1024).unwrap();
-        let cfg = ServerConfig::default();
-        let own = net::bind("127.0.0.1:0".parse().unwrap(), 1 << 16).unwrap();
-        let mut workers = cpu_workers(&app, 1, 64, Idle::Spin).unwrap();
-        let mut lanes = split_queues(vec![("cpu".into(), workers.queues_mut())], 1, 8).unwrap();
-        let shared = Shared {
-            counters: Mutex::new(Counters::default()),
-            kernel_drops: AtomicU64::new(0),
-        };
-        let mut t = NetThread::new(own.as_raw_fd(), true, &cfg, &app, lanes.remove(0), &shared);
-        let mut rx = RecvBatch::new(cfg.batch, 2048);
+        let own = loopback();
+        let mut rig = Rig::new();
+        let mut t = rig.thread(&own, &[], 8);
+        let mut rx = RecvBatch::new(BATCH, 2048);
         assert_eq!(t.steal(&mut rx).unwrap(), 0);
         assert_eq!(t.c, Counters::default());
     }
