@@ -18,8 +18,8 @@ path's figure is the median per-call time over its rounds. Beside each gdr call,
 per-call time less the loop's own per-iteration time less the Rust copy's, and for bulk copies
 the speed ratio is the Rust copy's time over the Python call's. These four paths then run
 again on their own, at least 9 rounds more, since vkgdr's slow reads leave few rounds at the
-largest sizes. ``--gdr``/``--copylat`` add
-``gdr copylat``'s figures (another process, its own host buffer) for comparison only.
+largest sizes. ``--gdr``/``--copylat`` add ``gdr copylat``'s figures (another process, its own
+host buffer) for comparison only.
 
 Goals (issues 28 and 44): at least vkgdr's speed on small writes; 10x or more on reads from
 1 KiB; 2x or more on writes from 1 MiB; a small call (8 B, 64 B) within 0.10 us of the same
@@ -107,12 +107,11 @@ def measure(ops: Sequence[Op], budget_s: float, min_rounds: int = 3, max_rounds:
     """Fills each op's samples (us per call), interleaved round by round. The caller ran each
     op once already (its check), which warmed it up. With `more`, adds rounds to the samples
     an earlier call took, with the same loop lengths."""
-    for op in ops:
-        if more:
-            continue
-        once = max(op.run(1), 1)
-        op.k = int(min(max(200_000 // once, 1), 20_000))
-        op.samples = []
+    if not more:
+        for op in ops:
+            once = max(op.run(1), 1)
+            op.k = int(min(max(200_000 // once, 1), 20_000))
+            op.samples = []
     rng = random.Random(1)
     start = time.monotonic()
     rounds = 0
