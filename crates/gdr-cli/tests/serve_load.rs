@@ -225,18 +225,7 @@ fn an_idle_cpu_mode_server_uses_little_cpu() {
     // Two seconds of serving nothing. Polling with naps took some 25 % of a core (0.5 s of
     // CPU here); backing off takes a few percent. The bound leaves room for start-up and a
     // busy machine.
-    let r = gdr(
-        &[
-            "serve",
-            "--mode",
-            "cpu",
-            "--listen",
-            "127.0.0.1:0",
-            "--duration",
-            "2",
-        ],
-        Duration::from_secs(60),
-    );
+    let r = gdr(&cpu_serve(&["--duration", "2"]), Duration::from_secs(60));
     assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
     assert!(
         r.cpu < Duration::from_millis(200),

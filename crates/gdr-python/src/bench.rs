@@ -14,7 +14,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use std::time::Instant;
 
-/// Copies per call at most: a loop of more would hold the call for minutes at the largest size.
+/// Copies per call at most: a bound on how long one call can hold its caller (the benchmark
+/// asks for far fewer).
 const MAX_LOOP: usize = 1 << 24;
 
 /// Times `k` copies of `host` into (`"write"`) or out of (`"read"`) `buf` at `offset`, made
