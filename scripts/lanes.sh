@@ -10,10 +10,10 @@
 # LIMIT (seconds, default 560) bounds every step from lanes.sh's start; a step with less than
 # 20 s left is skipped and says so. libgdrapi, libgdr_alloc and the Vulkan loader are installed
 # once (run.sh with ONLY=none), then every run.sh starts with GDR_RUN_INSTALLED=1.
-# Parts whose checks are GPU-wide count every process on their GPU: soak, faults, sandbox (its
-# semantics program's free-memory check) and the BAR1 figures of ranks. The soak and faults
-# also see processes kept to the host's other GPUs (each adds some memory on every GPU): give
-# them their GPU, and for the soak the host, alone.
+# Parts whose checks are GPU-wide count every process on their GPU: soak, faults, capi and
+# sandbox (the semantics program's free-memory check, close_releases) and the BAR1 figures of
+# ranks. The soak and faults also see processes kept to the host's other GPUs (each adds some
+# memory on every GPU): give them their GPU, and for the soak the host, alone.
 # Writes OUTDIR/L<k>G<g>S<s>/ (run.sh's OUTDIR of lane k, group g, step s) and beside it a .txt
 # with run.sh's summary and a last line `rc=N step=[...] cpus=[...] end=Ss`; OUTDIR/summary.txt
 # holds them all. Exit status 0 when every step that ran exited 0 and none was skipped.

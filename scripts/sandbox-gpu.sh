@@ -19,7 +19,8 @@
 #   capi-*       libgdrapi's C programs (capi/check.sh's compile lines, pkg-config gdrapi)
 #   alloc-pool   alloc_check.cu (nvcc) `pool` under `gdr run` (clients/rank_check.c with cc when
 #                there is no nvcc)
-#   python       pytest on the Python package's tests, GDR_REQUIRE_GPU=1, PYTHONPATH the wheel
+#   python       pytest on the Python package's tests (with bench/ beside them, which one test
+#                runs), GDR_REQUIRE_GPU=1, PYTHONPATH the wheel
 # and the negative cases of item 3, each passing when gdr says what is missing:
 #   no-icd       VK_DRIVER_FILES at a missing file, container=podman: `gdr check` exits 1 and
 #                names NVIDIA_DRIVER_CAPABILITIES and graphics
@@ -253,6 +254,8 @@ if [ -d "$here/python/tests" ]; then
       timeout 300 python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$w" "$stage/site"
   done
   cp -a "$here/python/tests" "$stage/tests"
+  # Beside tests/, as in the source tree: tests/test_call_cost.py runs ../bench/call_cost.py.
+  [ -d "$here/python/bench" ] && cp -a "$here/python/bench" "$stage/bench"
   [ -d "$here/fixtures/topo" ] && cp -a "$here/fixtures/topo" "$stage/topo"
   py=1
 fi

@@ -10,9 +10,12 @@
 #          RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY=true loads UCX's)
 #   EXTRA  a folder with UCXX's other dependencies (cuda-core, cuda-bindings, nvidia-ml-py),
 #          used only when the host's Python lacks them
-# Sizes GDR_UCXX_SIZES (default 8 B..1 MiB), rounds GDR_UCXX_ROUNDS (default 2, alternated,
-# medians), iterations GDR_UCXX_ITERS (default 2000). Setups per size: gdr absent (not under
-# gdr run, UCX_TLS=^gdr_copy), gdr run without gdr_copy, gdr run, gdr run --ucx.
+# Sizes GDR_UCXX_SIZES (default 8 B, 1, 4, 16 and 64 KiB, 1 MiB), rounds GDR_UCXX_ROUNDS
+# (default 2, alternated, medians), iterations GDR_UCXX_ITERS (default 2000). Setups per size:
+# gdr absent (not under gdr run, UCX_TLS=^gdr_copy), gdr run without gdr_copy, gdr run, gdr run
+# --ucx. Each run starts the benchmark's two Python processes and takes about 10 s, nearly all
+# of it their start-up, so the defaults (48 runs) take about 8 minutes: give the part a call of
+# its own.
 # GDR_UCXX_SERVER_GPU / GDR_UCXX_CLIENT_GPU: the two processes' GPUs (default 0 and 0).
 # GDR_UCXX_TIMEOUT bounds each run (default 120 s); a run past it counts as failed, and its
 # processes are killed.
@@ -58,7 +61,7 @@ fi
 ucx_env=$(comm -13 <(env | sort) <("$gdr" run -q --ucx -- env | sort) | grep -E '^UCX_' | tr '\n' ' ')
 : >"$out/lat.tsv"
 for round in $(seq "${GDR_UCXX_ROUNDS:-2}"); do
-  for s in ${GDR_UCXX_SIZES:-8 1024 4096 16384 65536 262144 1048576}; do
+  for s in ${GDR_UCXX_SIZES:-8 1024 4096 16384 65536 1048576}; do
     for st in absent run-nogdrcopy run runucx; do
       pre=("$gdr" run -q --); envs=()
       case $st in
