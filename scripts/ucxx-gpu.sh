@@ -14,8 +14,9 @@
 # (default 2, alternated, medians), iterations GDR_UCXX_ITERS (default 2000). Setups per size:
 # gdr absent (not under gdr run, UCX_TLS=^gdr_copy), gdr run without gdr_copy, gdr run, gdr run
 # --ucx. Nearly all of a run's time is the start-up of the benchmark's two Python processes,
-# so the defaults (48 runs) take most of a 10-minute device call: give the part a call of its
-# own (docs/results/2026-11-28-bundle.md has the times).
+# so the defaults (48 runs) take most of a 10-minute device call: give the part a call, or a
+# lanes.sh lane with nothing after it, of its own (docs/results/2026-11-28-bundle.md has the
+# times).
 # GDR_UCXX_SERVER_GPU / GDR_UCXX_CLIENT_GPU: the two processes' GPUs (default 0 and 0).
 # GDR_UCXX_TIMEOUT bounds each run (default 120 s); a run past it counts as failed, and its
 # processes are killed.
