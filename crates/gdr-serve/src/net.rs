@@ -5,6 +5,7 @@
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::time::Duration;
 
 /// Control buffer per message: room for one `SO_RXQ_OVFL` cmsg (a u32) with headers.
 const CMSG_ROOM: usize = 64;
@@ -442,9 +443,9 @@ pub(crate) fn wait_readable(fd: RawFd, timeout_ms: i32) {
     unsafe { libc::poll(&mut p, 1, timeout_ms) };
 }
 
-/// Blocks until one of `fds` has something to read or `timeout_ms` pass, as
-/// [`wait_readable`] does for one.
-pub(crate) fn wait_readable_any(fds: &[RawFd], timeout_ms: i32) {
+/// Blocks until one of `fds` has something to read or `timeout` passes (to the microsecond:
+/// `ppoll(2)`), as [`wait_readable`] does for one.
+pub(crate) fn wait_readable_any(fds: &[RawFd], timeout: Duration) {
     let mut p: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {
@@ -453,8 +454,20 @@ pub(crate) fn wait_readable_any(fds: &[RawFd], timeout_ms: i32) {
             revents: 0,
         })
         .collect();
-    // SAFETY: p.len() live pollfds, for the duration of the call; errors as in wait_readable.
-    unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: p.len() live pollfds and one timespec, for the duration of the call; no signal
+    // mask (null leaves the thread's as it is). Errors as in wait_readable.
+    unsafe {
+        libc::ppoll(
+            p.as_mut_ptr(),
+            p.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
 }
 
 #[cfg(test)]

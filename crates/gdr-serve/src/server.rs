@@ -40,7 +40,7 @@ const STEAL_PAUSE_MAX: Duration = Duration::from_micros(256);
 const IDLE_SPIN: Duration = Duration::from_millis(1);
 
 /// A backed-off network thread's longest wait in `poll(2)`: how soon it sees `stop`.
-const IDLE_POLL_MS: i32 = 10;
+const IDLE_POLL: Duration = Duration::from_millis(10);
 
 /// How the server behaves.
 #[derive(Clone, Debug)]
@@ -642,6 +642,39 @@ impl<'s, 'a> NetThread<'s, 'a> {
         Ok(taken)
     }
 
+    /// What a backed-off thread waits for, from `now`: its peers' sockets beside its own (true)
+    /// or its own alone, and for how long at most. A stealing thread waits for its peers'
+    /// datagrams too, except during a steal pause: then it waits for its own socket until the
+    /// pause ends. A peer's datagram that its owner has not taken yet would end every wait at
+    /// once, and the thread, which may not steal it, would spin through `poll(2)` until the
+    /// pause was over.
+    fn idle_wait(&self, now: Instant) -> (bool, Duration) {
+        if self.peers.is_empty() {
+            return (false, IDLE_POLL);
+        }
+        match self.steal_after {
+            Some(t) if t > now => (false, (t - now).min(IDLE_POLL)),
+            _ => (true, IDLE_POLL),
+        }
+    }
+
+    /// Blocks as [`idle_wait`](Self::idle_wait) says, until a socket has a datagram or the
+    /// time passes.
+    fn wait_idle(&self) {
+        match self.idle_wait(Instant::now()) {
+            (false, t) if self.peers.is_empty() => {
+                net::wait_readable(self.fd, t.as_millis() as i32)
+            }
+            (false, t) => net::wait_readable_any(&[self.fd], t),
+            (true, t) => {
+                let mut fds = Vec::with_capacity(1 + self.peers.len());
+                fds.push(self.fd);
+                fds.extend_from_slice(&self.peers);
+                net::wait_readable_any(&fds, t);
+            }
+        }
+    }
+
     fn in_flight(&self) -> usize {
         self.lanes.iter().map(|l| l.pending.len()).sum()
     }
@@ -744,15 +777,7 @@ impl<'s, 'a> NetThread<'s, 'a> {
                 let since = *idle_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > IDLE_SPIN {
                     self.publish();
-                    if self.peers.is_empty() {
-                        net::wait_readable(self.fd, IDLE_POLL_MS);
-                    } else {
-                        // A stealing thread wakes for its peers' datagrams too.
-                        let mut fds = Vec::with_capacity(1 + self.peers.len());
-                        fds.push(self.fd);
-                        fds.extend_from_slice(&self.peers);
-                        net::wait_readable_any(&fds, IDLE_POLL_MS);
-                    }
+                    self.wait_idle();
                 }
             } else {
                 std::hint::spin_loop();
@@ -1133,6 +1158,38 @@ mod tests {
         assert_eq!(t.steal(&mut rx).unwrap(), good - 1);
         assert_eq!(t.steal_pause, STEAL_PAUSE_MIN);
         assert_eq!(t.c.stolen, 2 * good as u64 - 1);
+    }
+
+    #[test]
+    fn a_backed_off_thread_waits_for_its_peers_except_during_a_steal_pause() {
+        let (own, peer, client) = (loopback(), loopback(), loopback());
+        let mut rig = Rig::new();
+        let mut t = rig.thread(&own, &[&peer], 64);
+        let now = Instant::now();
+        assert_eq!(t.idle_wait(now), (true, IDLE_POLL));
+        t.steal_after = Some(now + Duration::from_micros(200));
+        assert_eq!(t.idle_wait(now), (false, Duration::from_micros(200)));
+        t.steal_after = Some(now + Duration::from_secs(1));
+        assert_eq!(t.idle_wait(now), (false, IDLE_POLL));
+        assert_eq!(t.idle_wait(now + Duration::from_secs(2)), (true, IDLE_POLL));
+        // How long a wait lasts during a pause of `pause`, after a datagram came to `to`.
+        let wait_after_datagram = |t: &mut NetThread, to: &UdpSocket, id: u64, pause: u64| {
+            client
+                .send_to(&echo_request(id), to.local_addr().unwrap())
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            t.steal_after = Some(Instant::now() + Duration::from_millis(pause));
+            let t0 = Instant::now();
+            t.wait_idle();
+            t0.elapsed()
+        };
+        // A datagram on the peer, which its owner has not taken: the thread sleeps the pause
+        // out rather than wake for it.
+        let waited = wait_after_datagram(&mut t, &peer, 1, 8);
+        assert!(waited >= Duration::from_millis(7), "{waited:?}");
+        // Its own socket still wakes it during a pause.
+        let waited = wait_after_datagram(&mut t, &own, 2, 5000);
+        assert!(waited < Duration::from_secs(1), "{waited:?}");
     }
 
     #[test]
