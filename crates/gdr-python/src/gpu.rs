@@ -8,7 +8,7 @@ use crate::mem::{self, Mem};
 use crate::pin::{self, Pin};
 use crate::pybuf::HeldBuffer;
 use gdr::bar::auto::{self, Direction};
-use gdr::bar::{Pinner, VulkanBackend};
+use gdr::bar::{MappedBuffer, Pinner, VulkanBackend};
 use gdr::cuda::{Context, Device};
 use gdr::mem::{check_range, MappedMemory};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -257,22 +257,60 @@ pub(crate) struct AutoCopier {
     calibrated_now: bool,
 }
 
-/// The buffer's memory, checked to hold `[offset, offset + len)` and to be gdr's own.
-fn target(buf: &Bound<'_, PyAny>, offset: usize, len: usize) -> PyResult<(Arc<Mem>, usize)> {
-    let b = buf
-        .cast::<Buffer>()
-        .map_err(|_| PyTypeError::new_err("the auto copier copies to and from gdr.Buffer"))?;
-    let mem = b.get().h.get("the buffer")?;
-    check_range(offset, len, mem.size()).map_err(errors::access)?;
-    let base = match mem.mapped_buffer() {
-        Some((_, base)) => base,
-        None => {
-            return Err(PyTypeError::new_err(
+fn as_buffer<'a, 'py>(buf: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, Buffer>> {
+    buf.cast::<Buffer>()
+        .map_err(|_| PyTypeError::new_err("the auto copier copies to and from gdr.Buffer"))
+}
+
+/// Why a buffer cannot take a copy: kept as plain Rust inside [`with_target`], where no Python
+/// may run, and made an exception after.
+enum NoTarget {
+    Range(gdr::mem::AccessError),
+    NotOurs,
+}
+
+impl From<NoTarget> for PyErr {
+    fn from(e: NoTarget) -> PyErr {
+        match e {
+            NoTarget::Range(e) => errors::access(e),
+            NoTarget::NotOurs => PyTypeError::new_err(
                 "the auto copier copies to and from memory gdr allocated (Gpu.alloc)",
-            ))
+            ),
         }
-    };
-    Ok((mem, base + offset))
+    }
+}
+
+/// `[offset, offset + len)` of `mem` as the copier sees it: the mapped buffer and the offset in
+/// it, checked to be in range and gdr's own memory.
+fn locate(mem: &Mem, offset: usize, len: usize) -> Result<(&MappedBuffer, usize), NoTarget> {
+    check_range(offset, len, mem.size()).map_err(NoTarget::Range)?;
+    let (mb, base) = mem.mapped_buffer().ok_or(NoTarget::NotOurs)?;
+    Ok((mb, base + offset))
+}
+
+/// The buffer's memory, with a reference held, and where `[offset, offset + len)` lies in its
+/// mapped buffer: for copies made detached from the interpreter.
+fn target(buf: &Bound<'_, PyAny>, offset: usize, len: usize) -> PyResult<(Arc<Mem>, usize)> {
+    let mem = as_buffer(buf)?.get().h.get("the buffer")?;
+    let at = locate(&mem, offset, len)?.1;
+    Ok((mem, at))
+}
+
+/// Runs `f` on the mapped buffer and offset of `[offset, offset + len)` of `buf`, under its
+/// handle's read lock, with no reference taken: for short copies made attached, where cloning
+/// and dropping the `Arc` is a measurable part of the call (as `Buffer.read_into` does). `f` is
+/// plain Rust (see `Handle::with_mem`).
+#[inline]
+fn with_target<R>(
+    buf: &Bound<'_, PyAny>,
+    offset: usize,
+    len: usize,
+    f: impl FnOnce(&MappedBuffer, usize) -> R,
+) -> PyResult<R> {
+    let r = as_buffer(buf)?.get().h.with_mem("the buffer", |mem| {
+        locate(mem, offset, len).map(|(mb, at)| f(mb, at))
+    })?;
+    Ok(r?)
 }
 
 impl AutoCopier {
@@ -305,13 +343,15 @@ impl AutoCopier {
     ) -> PyResult<()> {
         let src = HeldBuffer::readable(data)?;
         let bytes = src.as_slice();
-        let (mem, at) = target(buf, offset, bytes.len())?;
-        let (mb, _) = mem.mapped_buffer().expect("checked by target");
         let copier = &self.inner;
         if bytes.len() >= DETACH_AT {
+            let (mem, at) = target(buf, offset, bytes.len())?;
+            let (mb, _) = mem.mapped_buffer().expect("checked by target");
             py.detach(|| copier.write(mb, at, bytes))
         } else {
-            copier.write(mb, at, bytes)
+            with_target(buf, offset, bytes.len(), |mb, at| {
+                copier.write(mb, at, bytes)
+            })?
         }
         .map_err(errors::bar)
     }
@@ -328,14 +368,14 @@ impl AutoCopier {
     ) -> PyResult<usize> {
         let mut dst = HeldBuffer::writable(out)?;
         let n = dst.len();
-        let (mem, at) = target(buf, offset, n)?;
-        let (mb, _) = mem.mapped_buffer().expect("checked by target");
         let slice = dst.as_mut_slice();
         let copier = &self.inner;
         if n >= DETACH_AT {
+            let (mem, at) = target(buf, offset, n)?;
+            let (mb, _) = mem.mapped_buffer().expect("checked by target");
             py.detach(|| copier.read(mb, at, slice))
         } else {
-            copier.read(mb, at, slice)
+            with_target(buf, offset, n, |mb, at| copier.read(mb, at, slice))?
         }
         .map_err(errors::bar)?;
         Ok(n)

@@ -79,11 +79,54 @@ def test_auto_copier_paths_and_calibration(auto):
 def test_auto_copier_takes_only_gdr_buffers(gpu, auto):
     with pytest.raises(TypeError):
         auto.write(bytearray(8), b"x")
+    host = gdr._gdr._host_buffer(1 << 17)
+    # Below and above the size from which a copy lets go of the interpreter: the two take the
+    # buffer's memory two ways (under its lock, or holding a reference).
+    for n in (8, 1 << 17):
+        with pytest.raises(TypeError, match="gdr allocated"):
+            auto.write(host, b"x" * n)
+        with pytest.raises(TypeError, match="gdr allocated"):
+            auto.read_into(host, bytearray(n))
     with gpu.alloc(64) as buf:
         with pytest.raises(gdr.BoundsError):
             auto.write(buf, b"x" * 65)
         with pytest.raises(gdr.BoundsError):
             auto.read_into(buf, bytearray(8), 60)
+    with gpu.alloc(1 << 17) as big:
+        with pytest.raises(gdr.BoundsError):
+            auto.write(big, b"x" * (1 << 17), 1)
+        with pytest.raises(gdr.BoundsError):
+            auto.read_into(big, bytearray(1 << 17), 1)
+    for b, n in ((buf, 8), (big, 1 << 17)):
+        out = bytearray(b"\xa5" * n)
+        with pytest.raises(gdr.ClosedError):
+            auto.write(b, b"x" * n)
+        with pytest.raises(gdr.ClosedError):
+            auto.read_into(b, out)
+        with pytest.raises(gdr.ClosedError):
+            auto.read(b, n)
+        assert out == b"\xa5" * n  # nothing was read into it
+
+
+def test_auto_copier_small_copies_are_byte_exact_at_odd_offsets(gpu, auto, live):
+    """The copies made attached, under the buffer's lock (below 64 KiB), and the first ones
+    made detached, checked against the mapping both ways, with the bytes beside them kept."""
+    with gpu.alloc(1 << 18) as buf:
+        for i, size in enumerate((1, 8, 63, 4096 + 3, (64 << 10) - 1, 64 << 10, (64 << 10) + 1)):
+            for off in (0, 1, 4093):
+                guard = random_bytes(size + 2, -size - off)
+                buf.write(guard, off)
+                data = random_bytes(size, i * 7 + off)
+                auto.write(buf, data, off + 1)
+                back = buf.read(size + 2, off)
+                assert back[1:-1] == data and back[:1] == guard[:1], (size, off)
+                assert back[-1:] == guard[-1:], (size, off)
+                other = random_bytes(size, i * 7 + off + 1)
+                buf.write(other, off + 1)
+                out = np.full(size + 2, 0x5A, np.uint8)
+                assert auto.read_into(buf, out[1:-1], off + 1) == size
+                assert out[1:-1].tobytes() == other, (size, off)
+                assert out[0] == 0x5A and out[-1] == 0x5A, (size, off)
 
 
 def test_numpy_view_writes_reach_the_gpu_and_reads_see_it(gpu, auto, live):
