@@ -444,8 +444,9 @@ pub(crate) fn wait_readable(fd: RawFd, timeout_ms: i32) {
 }
 
 /// Blocks until one of `fds` has something to read or `timeout` passes (to the microsecond:
-/// `ppoll(2)`), as [`wait_readable`] does for one.
-pub(crate) fn wait_readable_any(fds: &[RawFd], timeout: Duration) {
+/// `ppoll(2)`), as [`wait_readable`] does for one. Returns, per fd, whether it was found
+/// readable (or in error, which a receive then reports); all false after a timeout or a signal.
+pub(crate) fn wait_readable_any(fds: &[RawFd], timeout: Duration) -> Vec<bool> {
     let mut p: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {
@@ -460,7 +461,7 @@ pub(crate) fn wait_readable_any(fds: &[RawFd], timeout: Duration) {
     };
     // SAFETY: p.len() live pollfds and one timespec, for the duration of the call; no signal
     // mask (null leaves the thread's as it is). Errors as in wait_readable.
-    unsafe {
+    let n = unsafe {
         libc::ppoll(
             p.as_mut_ptr(),
             p.len() as libc::nfds_t,
@@ -468,6 +469,7 @@ pub(crate) fn wait_readable_any(fds: &[RawFd], timeout: Duration) {
             std::ptr::null(),
         )
     };
+    p.iter().map(|q| n > 0 && q.revents != 0).collect()
 }
 
 #[cfg(test)]

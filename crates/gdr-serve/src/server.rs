@@ -642,35 +642,31 @@ impl<'s, 'a> NetThread<'s, 'a> {
         Ok(taken)
     }
 
-    /// What a backed-off thread waits for, from `now`: its peers' sockets beside its own (true)
-    /// or its own alone, and for how long at most. A stealing thread waits for its peers'
-    /// datagrams too, except during a steal pause: then it waits for its own socket until the
-    /// pause ends. A peer's datagram that its owner has not taken yet would end every wait at
-    /// once, and the thread, which may not steal it, would spin through `poll(2)` until the
-    /// pause was over.
-    fn idle_wait(&self, now: Instant) -> (bool, Duration) {
-        if self.peers.is_empty() {
-            return (false, IDLE_POLL);
-        }
-        match self.steal_after {
-            Some(t) if t > now => (false, (t - now).min(IDLE_POLL)),
-            _ => (true, IDLE_POLL),
-        }
+    /// How much of a steal pause is left at `now`; None when none is running.
+    fn pause_left(&self, now: Instant) -> Option<Duration> {
+        self.steal_after.filter(|&t| t > now).map(|t| t - now)
     }
 
-    /// Blocks as [`idle_wait`](Self::idle_wait) says, until a socket has a datagram or the
-    /// time passes.
+    /// A backed-off thread's wait: until a datagram comes to its socket or, for a stealing
+    /// thread, to one of its peers' sockets, or [`IDLE_POLL`] passes. A peer's datagram that
+    /// comes during a steal pause is one this thread may not take yet, and its owner usually
+    /// takes it at once; waking for it again and again would spin through `poll(2)` until the
+    /// pause ran out. So the thread then waits for its own socket alone until the pause ends.
+    /// Waits never stop at a pause's end by themselves: an idle thread, whose every look at its
+    /// peers finds nothing and starts a pause, still sleeps [`IDLE_POLL`] at a time.
     fn wait_idle(&self) {
-        match self.idle_wait(Instant::now()) {
-            (false, t) if self.peers.is_empty() => {
-                net::wait_readable(self.fd, t.as_millis() as i32)
-            }
-            (false, t) => net::wait_readable_any(&[self.fd], t),
-            (true, t) => {
-                let mut fds = Vec::with_capacity(1 + self.peers.len());
-                fds.push(self.fd);
-                fds.extend_from_slice(&self.peers);
-                net::wait_readable_any(&fds, t);
+        if self.peers.is_empty() {
+            net::wait_readable(self.fd, IDLE_POLL.as_millis() as i32);
+            return;
+        }
+        let mut fds = Vec::with_capacity(1 + self.peers.len());
+        fds.push(self.fd);
+        fds.extend_from_slice(&self.peers);
+        let ready = net::wait_readable_any(&fds, IDLE_POLL);
+        let peer_only = !ready[0] && ready[1..].iter().any(|&r| r);
+        if peer_only {
+            if let Some(left) = self.pause_left(Instant::now()) {
+                net::wait_readable_any(&[self.fd], left.min(IDLE_POLL));
             }
         }
     }
@@ -1161,34 +1157,37 @@ mod tests {
     }
 
     #[test]
-    fn a_backed_off_thread_waits_for_its_peers_except_during_a_steal_pause() {
+    fn a_backed_off_thread_sleeps_through_a_peers_datagram_during_a_steal_pause() {
         let (own, peer, client) = (loopback(), loopback(), loopback());
         let mut rig = Rig::new();
         let mut t = rig.thread(&own, &[&peer], 64);
         let now = Instant::now();
-        assert_eq!(t.idle_wait(now), (true, IDLE_POLL));
+        assert_eq!(t.pause_left(now), None);
         t.steal_after = Some(now + Duration::from_micros(200));
-        assert_eq!(t.idle_wait(now), (false, Duration::from_micros(200)));
-        t.steal_after = Some(now + Duration::from_secs(1));
-        assert_eq!(t.idle_wait(now), (false, IDLE_POLL));
-        assert_eq!(t.idle_wait(now + Duration::from_secs(2)), (true, IDLE_POLL));
-        // How long a wait lasts during a pause of `pause`, after a datagram came to `to`.
-        let wait_after_datagram = |t: &mut NetThread, to: &UdpSocket, id: u64, pause: u64| {
-            client
-                .send_to(&echo_request(id), to.local_addr().unwrap())
-                .unwrap();
-            std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(t.pause_left(now), Some(Duration::from_micros(200)));
+        assert_eq!(t.pause_left(now + Duration::from_secs(1)), None);
+        // How long a wait lasts with a pause of `pause` ms, and what `send_to` received.
+        let wait = |t: &mut NetThread, send_to: Option<&UdpSocket>, id: u64, pause: u64| {
+            if let Some(to) = send_to {
+                client
+                    .send_to(&echo_request(id), to.local_addr().unwrap())
+                    .unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+            }
             t.steal_after = Some(Instant::now() + Duration::from_millis(pause));
             let t0 = Instant::now();
             t.wait_idle();
             t0.elapsed()
         };
+        // Nothing comes: the wait is the whole idle poll, not cut short by a pause's end.
+        let waited = wait(&mut t, None, 0, 1);
+        assert!(waited >= IDLE_POLL - Duration::from_millis(1), "{waited:?}");
         // A datagram on the peer, which its owner has not taken: the thread sleeps the pause
-        // out rather than wake for it.
-        let waited = wait_after_datagram(&mut t, &peer, 1, 8);
+        // out rather than wake for it over and over.
+        let waited = wait(&mut t, Some(&peer), 1, 8);
         assert!(waited >= Duration::from_millis(7), "{waited:?}");
         // Its own socket still wakes it during a pause.
-        let waited = wait_after_datagram(&mut t, &own, 2, 5000);
+        let waited = wait(&mut t, Some(&own), 2, 5000);
         assert!(waited < Duration::from_secs(1), "{waited:?}");
     }
 
