@@ -14,9 +14,9 @@
 # sandbox (the semantics program's free-memory check, close_releases) and the BAR1 figures of
 # ranks. These parts also see processes kept to the host's other GPUs (each adds some memory on
 # every GPU): give them their GPU, and for the soak the host, alone. UCXX's part starts a process
-# pair every few seconds for minutes: beside it, the sandbox's free-memory checks saw their GPU's
-# free memory fall 7-10 MiB in a case and failed (3d6a486, four H200s). Keep ucxx away from the
-# soak, faults, capi and sandbox.
+# pair every few seconds for minutes, and beside it the sandbox's free-memory checks have failed
+# (docs/results/2026-11-28-bundle.md, section "3d6a486"): keep ucxx away from the soak, faults,
+# capi and sandbox.
 # Writes OUTDIR/L<k>G<g>S<s>/ (run.sh's OUTDIR of lane k, group g, step s) and beside it a .txt
 # with run.sh's summary and a last line `rc=N step=[...] cpus=[...] end=Ss`; OUTDIR/summary.txt
 # holds them all. Exit status 0 when every step that ran exited 0 and none was skipped.

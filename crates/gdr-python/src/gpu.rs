@@ -288,12 +288,10 @@ fn locate(mem: &Mem, offset: usize, len: usize) -> Result<(&MappedBuffer, usize)
     Ok((mb, base + offset))
 }
 
-/// The buffer's memory, with a reference held, and where `[offset, offset + len)` lies in its
-/// mapped buffer: for copies made detached from the interpreter.
-fn target(buf: &Bound<'_, PyAny>, offset: usize, len: usize) -> PyResult<(Arc<Mem>, usize)> {
-    let mem = as_buffer(buf)?.get().h.get("the buffer")?;
-    let at = locate(&mem, offset, len)?.1;
-    Ok((mem, at))
+/// The buffer's memory, with a reference held: for copies made detached from the interpreter,
+/// which [`locate`] their range in it.
+fn held(buf: &Bound<'_, PyAny>) -> PyResult<Arc<Mem>> {
+    as_buffer(buf)?.get().h.get("the buffer")
 }
 
 /// Runs `f` on the mapped buffer and offset of `[offset, offset + len)` of `buf`, under its
@@ -345,8 +343,8 @@ impl AutoCopier {
         let bytes = src.as_slice();
         let copier = &self.inner;
         if bytes.len() >= DETACH_AT {
-            let (mem, at) = target(buf, offset, bytes.len())?;
-            let (mb, _) = mem.mapped_buffer().expect("checked by target");
+            let mem = held(buf)?;
+            let (mb, at) = locate(&mem, offset, bytes.len())?;
             py.detach(|| copier.write(mb, at, bytes))
         } else {
             with_target(buf, offset, bytes.len(), |mb, at| {
@@ -371,8 +369,8 @@ impl AutoCopier {
         let slice = dst.as_mut_slice();
         let copier = &self.inner;
         if n >= DETACH_AT {
-            let (mem, at) = target(buf, offset, n)?;
-            let (mb, _) = mem.mapped_buffer().expect("checked by target");
+            let mem = held(buf)?;
+            let (mb, at) = locate(&mem, offset, n)?;
             py.detach(|| copier.read(mb, at, slice))
         } else {
             with_target(buf, offset, n, |mb, at| copier.read(mb, at, slice))?
@@ -394,8 +392,8 @@ impl AutoCopier {
             Some(n) => n,
             None => buf.len()?.saturating_sub(offset),
         };
-        let (mem, at) = target(buf, offset, n)?;
-        let (mb, _) = mem.mapped_buffer().expect("checked by target");
+        let mem = held(buf)?;
+        let (mb, at) = locate(&mem, offset, n)?;
         let copier = &self.inner;
         PyBytes::new_with(py, n, |dst| {
             if n >= DETACH_AT {

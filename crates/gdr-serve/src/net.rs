@@ -457,7 +457,7 @@ pub(crate) fn wait_readable_any(fds: &[RawFd], timeout: Duration) -> Vec<bool> {
         .collect();
     let ts = libc::timespec {
         tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
     // SAFETY: p.len() live pollfds and one timespec, for the duration of the call; no signal
     // mask (null leaves the thread's as it is). Errors as in wait_readable.
